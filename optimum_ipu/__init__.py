@@ -1,0 +1,28 @@
+"""optimum-ipu: the Optimum Graphcore programming model on the hardware people have.
+
+`IPUConfig` is imported eagerly (pure Python); everything that needs torch or transformers is loaded
+on first use, so `from optimum_ipu import IPUConfig` stays fast and torch-free.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .config import IPUConfig
+from .config_validation import bundled_config_ids
+from .errors import IncompatibleIPUConfigError
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it (imported lazily)
+_LAZY: dict[str, str] = {}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module 'optimum_ipu' has no attribute {name!r}")
+
+
+__all__ = ["IPUConfig", "IncompatibleIPUConfigError", "bundled_config_ids", "__version__", *_LAZY]

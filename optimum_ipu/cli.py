@@ -1,0 +1,123 @@
+"""The `optimum-ipu` command: `env` and `config check`.
+
+Errors in what the user gave (a bad config, a model that cannot be found) end with exit code 2 and one
+line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .config import IPUConfig
+from .errors import IncompatibleIPUConfigError
+
+
+def _cmd_env(args: argparse.Namespace) -> int:
+    import platform
+
+    import torch
+    import transformers
+
+    from . import __version__
+    from .runtime.devices import detect_devices
+
+    info = detect_devices()
+    print(f"optimum-ipu version: {__version__}")
+    print(f"Python version: {platform.python_version()} ({platform.platform()})")
+    print(f"PyTorch version: {torch.__version__} (CUDA: {torch.version.cuda or 'none'})")
+    print(f"transformers version: {transformers.__version__}")
+    print(f"Devices found: {info.count} x {info.kind}")
+    for i, name in enumerate(info.names):
+        print(f"  {info.kind}:{i}  {name}")
+    print(f"Processes in this job (WORLD_SIZE): {info.world_size}")
+    config = IPUConfig.from_pretrained(args.ipu_config) if args.ipu_config else IPUConfig()
+    for mode in ("training", "inference"):
+        config.train(mode == "training")
+        slots = config.device_slots
+        print(
+            f"IPUs (device slots) for {mode}: {slots} = {config.ipus_per_replica} per replica x "
+            f"{config.replication_factor} replicas"
+        )
+        per_process = slots / info.world_size
+        if per_process > 1:
+            print(f"  here: {info.world_size} process(es) for {slots} slots: stages share a device and run in turn")
+        else:
+            print(f"  here: one slot per process with {info.world_size} process(es)")
+    return 0
+
+
+def _cmd_config_check(args: argparse.Namespace) -> int:
+    from .models.layout import format_layout, stage_layout
+
+    config = IPUConfig.from_pretrained(args.file, **({"n_ipu": args.n_ipu} if args.n_ipu else {}))
+    print(f"{args.file}: valid IPUConfig")
+    ignored = config.ipu_only_fields_set()
+    if ignored:
+        print(f"  note: {', '.join(ignored)} are IPU compiler knobs; kept in the file, no effect on GPUs or CPUs")
+    num_layers, name = None, None
+    if args.model:
+        num_layers, name = _model_layers(args.model)
+    for mode in ("training", "inference"):
+        config.train(mode == "training")
+        print(
+            f"{mode}: {config.ipus_per_replica} IPUs per replica x {config.replication_factor} replicas = "
+            f"{config.device_slots} device slots; samples per host call = micro-batch x {config.batch_size_factor()}"
+        )
+        if num_layers is None:
+            print(f"  layers_per_ipu: {config.layers_per_ipu} (pass --model to resolve wildcards)")
+        else:
+            print(f"  stage layout for {name} ({num_layers} layers):")
+            print(format_layout(stage_layout(config, num_layers)))
+    return 0
+
+
+def _model_layers(name_or_dir: str) -> tuple[int, str]:
+    from transformers import AutoConfig
+
+    from .models import plan_for_config
+
+    try:
+        model_config = AutoConfig.from_pretrained(name_or_dir)
+    except (OSError, ValueError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise IncompatibleIPUConfigError(
+            f"--model {name_or_dir!r}: no transformers config found ({first_line}); "
+            "give a folder with config.json or a model id in the local Hugging Face cache"
+        ) from None
+    plan = plan_for_config(model_config)
+    name = (model_config.architectures or [plan.family])[0]
+    return plan.num_layers(model_config), name
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="optimum-ipu", description="optimum-ipu command line")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    env = sub.add_parser("env", help="versions, devices, and the device slots a config would get here")
+    env.add_argument("--ipu-config", help="folder, JSON file or id of an IPU config (default: IPUConfig())")
+    env.set_defaults(func=_cmd_env)
+
+    config = sub.add_parser("config", help="work with ipu_config.json files")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    check = config_sub.add_parser("check", help="validate a config and print its stage layout")
+    check.add_argument("file", help="folder holding ipu_config.json, a JSON file, or a config id")
+    check.add_argument("--model", help="model folder or cached id whose layer count resolves the wildcards")
+    check.add_argument("--n-ipu", type=int, help="devices of the pod, to resolve per-pod values (pod4, pod16, ...)")
+    check.set_defaults(func=_cmd_config_check)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except IncompatibleIPUConfigError as err:
+        print(f"optimum-ipu: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,437 @@
+"""`IPUConfig`: how a model is laid out and executed on a pod of devices.
+
+Pure Python and JSON: this module imports no torch (a test checks it), so a config can be
+written, validated and inspected anywhere. What each field becomes on real hardware is
+decided by `optimum_ipu.runtime`; the table lives in the README and in DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import IncompatibleIPUConfigError
+
+logger = logging.getLogger(__name__)
+
+CONFIG_NAME = "ipu_config.json"
+
+# Fields that have an `inference_*` twin: in `eval()` mode, reading or writing the plain name
+# reaches the twin. `gradient_accumulation_steps` has none (inference accumulates nothing).
+MODE_MANAGED_FIELDS = (
+    "replication_factor",
+    "layers_per_ipu",
+    "ipus_per_replica",
+    "matmul_proportion",
+    "device_iterations",
+    "embedding_serialization_factor",
+    "serialized_embedding_splits_per_ipu",
+    "projection_serialization_factor",
+    "serialized_projection_splits_per_ipu",
+    "parallelize_kwargs",
+)
+
+OUTPUT_MODES = ("all", "sum", "final", "default")
+
+# Keys of older Graphcore files: accepted, one warning each, no effect of their own.
+DEPRECATED_KEYS = {
+    "enable_half_first_order_momentum": "optimizer state precision follows the training precision here",
+    "sharded_execution_for_inference": "inference uses `inference_layers_per_ipu` / `inference_ipus_per_replica`",
+    "pod_type": "per-pod values are resolved from `n_ipu` (the number of devices); "
+    "`pod_type` is still honoured for this file",
+}
+
+# IPU-compiler memory knobs: kept in the file, no meaning on GPUs or CPUs.
+IPU_ONLY_FIELDS = ("matmul_proportion", "inference_matmul_proportion", "explicit_ir_inference")
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning(message)
+
+
+class _ModeManaged:
+    """Descriptor: `config.<name>` reads/writes `<name>` in training mode, `inference_<name>` in inference mode."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def _key(self, obj: IPUConfig) -> str:
+        return f"inference_{self.name}" if obj.__dict__.get("mode") == "inference" else self.name
+
+    def __get__(self, obj: IPUConfig | None, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return obj.__dict__[self._key(obj)]
+
+    def __set__(self, obj: IPUConfig, value: Any) -> None:
+        obj.__dict__[self._key(obj)] = value
+
+
+class IPUConfig:
+    r"""
+    Execution configuration of a model on a pod of devices, stored as `ipu_config.json`.
+
+    An "IPU" is one device slot: one pipeline stage of one replica. With fewer devices than slots the
+    stages share a device and run in turn, with the same numbers. Every field of Graphcore's
+    `IPUConfig` is accepted with its meaning and default, so their published files load as they are.
+
+    Args:
+        replication_factor (`int`, *optional*, defaults to 1):
+            Number of data-parallel replicas of the pipelined model.
+        inference_replication_factor (`int`, *optional*, defaults to 1):
+            Same as `replication_factor`, for evaluation, prediction and `pipeline()`.
+        gradient_accumulation_steps (`int`, *optional*, defaults to 1):
+            Micro-batches per optimizer step. In a pipeline these are the schedule's micro-batches.
+        layers_per_ipu (`List[int]`, *optional*, defaults to `[-1]`):
+            Number of transformer layers on each device slot of a replica. `-1` is a wildcard: the layers
+            not placed explicitly are shared out evenly between wildcards (the remainder goes to the last
+            ones). Embeddings sit with slot 0; heads are placed by the model's stage plan.
+        inference_layers_per_ipu (`List[int]`, *optional*):
+            Same as `layers_per_ipu` for inference; defaults to `layers_per_ipu`.
+        ipus_per_replica (`int`, *optional*):
+            Device slots per replica; defaults to `len(layers_per_ipu)`. With `layers_per_ipu=[-1]`, the
+            wildcard is repeated on every slot.
+        inference_ipus_per_replica (`int`, *optional*):
+            Same as `ipus_per_replica` for inference; defaults to `ipus_per_replica` (or to the length of
+            `inference_layers_per_ipu` when that is given).
+        optimizer_state_offchip (`bool`, *optional*, defaults to `False`):
+            Keep the optimizer state in host memory.
+        replicated_tensor_sharding (`bool`, *optional*, defaults to `False`):
+            Shard the optimizer state over replicas (ZeRO-1 / FSDP2). No effect with one replica.
+        matmul_proportion (`float` or `List[float]`, *optional*, defaults to 0.2):
+            IPU compiler memory knob. Kept in the file; it has no effect on GPUs or CPUs.
+        inference_matmul_proportion (`float` or `List[float]`, *optional*):
+            Same for inference; defaults to `matmul_proportion`. No effect here.
+        enable_half_partials (`bool`, *optional*, defaults to `True`):
+            Let matmul partial sums be accumulated in half precision when training in half precision
+            (reduced-precision reductions on CUDA).
+        embedding_serialization_factor (`int`, *optional*, defaults to 1):
+            Compute the vocabulary embedding in this many chunks, to bound peak memory.
+        serialized_embedding_splits_per_ipu (`List[int]`, *optional*):
+            Chunks of the embedding placed on each slot, e.g. `[2, 2, 0, 0]`; the non-zero entries must be
+            on consecutive slots. Mutually exclusive with `embedding_serialization_factor`, which then
+            becomes their sum.
+        projection_serialization_factor (`int`, *optional*, defaults to 1):
+            Compute the output projection onto the vocabulary (and its loss) in this many chunks.
+        serialized_projection_splits_per_ipu (`List[int]`, *optional*):
+            Like `serialized_embedding_splits_per_ipu`, for the output projection.
+        recompute_checkpoint_every_layer (`bool`, *optional*, defaults to `False`):
+            Activation checkpointing of every transformer layer: recompute activations in the backward
+            pass instead of storing them.
+        device_iterations (`int`, *optional*, defaults to 1):
+            Optimizer steps run per host call: the loader hands over that many global batches at once.
+        inference_device_iterations (`int`, *optional*, defaults to 1):
+            Batches run per host call in inference.
+        output_mode (`str`, *optional*, defaults to `"final"`):
+            What a host call returns of its iterations: `"all"`, `"sum"`, `"final"` or `"default"`
+            (`"all"` in inference, `"final"` in training).
+        seed (`int`, *optional*):
+            Seed of the random number generators.
+        auto_loss_scaling (`bool`, *optional*, defaults to `False`):
+            Dynamic loss scaling in fp16: lower the scale and skip the step on overflow, raise it after a
+            run of good steps.
+        executable_cache_dir (`str`, *optional*, defaults to `""`):
+            Folder of a persistent cache of compiled graphs, so that a second run starts fast.
+        explicit_ir_inference (`bool`, *optional*, defaults to `False`):
+            IPU compiler switch. Kept in the file; it has no effect here.
+        parallelize_kwargs (`Dict[str, Any]`, *optional*):
+            Keyword arguments passed to the model's `parallelize()` in training.
+        inference_parallelize_kwargs (`Dict[str, Any]`, *optional*):
+            Same for inference.
+        n_ipu (`int`, *optional*):
+            Number of devices of the pod, used only to resolve per-pod values such as
+            `{"pod4": 1, "pod16": 4, "default": 1}` (key `pod{n_ipu}`, else `default`). Not stored.
+
+    Example:
+
+    ```python
+    >>> from optimum_ipu import IPUConfig
+    >>> config = IPUConfig(layers_per_ipu=[0, 4, 4, 4], gradient_accumulation_steps=16)
+    >>> config.ipus_per_replica, config.batch_size_factor()
+    (4, 16)
+    ```
+    """
+
+    CONFIG_NAME = CONFIG_NAME
+
+    replication_factor = _ModeManaged()
+    layers_per_ipu = _ModeManaged()
+    ipus_per_replica = _ModeManaged()
+    matmul_proportion = _ModeManaged()
+    device_iterations = _ModeManaged()
+    embedding_serialization_factor = _ModeManaged()
+    serialized_embedding_splits_per_ipu = _ModeManaged()
+    projection_serialization_factor = _ModeManaged()
+    serialized_projection_splits_per_ipu = _ModeManaged()
+    parallelize_kwargs = _ModeManaged()
+
+    def __init__(
+        self,
+        replication_factor: int = 1,
+        inference_replication_factor: int = 1,
+        gradient_accumulation_steps: int = 1,
+        layers_per_ipu: list[int] | None = None,
+        inference_layers_per_ipu: list[int] | None = None,
+        ipus_per_replica: int | None = None,
+        inference_ipus_per_replica: int | None = None,
+        optimizer_state_offchip: bool = False,
+        replicated_tensor_sharding: bool = False,
+        matmul_proportion: float | list[float] = 0.2,
+        inference_matmul_proportion: float | list[float] | None = None,
+        enable_half_partials: bool = True,
+        embedding_serialization_factor: int | None = None,
+        inference_embedding_serialization_factor: int | None = None,
+        serialized_embedding_splits_per_ipu: list[int] | None = None,
+        inference_serialized_embedding_splits_per_ipu: list[int] | None = None,
+        projection_serialization_factor: int | None = None,
+        inference_projection_serialization_factor: int | None = None,
+        serialized_projection_splits_per_ipu: list[int] | None = None,
+        inference_serialized_projection_splits_per_ipu: list[int] | None = None,
+        recompute_checkpoint_every_layer: bool = False,
+        device_iterations: int = 1,
+        inference_device_iterations: int = 1,
+        output_mode: str = "final",
+        seed: int | None = None,
+        auto_loss_scaling: bool = False,
+        executable_cache_dir: str = "",
+        explicit_ir_inference: bool = False,
+        parallelize_kwargs: dict[str, Any] | None = None,
+        inference_parallelize_kwargs: dict[str, Any] | None = None,
+        n_ipu: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        from .config_validation import (
+            check_exclusive_serialization,
+            check_field_types,
+            check_unknown_keys,
+            resolve_pod_values,
+            validate,
+        )
+
+        pod_type = kwargs.get("pod_type")
+        for key in kwargs:
+            if key in DEPRECATED_KEYS:
+                _warn_once(
+                    f"deprecated:{key}", f"IPUConfig: `{key}` is deprecated and ignored: {DEPRECATED_KEYS[key]}."
+                )
+        check_unknown_keys([k for k in kwargs if k not in DEPRECATED_KEYS])
+
+        given = dict(locals())
+        values = {name: given[name] for name in _INIT_FIELDS}
+        values = resolve_pod_values(values, n_ipu=n_ipu, pod_type=pod_type)
+        check_exclusive_serialization(values)
+        check_field_types(values, allow_none=True)  # before deriving defaults from them
+        self.__dict__["mode"] = "training"
+        for name, value in _fill_defaults(values).items():
+            self.__dict__[name] = copy.deepcopy(value)
+        validate(self)
+
+    # ------------------------------------------------------------------ modes
+    def train(self, mode: bool = True) -> IPUConfig:
+        """Switch to training mode (or to inference mode with `mode=False`), like `nn.Module.train`."""
+        self.__dict__["mode"] = "training" if mode else "inference"
+        return self
+
+    def eval(self) -> IPUConfig:
+        """Switch to inference mode: every field with an `inference_*` twin now reads the twin."""
+        return self.train(False)
+
+    @property
+    def mode(self) -> str:
+        """`"training"` or `"inference"`."""
+        return self.__dict__["mode"]
+
+    # ------------------------------------------------------------ derived sizes
+    def batch_size_factor(self, for_inference: bool | None = None) -> int:
+        """Samples per host call divided by the per-device micro-batch size.
+
+        Training: `replication_factor * gradient_accumulation_steps * device_iterations`.
+        Inference: `inference_replication_factor * inference_device_iterations`.
+        `for_inference` defaults to the current mode.
+        """
+        inference = self.mode == "inference" if for_inference is None else for_inference
+        if inference:
+            return self.__dict__["inference_replication_factor"] * self.__dict__["inference_device_iterations"]
+        return (
+            self.__dict__["replication_factor"]
+            * self.__dict__["gradient_accumulation_steps"]
+            * self.__dict__["device_iterations"]
+        )
+
+    @property
+    def device_slots(self) -> int:
+        """Device slots of the current mode: `ipus_per_replica * replication_factor`."""
+        return self.ipus_per_replica * self.replication_factor
+
+    def layers_per_stage(self, num_layers: int) -> list[int]:
+        """`layers_per_ipu` of the current mode with its `-1` wildcards resolved against `num_layers`."""
+        from .config_validation import resolve_layers_per_ipu
+
+        field = "inference_layers_per_ipu" if self.mode == "inference" else "layers_per_ipu"
+        return resolve_layers_per_ipu(self.layers_per_ipu, num_layers, field=field)
+
+    def ipu_only_fields_set(self) -> list[str]:
+        """IPU compiler knobs of this config that differ from their defaults (they have no effect here)."""
+        default = IPUConfig()
+        return [f for f in IPU_ONLY_FIELDS if self.__dict__[f] != default.__dict__[f]]
+
+    # -------------------------------------------------------------- (de)serialise
+    def to_dict(self) -> dict[str, Any]:
+        """All fields, training and inference values alike, whatever the mode.
+
+        A serialization factor implied by per-IPU splits is written as `null`, so the file loads back.
+        """
+        d = {name: copy.deepcopy(self.__dict__[name]) for name in FIELDS}
+        for prefix in ("", "inference_"):
+            for kind in ("embedding", "projection"):
+                if d[f"{prefix}serialized_{kind}_splits_per_ipu"] is not None:
+                    d[f"{prefix}{kind}_serialization_factor"] = None
+        return d
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def to_json_file(self, json_file_path: str | os.PathLike) -> None:
+        """Write the config as JSON atomically: a reader never sees a half-written file."""
+        path = Path(json_file_path)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(self.to_json_string(), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
+        """Save as `save_directory/ipu_config.json` (the folder is created if needed); returns the file's path."""
+        directory = Path(save_directory)
+        if directory.is_file():
+            raise IncompatibleIPUConfigError(
+                f"save_pretrained: {str(directory)!r} is a file; give a folder to hold {CONFIG_NAME}."
+            )
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / CONFIG_NAME
+        self.to_json_file(path)
+        return path
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any) -> IPUConfig:
+        """Build from a dict (as read from `ipu_config.json`); `kwargs` override its values."""
+        if not isinstance(config_dict, dict):
+            raise IncompatibleIPUConfigError(
+                f"an IPU config must be a JSON object of fields, got {type(config_dict).__name__}: {config_dict!r:.80}"
+            )
+        return cls(**{**config_dict, **kwargs})
+
+    @classmethod
+    def from_json_file(cls, json_file: str | os.PathLike, **kwargs: Any) -> IPUConfig:
+        from .config_validation import read_json
+
+        return cls.from_dict(read_json(json_file), **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike, **kwargs: Any) -> IPUConfig:
+        """Load a config.
+
+        Args:
+            name_or_path (`str` or `os.PathLike`):
+                A folder holding `ipu_config.json`; a path to a JSON file; a Hub id found in the local
+                Hugging Face cache (nothing is downloaded); or the id of a config bundled with the package
+                (`Graphcore/bert-base-ipu`, ... see `bundled_config_ids()`).
+            kwargs:
+                Field values that override those of the file, and `n_ipu` to resolve per-pod values.
+        """
+        from .config_validation import locate_config_file
+
+        return cls.from_json_file(locate_config_file(name_or_path), **kwargs)
+
+    def update_from_string(self, update_str: str) -> None:
+        """Update fields from `"key=value,key=value"`, e.g. `"gradient_accumulation_steps=32,layers_per_ipu=[1 2 -1]"`.
+
+        Values are parsed as JSON-like literals: integers, floats, `true`/`false`, `null`, lists with spaces
+        or commas inside brackets. Fields are those of the current mode's view, or explicit `inference_*`.
+        """
+        from .config_validation import parse_update_string, validate
+
+        updates = parse_update_string(update_str)
+        check = self.to_dict()
+        for key, value in updates.items():
+            raw_key = f"inference_{key}" if self.mode == "inference" and key in MODE_MANAGED_FIELDS else key
+            check[raw_key] = value
+        # Validate on a copy first: a bad update leaves this config untouched.
+        candidate = type(self).from_dict(check)
+        for name in FIELDS:
+            self.__dict__[name] = candidate.__dict__[name]
+        validate(self)
+
+    def copy(self) -> IPUConfig:
+        return copy.deepcopy(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IPUConfig) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__} ({self.mode}) {self.to_json_string()}"
+
+
+_INIT_FIELDS = [
+    name
+    for name, param in inspect.signature(IPUConfig.__init__).parameters.items()
+    if name != "self" and param.kind is not inspect.Parameter.VAR_KEYWORD
+]
+FIELDS = tuple(name for name in _INIT_FIELDS if name != "n_ipu")
+
+
+def _fill_defaults(values: dict[str, Any]) -> dict[str, Any]:
+    """Derive the defaults that depend on other fields, as Graphcore's IPUConfig does."""
+    v = dict(values)
+    if v["layers_per_ipu"] is None:
+        v["layers_per_ipu"] = [-1]
+    for prefix in ("", "inference_"):
+        # Serialization: splits given -> factor is their sum; neither given -> factor 1.
+        for kind in ("embedding", "projection"):
+            factor, splits = f"{prefix}{kind}_serialization_factor", f"{prefix}serialized_{kind}_splits_per_ipu"
+            if prefix and v[factor] is None and v[splits] is None:
+                v[factor] = v[f"{kind}_serialization_factor"]
+                v[splits] = copy.deepcopy(v[f"serialized_{kind}_splits_per_ipu"])
+            if v[factor] is None and isinstance(v[splits], list) and all(isinstance(s, int) for s in v[splits]):
+                v[factor] = sum(v[splits])
+            elif v[factor] is None:
+                v[factor] = 1
+        if prefix == "":
+            _fill_ipus(v, "layers_per_ipu", "ipus_per_replica")
+    # Inference layout defaults to the training one.
+    if v["inference_layers_per_ipu"] is None:
+        v["inference_layers_per_ipu"] = copy.deepcopy(v["layers_per_ipu"])
+        if v["inference_ipus_per_replica"] is None:
+            v["inference_ipus_per_replica"] = v["ipus_per_replica"]
+    _fill_ipus(v, "inference_layers_per_ipu", "inference_ipus_per_replica")
+    # Per-IPU lists inherited from training must fit the inference layout; when the number of IPUs
+    # differs, keep the meaning without the placement (a scalar proportion, a plain factor).
+    n_inference = v["inference_ipus_per_replica"]
+    if v["inference_matmul_proportion"] is None:
+        mp = v["matmul_proportion"]
+        fits = not isinstance(mp, list) or len(mp) == n_inference or not mp
+        v["inference_matmul_proportion"] = copy.deepcopy(mp) if fits else min(mp)
+    for kind in ("embedding", "projection"):
+        splits = f"inference_serialized_{kind}_splits_per_ipu"
+        if values[splits] is None and isinstance(v[splits], list) and len(v[splits]) != n_inference:
+            v[splits] = None
+    v["parallelize_kwargs"] = v["parallelize_kwargs"] or {}
+    v["inference_parallelize_kwargs"] = v["inference_parallelize_kwargs"] or {}
+    return v
+
+
+def _fill_ipus(v: dict[str, Any], layers_key: str, ipus_key: str) -> None:
+    layers = v[layers_key]
+    if not isinstance(layers, list):
+        return  # reported by validate()
+    if v[ipus_key] is None:
+        v[ipus_key] = len(layers)
+    elif layers == [-1] and isinstance(v[ipus_key], int) and v[ipus_key] > 1:
+        v[layers_key] = [-1] * v[ipus_key]

@@ -1,0 +1,311 @@
+"""Checking, parsing and locating `IPUConfig` files. Pure Python: imports no torch.
+
+Every problem is one `IncompatibleIPUConfigError` that names the field, the value given and what is
+allowed, so a user fixes the file without reading a traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import IncompatibleIPUConfigError
+
+if TYPE_CHECKING:
+    from .config import IPUConfig
+
+BUNDLED_DIR = Path(__file__).parent / "ipu_configs"
+
+_POSITIVE_INTS = (
+    "replication_factor",
+    "inference_replication_factor",
+    "gradient_accumulation_steps",
+    "ipus_per_replica",
+    "inference_ipus_per_replica",
+    "embedding_serialization_factor",
+    "inference_embedding_serialization_factor",
+    "projection_serialization_factor",
+    "inference_projection_serialization_factor",
+    "device_iterations",
+    "inference_device_iterations",
+)
+_BOOLS = (
+    "optimizer_state_offchip",
+    "replicated_tensor_sharding",
+    "enable_half_partials",
+    "recompute_checkpoint_every_layer",
+    "auto_loss_scaling",
+    "explicit_ir_inference",
+)
+_POD_KEY = re.compile(r"^(pod\d+|default)$")
+
+
+def _fail(field: str, value: Any, allowed: str) -> IncompatibleIPUConfigError:
+    return IncompatibleIPUConfigError(f"IPUConfig field `{field}`: got {value!r}; {allowed}.")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def known_keys() -> list[str]:
+    from .config import DEPRECATED_KEYS, FIELDS
+
+    return [*FIELDS, *DEPRECATED_KEYS, "n_ipu"]
+
+
+def check_unknown_keys(keys: list[str]) -> None:
+    """Raise for keys that are no field of `IPUConfig`, suggesting the closest known one."""
+    known = known_keys()
+    for key in keys:
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hint = f"did you mean `{close[0]}`?" if close else "see the README's table of fields for the keys allowed"
+        raise IncompatibleIPUConfigError(f"IPUConfig has no field `{key}`; {hint}")
+
+
+def resolve_pod_values(values: dict[str, Any], n_ipu: int | None, pod_type: str | None) -> dict[str, Any]:
+    """Replace per-pod dicts such as `{"pod4": 1, "pod16": 4, "default": 1}` by one value.
+
+    The key is `pod{n_ipu}` when `n_ipu` is given and present, else `pod_type` (older files), else `default`.
+    """
+    if n_ipu is not None and (not _is_int(n_ipu) or n_ipu < 1):
+        raise _fail("n_ipu", n_ipu, "expected the number of devices, an integer >= 1")
+    resolved = dict(values)
+    for field, value in values.items():
+        if not (isinstance(value, dict) and value and all(isinstance(k, str) and _POD_KEY.match(k) for k in value)):
+            continue
+        for key in (f"pod{n_ipu}" if n_ipu else None, pod_type, "default"):
+            if key in value:
+                resolved[field] = value[key]
+                break
+        else:
+            wanted = f"pod{n_ipu}" if n_ipu else (pod_type or "default")
+            raise _fail(field, value, f"no entry for `{wanted}` and no `default`; add one of them")
+    return resolved
+
+
+def check_exclusive_serialization(values: dict[str, Any]) -> None:
+    """A serialization factor and per-IPU splits say the same thing twice: accept only one."""
+    for prefix in ("", "inference_"):
+        for kind in ("embedding", "projection"):
+            factor, splits = f"{prefix}{kind}_serialization_factor", f"{prefix}serialized_{kind}_splits_per_ipu"
+            if values.get(factor) is not None and values.get(splits) is not None:
+                raise IncompatibleIPUConfigError(
+                    f"IPUConfig fields `{factor}` ({values[factor]!r}) and `{splits}` ({values[splits]!r}) are "
+                    f"both given; give only `{splits}` (the factor is then their sum) or only `{factor}`."
+                )
+
+
+def _check_per_ipu_list(field: str, value: Any, ipus: int, ipus_field: str, minimum: int) -> None:
+    if not isinstance(value, list) or not value or not all(_is_int(v) for v in value):
+        raise _fail(field, value, f"expected a non-empty list of integers, one per IPU ({ipus_field}={ipus})")
+    if any(v < minimum for v in value):
+        raise _fail(
+            field, value, f"every entry must be >= {minimum}" + (" (-1 is the wildcard)" if minimum < 0 else "")
+        )
+    if len(value) != ipus:
+        raise _fail(
+            field,
+            value,
+            f"it has {len(value)} entries but `{ipus_field}` is {ipus}; "
+            f"give one entry per IPU or change `{ipus_field}`",
+        )
+
+
+def check_field_types(values: dict[str, Any], allow_none: bool = False) -> None:
+    """Check each field on its own: type and range. `allow_none` skips fields not given yet (before defaults)."""
+    from .config import OUTPUT_MODES
+
+    def given(field: str) -> bool:
+        return not (allow_none and values.get(field) is None)
+
+    for field in ("layers_per_ipu", "inference_layers_per_ipu"):  # first: the IPU counts derive from them
+        layers = values[field]
+        if given(field) and (not isinstance(layers, list) or not layers or not all(_is_int(n) for n in layers)):
+            raise _fail(field, layers, "expected a non-empty list of integers, one per IPU (-1 is the wildcard)")
+    for field in _POSITIVE_INTS:
+        if given(field) and (not _is_int(values[field]) or values[field] < 1):
+            raise _fail(field, values[field], "expected an integer >= 1")
+    for field in _BOOLS:
+        if not isinstance(values[field], bool):
+            raise _fail(field, values[field], "expected true or false")
+    if values["output_mode"] not in OUTPUT_MODES:
+        raise _fail("output_mode", values["output_mode"], f"expected one of {', '.join(map(repr, OUTPUT_MODES))}")
+    if values["seed"] is not None and (not _is_int(values["seed"]) or values["seed"] < 0):
+        raise _fail("seed", values["seed"], "expected null or an integer >= 0")
+    if not isinstance(values["executable_cache_dir"], str):
+        raise _fail(
+            "executable_cache_dir", values["executable_cache_dir"], 'expected a folder path as a string ("" for none)'
+        )
+    for prefix in ("", "inference_"):
+        field = f"{prefix}matmul_proportion"
+        mp = values[field]
+        numbers = mp if isinstance(mp, list) else [mp]
+        proportions = all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= 1 for x in numbers)
+        if given(field) and (not numbers or not proportions):
+            raise _fail(field, mp, "expected a number in (0, 1] or a list of such numbers, one per IPU")
+        for kind in ("embedding", "projection"):
+            field = f"{prefix}serialized_{kind}_splits_per_ipu"
+            splits = values[field]
+            if splits is None:
+                continue
+            if not isinstance(splits, list) or not splits or not all(_is_int(n) and n >= 0 for n in splits):
+                raise _fail(field, splits, "expected a list of integers >= 0, one per IPU")
+            used = [i for i, n in enumerate(splits) if n > 0]
+            if not used:
+                raise _fail(field, splits, "at least one IPU must hold a split")
+            if used != list(range(used[0], used[-1] + 1)):
+                raise _fail(field, splits, "the splits must sit on consecutive IPUs, e.g. [2, 2, 0, 0]")
+        field = f"{prefix}parallelize_kwargs"
+        if given(field) and not isinstance(values[field], dict):
+            raise _fail(field, values[field], "expected a JSON object of keyword arguments")
+
+
+def validate(config: IPUConfig) -> None:
+    """Check every field's type and range, then the per-IPU lists against the number of IPUs."""
+    v = config.__dict__
+    check_field_types(v)
+    for prefix in ("", "inference_"):
+        ipus_field = f"{prefix}ipus_per_replica"
+        ipus = v[ipus_field]
+        _check_per_ipu_list(f"{prefix}layers_per_ipu", v[f"{prefix}layers_per_ipu"], ipus, ipus_field, minimum=-1)
+        mp_field = f"{prefix}matmul_proportion"
+        if isinstance(v[mp_field], list) and len(v[mp_field]) != ipus:
+            raise _fail(
+                mp_field,
+                v[mp_field],
+                f"it has {len(v[mp_field])} entries but `{ipus_field}` is {ipus}; give one per IPU",
+            )
+        for kind in ("embedding", "projection"):
+            splits_field = f"{prefix}serialized_{kind}_splits_per_ipu"
+            if v[splits_field] is not None:
+                _check_per_ipu_list(splits_field, v[splits_field], ipus, ipus_field, minimum=0)
+
+
+def resolve_layers_per_ipu(layers_per_ipu: list[int], num_layers: int, field: str = "layers_per_ipu") -> list[int]:
+    """Resolve `-1` wildcards so that the stages hold exactly `num_layers` layers.
+
+    The layers not placed explicitly are shared evenly between wildcards; the remainder goes one each to
+    the last wildcards (stage 0 also holds the embeddings).
+    """
+    fixed = sum(n for n in layers_per_ipu if n != -1)
+    wildcards = [i for i, n in enumerate(layers_per_ipu) if n == -1]
+    if not wildcards:
+        if fixed != num_layers:
+            raise _fail(
+                field,
+                layers_per_ipu,
+                f"it places {fixed} layers but the model has {num_layers}; make the entries sum to {num_layers} "
+                "or use -1 wildcards",
+            )
+        return list(layers_per_ipu)
+    left = num_layers - fixed
+    if left < 0:
+        raise _fail(field, layers_per_ipu, f"it places {fixed} layers explicitly but the model has only {num_layers}")
+    base, extra = divmod(left, len(wildcards))
+    resolved = list(layers_per_ipu)
+    for rank, i in enumerate(wildcards):
+        resolved[i] = base + (1 if rank >= len(wildcards) - extra else 0)
+    return resolved
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read a JSON file; invalid JSON is an error that gives the line and column."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise IncompatibleIPUConfigError(
+            f"{os.fspath(path)} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
+        ) from None
+
+
+def bundled_config_ids() -> list[str]:
+    """Ids of the configs shipped with the package, e.g. `Graphcore/bert-base-ipu`."""
+    return sorted(f"Graphcore/{p.stem}" for p in BUNDLED_DIR.glob("*.json"))
+
+
+def _from_hf_cache(repo_id: str) -> str | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
+        return None
+    try:
+        found = try_to_load_from_cache(repo_id=repo_id, filename="ipu_config.json")
+    except Exception:  # an id the Hub would reject is simply not in the cache
+        return None
+    return found if isinstance(found, str) else None
+
+
+def locate_config_file(name_or_path: str | os.PathLike) -> Path:
+    """Find `ipu_config.json` for a folder, a file, a cached Hub id or a bundled id (in that order)."""
+    from .config import CONFIG_NAME
+
+    path = Path(name_or_path)
+    if path.is_dir():
+        if (path / CONFIG_NAME).is_file():
+            return path / CONFIG_NAME
+        raise IncompatibleIPUConfigError(
+            f"the folder {os.fspath(path)!r} has no {CONFIG_NAME}; write one there (IPUConfig().save_pretrained(dir)) "
+            "or pass the path of a JSON file"
+        )
+    if path.is_file():
+        return path
+    name = os.fspath(name_or_path)
+    cached = _from_hf_cache(name)
+    if cached:
+        return Path(cached)
+    bundled = BUNDLED_DIR / f"{name.split('/')[-1]}.json"
+    if name.startswith("Graphcore/") and bundled.is_file():
+        return bundled
+    raise IncompatibleIPUConfigError(
+        f"no IPU config found for {name!r}: it is not a folder or a file, not in the local Hugging Face cache "
+        f"(nothing is downloaded), and not a bundled id ({', '.join(bundled_config_ids())})"
+    )
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for ch in text:
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return [p for p in (p.strip() for p in parts) if p]
+
+
+def _parse_value(text: str) -> Any:
+    text = text.strip()
+    if text.startswith("["):
+        text = re.sub(r"(?<=[\d\]])\s+(?=[-\d\[])", ",", text)  # "[1 2 -1]" -> "[1,2,-1]"
+    literal = {"True": "true", "False": "false", "None": "null"}.get(text, text)
+    try:
+        return json.loads(literal)
+    except json.JSONDecodeError:
+        return text  # a bare string, e.g. output_mode=all or a folder path
+
+
+def parse_update_string(update_str: str) -> dict[str, Any]:
+    """Parse `"k=v,k=[1 2 -1]"` into a dict of known fields."""
+    from .config import FIELDS
+
+    updates: dict[str, Any] = {}
+    for item in _split_top_level(update_str):
+        if "=" not in item:
+            raise IncompatibleIPUConfigError(
+                f"IPUConfig update {item!r} has no '='; write key=value pairs separated by commas, "
+                'e.g. "gradient_accumulation_steps=32,layers_per_ipu=[1 2 -1]"'
+            )
+        key, value = (s.strip() for s in item.split("=", 1))
+        if key not in FIELDS:
+            check_unknown_keys([key])
+        updates[key] = _parse_value(value)
+    return updates

@@ -1,0 +1,64 @@
+"""The `optimum-ipu` command: env, config check, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from .conftest import PYTHON
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-m", "optimum_ipu.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_env_lists_versions_devices_and_slots():
+    result = run_cli("env", "--ipu-config", "Graphcore/bert-base-ipu")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for text in ("optimum-ipu version", "PyTorch version", "transformers version", "Devices found: 1 x cpu"):
+        assert text in out
+    assert "IPUs (device slots) for training: 4 = 4 per replica x 1 replicas" in out
+    assert "stages share a device and run in turn" in out
+
+
+def test_config_check_prints_stage_layout(minilm_dir):
+    result = run_cli("config", "check", "Graphcore/bert-base-ipu", "--model", str(minilm_dir), "--n-ipu", "16")
+    assert result.returncode == 2  # 4 x 4 layers do not fit MiniLM's 6 layers
+    assert "valid IPUConfig" in result.stdout and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "optimum-ipu: error: IPUConfig field `layers_per_ipu`: got [0, 4, 4, 4]; it places 12 layers but the model "
+        "has 6; make the entries sum to 6 or use -1 wildcards."
+    )
+
+
+def test_config_check_resolves_wildcards(tmp_path, minilm_dir):
+    (tmp_path / "ipu_config.json").write_text(
+        json.dumps({"layers_per_ipu": [0, -1, -1], "inference_layers_per_ipu": [-1], "matmul_proportion": 0.3})
+    )
+    result = run_cli("config", "check", str(tmp_path), "--model", str(minilm_dir))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "valid IPUConfig" in out and "matmul_proportion" in out and "no effect" in out
+    assert "stage layout for BertModel (6 layers)" in out
+    assert "  ipu0: embeddings\n  ipu1: layers 0-2\n  ipu2: layers 3-5 + heads" in out
+    assert "  ipu0: embeddings + layers 0-5 + heads" in out  # inference layout
+
+
+def test_bad_config_exits_2_with_one_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"layers_per_ipu": [1, 2], "ipus_per_replca": 3}')
+    result = run_cli("config", "check", str(bad))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "optimum-ipu: error: IPUConfig has no field `ipus_per_replca`; did you mean `ipus_per_replica`?"
+    )
+    bad.write_text("{\n  1}")
+    result = run_cli("config", "check", str(bad))
+    assert result.returncode == 2 and "line 2 column 3" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_missing_model_is_one_line(tmp_path):
+    result = run_cli("config", "check", "Graphcore/t5-small-ipu", "--model", str(tmp_path / "nothing"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--model" in result.stderr and len(result.stderr.strip().splitlines()) == 1
