@@ -16,7 +16,27 @@ from .errors import IncompatibleIPUConfigError
 __version__ = "0.1.0"
 
 # public name -> module that defines it (imported lazily)
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "to_pipelined": ".models.pipelined",
+    "PipelinedModel": ".models.pipelined",
+    "registered_classes": ".models.plans",
+    "Engine": ".runtime.engine",
+    **{
+        name: ".models.auto"
+        for name in (
+            "AutoModel",
+            "AutoModelForPreTraining",
+            "AutoModelForMaskedLM",
+            "AutoModelForCausalLM",
+            "AutoModelForSeq2SeqLM",
+            "AutoModelForSequenceClassification",
+            "AutoModelForTokenClassification",
+            "AutoModelForQuestionAnswering",
+            "AutoModelForMultipleChoice",
+            "AutoModelForImageClassification",
+        )
+    },
+}
 
 
 def __getattr__(name: str) -> Any:

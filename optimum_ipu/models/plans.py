@@ -23,7 +23,7 @@ class StagePlan:
         classes (`tuple[str, ...]`): the `transformers` class names this plan supports.
         embeddings (`tuple[str, ...]`): modules placed with stage 0, before the first layer.
         layers (`tuple[str, ...]`): `nn.ModuleList`s of the layers, counted together in `layers_per_ipu`
-            in this order (T5: encoder blocks then decoder blocks).
+            in this order (T5: encoder blocks then decoder blocks). `"a|b"`: the first that exists.
         layer_count_fields (`tuple[str, ...]`): config attributes whose sum is the number of layers.
     """
 
@@ -88,7 +88,7 @@ PLANS: tuple[StagePlan, ...] = (
         family="vit",
         classes=("ViTForImageClassification",),
         embeddings=("embeddings",),
-        layers=("encoder.layer",),
+        layers=("layers|encoder.layer",),  # `encoder.layer` before transformers 5.2x
     ),
 )
 

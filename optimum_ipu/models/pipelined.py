@@ -1,0 +1,222 @@
+"""`to_pipelined`: an unmodified `transformers` model with the stage layout of an `IPUConfig` applied.
+
+The stock model is kept as it is (`pipelined.model`); the wrapper records which module runs on which
+device slot and turns on the execution features of the config through the model's own APIs
+(`gradient_checkpointing_enable`) or by swapping single submodule instances (serialization), all undone
+by `deparallelize()`. In one process the stages run in turn on one device, so the numbers are exactly
+those of the stock model; the distributed runtime builds one stage per process from the same layout.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+from ..config import IPUConfig
+from ..errors import IncompatibleIPUConfigError
+from .layout import StageSpec, format_layout, stage_layout
+from .plans import StagePlan, plan_for_class
+
+logger = logging.getLogger(__name__)
+
+_reported_ipu_knobs: set[str] = set()
+
+
+def _report_ipu_only_knobs(ipu_config: IPUConfig) -> None:
+    fields = [f for f in ipu_config.ipu_only_fields_set() if f not in _reported_ipu_knobs]
+    if fields:
+        _reported_ipu_knobs.update(fields)
+        logger.warning(
+            "%s: IPU compiler memory knobs, kept in the config but without effect on GPUs and CPUs.", ", ".join(fields)
+        )
+
+
+class PipelinedModel(nn.Module):
+    """A `transformers` model laid out in pipeline stages as an `IPUConfig` says.
+
+    Calling it runs the stock model's `forward` (same arguments, same outputs). Use `to_pipelined()` to
+    build one, `parallelize()` to apply the layout and execution features, `deparallelize()` to get the
+    stock model back exactly (same modules, same `state_dict`).
+
+    Args:
+        model (`transformers.PreTrainedModel`): a model of a registered class (see `registered_classes()`).
+        ipu_config (`IPUConfig`): the layout and execution configuration.
+    """
+
+    def __init__(self, model: nn.Module, ipu_config: IPUConfig) -> None:
+        super().__init__()
+        self.plan: StagePlan = plan_for_class(type(model).__name__)
+        self.model = model
+        self.ipu_config = ipu_config
+        self._undo: list[Callable[[], None]] = []
+        self._parallelized = False
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def config(self) -> Any:
+        """The wrapped model's `transformers` config."""
+        return self.model.config
+
+    @property
+    def base_prefix(self) -> str:
+        """Dotted path of `model.base_model` inside the model (`"bert"`, or `""` when it is the model)."""
+        prefix = getattr(self.model, "base_model_prefix", "")
+        return prefix if prefix and hasattr(self.model, prefix) else ""
+
+    def _path(self, relative: str) -> str:
+        return f"{self.base_prefix}.{relative}" if self.base_prefix else relative
+
+    def _find(self, relative: str) -> str:
+        """Full dotted path of a plan entry; `"a|b"` names alternatives across transformers versions."""
+        for candidate in relative.split("|"):
+            try:
+                self.model.get_submodule(self._path(candidate))
+                return self._path(candidate)
+            except AttributeError:
+                continue
+        # Not AttributeError: nn.Module.__getattr__ would hide it behind a confusing message.
+        raise IncompatibleIPUConfigError(
+            f"{type(self.model).__name__} has no submodule {relative!r} that its stage plan names; "
+            "this transformers version may have renamed it"
+        )
+
+    def layer_paths(self) -> list[str]:
+        """Dotted paths of every pipeline layer, in the order `layers_per_ipu` counts them."""
+        paths = []
+        for list_path in self.plan.layers:
+            full = self._find(list_path)
+            paths.extend(f"{full}.{i}" for i in range(len(self.model.get_submodule(full))))
+        return paths
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layer_paths())
+
+    def stage_layout(self) -> list[StageSpec]:
+        """The stages of the current mode (training or inference) of the config."""
+        return stage_layout(self.ipu_config, self.num_layers)
+
+    def stage_modules(self) -> list[list[str]]:
+        """Dotted module paths owned by each stage: embeddings with stage 0, layers as laid out, and every
+        other top-level part (heads, pooler, final norms) with the last stage."""
+        stages = self.stage_layout()
+        layers = self.layer_paths()
+        owned = [[] for _ in stages]
+        owned[0].extend(self._find(p) for p in self.plan.embeddings)
+        for stage in stages:
+            owned[stage.index].extend(layers[i] for i in stage.layers)
+        covered = set().union(*map(set, owned)) | {self._find(p) for p in self.plan.layers}
+        for name, _ in self.model.named_modules():
+            if not name or any(name == c or name.startswith(c + ".") or c.startswith(name + ".") for c in covered):
+                continue
+            if not any(name.startswith(o + ".") for o in owned[-1]):
+                owned[-1].append(name)
+        return owned
+
+    def describe_layout(self) -> str:
+        """A printable table of what each device slot holds."""
+        return f"{type(self.model).__name__} ({self.num_layers} layers):\n{format_layout(self.stage_layout())}"
+
+    # ------------------------------------------------------------- (de)parallelize
+    def parallelize(self) -> PipelinedModel:
+        """Check the layout against the model and turn on the config's execution features."""
+        if self._parallelized:
+            return self
+        mode = self.ipu_config.mode
+        for training in (True, False):  # both layouts must fit the model: a clear error now, not mid-run
+            self.ipu_config.train(training)
+            self.stage_layout()
+        self.ipu_config.train(mode == "training")
+        _report_ipu_only_knobs(self.ipu_config)
+        cfg = self.ipu_config
+        if cfg.recompute_checkpoint_every_layer:
+            if not getattr(self.model, "supports_gradient_checkpointing", False):
+                raise IncompatibleIPUConfigError(
+                    f"recompute_checkpoint_every_layer: {type(self.model).__name__} does not support activation "
+                    "checkpointing; set it to false"
+                )
+            # transformers' own mechanism: its layers are GradientCheckpointingLayer instances. The method
+            # was renamed in transformers 5.2x; older 5.x only have the gradient_* name.
+            kwargs = {"use_reentrant": False}
+            if hasattr(self.model, "activation_checkpointing_enable"):
+                self.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+                self._undo.append(self.model.activation_checkpointing_disable)
+            else:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+                self._undo.append(self.model.gradient_checkpointing_disable)
+        emb, proj = cfg.embedding_serialization_factor, cfg.projection_serialization_factor
+        if emb > 1 or proj > 1:
+            from ..runtime.serialization import swap_serialized
+
+            self._undo.append(swap_serialized(self.model, embedding_factor=emb, projection_factor=proj))
+        self._parallelized = True
+        return self
+
+    def deparallelize(self) -> nn.Module:
+        """Undo `parallelize()` and return the stock model (same module objects, same `state_dict`)."""
+        while self._undo:
+            self._undo.pop()()
+        self._parallelized = False
+        return self.model
+
+    def train(self, mode: bool = True) -> PipelinedModel:
+        """Like `nn.Module.train`; also switches the config to its training or `inference_*` values."""
+        self.ipu_config.train(mode)
+        return super().train(mode)
+
+    # ------------------------------------------------------------------ running
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model(*args, **kwargs)
+
+    def save_pretrained(self, save_directory: str, **kwargs: Any) -> None:
+        """Save the stock model (`transformers` layout, safetensors) and `ipu_config.json` beside it."""
+        was_parallelized = self._parallelized
+        self.deparallelize()
+        try:
+            self.model.save_pretrained(save_directory, **kwargs)
+            self.ipu_config.save_pretrained(save_directory)
+        finally:
+            if was_parallelized:
+                self.parallelize()
+
+    def __repr__(self) -> str:
+        return f"PipelinedModel({self.describe_layout()})"
+
+
+def to_pipelined(model: nn.Module, ipu_config: IPUConfig | str, parallelize: bool = False) -> PipelinedModel:
+    """Wrap a `transformers` model with the stage layout of `ipu_config`.
+
+    Args:
+        model (`transformers.PreTrainedModel`): an instance of a registered class.
+        ipu_config (`IPUConfig` or `str`): a config, or anything `IPUConfig.from_pretrained` accepts.
+        parallelize (`bool`, *optional*, defaults to `False`): also call `parallelize()`.
+
+    Example:
+
+    ```python
+    >>> from transformers import BertConfig, BertForQuestionAnswering
+    >>> from optimum_ipu import IPUConfig, to_pipelined
+    >>> model = BertForQuestionAnswering(BertConfig(num_hidden_layers=4))
+    >>> pipelined = to_pipelined(model, IPUConfig(layers_per_ipu=[0, -1, -1])).parallelize()
+    >>> print(pipelined.describe_layout())
+    BertForQuestionAnswering (4 layers):
+      ipu0: embeddings
+      ipu1: layers 0-1
+      ipu2: layers 2-3 + heads
+    ```
+    """
+    if not isinstance(ipu_config, IPUConfig):
+        ipu_config = IPUConfig.from_pretrained(ipu_config)
+    if isinstance(model, PipelinedModel):
+        raise IncompatibleIPUConfigError("to_pipelined: the model is already pipelined; pass `pipelined.model`")
+    pipelined = PipelinedModel(model, ipu_config)
+    pipelined.train(model.training)
+    return pipelined.parallelize() if parallelize else pipelined
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The stock model inside a `PipelinedModel` (or the model itself)."""
+    return model.model if isinstance(model, PipelinedModel) else model

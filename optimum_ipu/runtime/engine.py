@@ -1,0 +1,168 @@
+"""The single-process engine: runs host calls of a `PipelinedModel` on one device.
+
+A training host call holds `device_iterations` optimizer steps, each of `gradient_accumulation_steps`
+micro-batches; an inference host call holds `inference_device_iterations` batches. Stages run in turn on
+the one device, so numbers are those of the stock model. The distributed runtime replaces only how a
+micro-batch travels through the stages.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config import IPUConfig
+from .devices import default_device
+from .precision import PRECISIONS, LossScaler, autocast, set_half_partials
+
+logger = logging.getLogger(__name__)
+
+Batch = Mapping[str, torch.Tensor]
+
+
+def split_batch(batch: Batch, parts: int) -> list[dict[str, torch.Tensor]]:
+    """Split every tensor of `batch` into `parts` equal chunks along dim 0 (static shapes: it must divide)."""
+    sizes = {k: v.shape[0] for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    size = next(iter(sizes.values()))
+    if any(s != size for s in sizes.values()) or size % parts:
+        raise ValueError(f"a host batch of {sizes} rows cannot be split into {parts} equal parts")
+    chunks = {k: v.chunk(parts) if isinstance(v, torch.Tensor) else [v] * parts for k, v in batch.items()}
+    return [{k: c[i] for k, c in chunks.items()} for i in range(parts)]
+
+
+def reduce_output(values: torch.Tensor, output_mode: str, training: bool) -> torch.Tensor:
+    """What a host call returns of its iterations' values (dim 0), per `output_mode`."""
+    if output_mode == "default":
+        output_mode = "final" if training else "all"
+    if output_mode == "final":
+        return values[-1]
+    if output_mode == "sum":
+        return values.sum(0)
+    return values
+
+
+def configure_compile_cache(cache_dir: str) -> None:
+    """`executable_cache_dir`: keep inductor's compiled graphs there, so a second run starts warm."""
+    if cache_dir:
+        # Set even if present: inductor writes its default folder into this variable on first use.
+        os.makedirs(cache_dir, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(cache_dir)
+        import torch._inductor.config as inductor_config
+
+        inductor_config.fx_graph_cache = True  # on by default in recent torch; explicit, since we rely on it
+
+
+class Engine:
+    """Runs training and inference host calls of a model in one process.
+
+    Args:
+        model (`nn.Module`): a parallelized `PipelinedModel` (or any module returning `transformers` outputs);
+            its `train()` / `eval()` also switch the config's mode.
+        ipu_config (`IPUConfig`): the execution configuration.
+        optimizer (`torch.optim.Optimizer`, *optional*): required for `train_step`.
+        lr_scheduler (*optional*): stepped after every optimizer step that was not skipped.
+        precision (`str`, *optional*, defaults to `"fp32"`): `"fp32"`, `"fp16"` or `"bf16"` (autocast).
+        loss_scaling (`float`, *optional*): fp16 loss scale; static unless the config sets
+            `auto_loss_scaling` (dynamic, starting there; 2**16 when not given).
+        max_grad_norm (`float`, *optional*): clip gradients to this norm (the norm is always computed, to
+            detect overflows).
+        device (`torch.device`, *optional*): defaults to this process's GPU, else the CPU.
+        compile (`bool`, *optional*, defaults to `False`): run the model through `torch.compile`, with graphs
+            cached in the config's `executable_cache_dir`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        ipu_config: IPUConfig,
+        optimizer: torch.optim.Optimizer | None = None,
+        lr_scheduler: Any = None,
+        *,
+        precision: str = "fp32",
+        loss_scaling: float | None = None,
+        max_grad_norm: float | None = None,
+        device: torch.device | None = None,
+        compile: bool = False,
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision: got {precision!r}; expected one of {', '.join(PRECISIONS)}")
+        self.model = model
+        self.ipu_config = ipu_config
+        self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
+        self.precision, self.max_grad_norm = precision, max_grad_norm
+        self.device = device or default_device()
+        self.model.to(self.device)
+        set_half_partials(self.device, self.ipu_config.enable_half_partials)
+        dynamic = self.ipu_config.auto_loss_scaling or loss_scaling is None
+        self.loss_scaler = LossScaler(loss_scaling or 2.0**16, dynamic=dynamic, enabled=precision == "fp16")
+        self.forward = self.model
+        if compile:
+            configure_compile_cache(self.ipu_config.executable_cache_dir)
+            self.forward = torch.compile(self.model)
+        self.optimizer_steps = 0
+        self.last_step_skipped = False
+
+    def _to_device(self, batch: Batch) -> dict[str, Any]:
+        return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+    # ------------------------------------------------------------------ training
+    def train_step(self, host_batch: Batch) -> torch.Tensor:
+        """One training host call: `device_iterations` optimizer steps. Returns the losses per `output_mode`."""
+        if self.optimizer is None:
+            raise ValueError("Engine.train_step needs an optimizer")
+        self.model.train()
+        cfg = self.ipu_config
+        batch = self._to_device(host_batch)
+        losses = torch.stack([self._optimizer_step(b) for b in split_batch(batch, cfg.device_iterations)])
+        return reduce_output(losses, cfg.output_mode, training=True)
+
+    def _optimizer_step(self, batch: Batch) -> torch.Tensor:
+        micro_batches = split_batch(batch, self.ipu_config.gradient_accumulation_steps)
+        total = torch.zeros((), device=self.device)
+        for micro in micro_batches:
+            with autocast(self.device, self.precision):
+                # Equal-size micro-batches: the mean of their mean losses is the full batch's mean loss.
+                loss = self.forward(**micro).loss.float() / len(micro_batches)
+            self.loss_scaler.scale_loss(loss).backward()
+            total += loss.detach()
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        self.loss_scaler.unscale_(params)
+        # One norm for clipping and for overflow detection: a single host sync per step.
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm or math.inf)
+        self.last_step_skipped = not bool(torch.isfinite(grad_norm))
+        if not self.last_step_skipped:
+            self.optimizer.step()
+            if self.lr_scheduler is not None:
+                self.lr_scheduler.step()
+        self.loss_scaler.update(self.last_step_skipped, step=self.optimizer_steps)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer_steps += 1
+        self.last_grad_norm = float(grad_norm)
+        return total
+
+    # ----------------------------------------------------------------- inference
+    @torch.no_grad()
+    def eval_step(self, host_batch: Batch) -> dict[str, torch.Tensor]:
+        """One inference host call: `inference_device_iterations` batches, outputs concatenated along dim 0.
+
+        A `loss` output is averaged over the batches.
+        """
+        self.model.eval()
+        batch = self._to_device(host_batch)
+        outputs: dict[str, list[torch.Tensor]] = {}
+        for part in split_batch(batch, self.ipu_config.inference_device_iterations):
+            with autocast(self.device, self.precision):
+                out = self.forward(**part)
+            for key, value in out.items():
+                if isinstance(value, torch.Tensor):
+                    outputs.setdefault(key, []).append(value)
+        merged = {k: torch.cat(v) if v[0].dim() else torch.stack(v) for k, v in outputs.items()}
+        if "loss" in merged:
+            merged["loss"] = merged["loss"].float().mean()
+        return merged

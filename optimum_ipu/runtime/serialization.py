@@ -1,0 +1,257 @@
+"""`embedding_serialization_factor` and `projection_serialization_factor` on unmodified `transformers` models.
+
+On an IPU these factors split the vocabulary embedding and the output projection into chunks so that no single
+operation needs the whole vocabulary-sized tensor in tile memory. Here the same arithmetic is reproduced by swapping
+ONE submodule instance in its parent (no class patching), reusing the very same `nn.Parameter` objects so that
+state_dict keys, optimizer state and weight tying are untouched, and swapping the original back afterwards.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+logger = logging.getLogger(__name__)
+
+
+def _chunk_size(total: int, factor: int) -> int:
+    # Ceil division: `factor` contiguous chunks, the last one possibly shorter (vocab need not divide evenly).
+    return -(-total // max(1, min(factor, total)))
+
+
+class SerializedEmbedding(nn.Module):
+    """An `nn.Embedding` whose lookup is computed over `factor` contiguous chunks of the vocabulary.
+
+    Each chunk looks up only the ids that fall in its vocabulary range (others are masked to zero) and the chunk
+    results are summed, which gives exactly the output and weight gradient of `nn.Embedding`.
+
+    Args:
+        embedding (`nn.Embedding`): the module to serialize; its `weight` Parameter object is reused (not copied),
+            so the state_dict key `...weight` and any weight tying are preserved.
+        factor (`int`): the number of vocabulary chunks (`embedding_serialization_factor`).
+    """
+
+    def __init__(self, embedding: nn.Embedding, factor: int) -> None:
+        super().__init__()
+        if embedding.max_norm is not None or embedding.scale_grad_by_freq or embedding.sparse:
+            raise ValueError("SerializedEmbedding supports neither max_norm, scale_grad_by_freq nor sparse")
+        if factor < 1:
+            raise ValueError(f"factor must be >= 1, got {factor}")
+        self.weight = embedding.weight  # the same Parameter object, registered under the same name
+        self.num_embeddings = embedding.num_embeddings
+        self.embedding_dim = embedding.embedding_dim
+        self.padding_idx = embedding.padding_idx  # nn.Embedding already made it non-negative
+        self.factor = factor
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        size = _chunk_size(self.num_embeddings, self.factor)
+        # `split` (not slicing) so backward is a single concatenation of the chunk gradients, not `factor`
+        # full-size zero-padded gradients.
+        out: Tensor | None = None
+        for index, chunk in enumerate(self.weight.split(size, dim=0)):
+            start = index * size
+            in_chunk = (input_ids >= start) & (input_ids < start + chunk.shape[0])
+            local = torch.where(in_chunk, input_ids - start, 0)
+            padding = self.padding_idx - start if self.padding_idx is not None else None
+            padding = padding if padding is not None and 0 <= padding < chunk.shape[0] else None
+            part = torch.where(in_chunk.unsqueeze(-1), F.embedding(local, chunk, padding_idx=padding), 0.0)
+            out = part if out is None else out + part
+        return out
+
+    def to_embedding(self) -> nn.Embedding:
+        """Returns a plain `nn.Embedding` sharing this module's `weight` Parameter."""
+        # Built on "meta" so no weight is allocated or initialised before the shared Parameter replaces it.
+        embedding = nn.Embedding(self.num_embeddings, self.embedding_dim, padding_idx=self.padding_idx, device="meta")
+        embedding.weight = self.weight
+        return embedding
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}, factor={self.factor}"
+
+
+class SerializedLinear(nn.Module):
+    """An `nn.Linear` (the output projection onto the vocabulary) computed over `factor` chunks of output features.
+
+    Args:
+        linear (`nn.Linear`): the module to serialize; its `weight` and `bias` Parameter objects are reused.
+        factor (`int`): the number of output-feature chunks (`projection_serialization_factor`).
+    """
+
+    def __init__(self, linear: nn.Linear, factor: int) -> None:
+        super().__init__()
+        if factor < 1:
+            raise ValueError(f"factor must be >= 1, got {factor}")
+        self.weight = linear.weight
+        self.bias = linear.bias  # None registers as an absent parameter, like nn.Linear(bias=False)
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        self.factor = factor
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        size = _chunk_size(self.out_features, self.factor)
+        weights = self.weight.split(size, dim=0)
+        biases = self.bias.split(size) if self.bias is not None else [None] * len(weights)
+        return torch.cat([F.linear(hidden, w, b) for w, b in zip(weights, biases, strict=True)], dim=-1)
+
+    def to_linear(self) -> nn.Linear:
+        """Returns a plain `nn.Linear` sharing this module's `weight` and `bias` Parameters."""
+        linear = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, device="meta")
+        linear.weight = self.weight
+        linear.bias = self.bias
+        return linear
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, factor={self.factor}"
+
+
+def _projection_loss_sum(hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor, ignore_index: int):
+    # fp32 logits, as transformers' own loss functions upcast before cross-entropy.
+    logits = F.linear(hidden, weight, bias).float()
+    return F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
+
+
+def chunked_cross_entropy(
+    hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor, chunks: int, ignore_index: int = -100
+) -> Tensor:
+    """Mean cross-entropy of `hidden @ weight.T + bias` against `labels`, computed over `chunks` chunks of tokens.
+
+    Each chunk's projection and loss run under `torch.utils.checkpoint`, so only one chunk's `[tokens, vocab]`
+    logits (and softmax) exist at a time, in forward and in backward. Per-chunk losses are summed and divided by
+    the number of non-ignored tokens of the WHOLE batch (a mean of per-chunk means would weight chunks wrongly).
+
+    Args:
+        hidden (`Tensor` of shape `(..., hidden_size)`): the hidden states fed to the projection.
+        weight (`Tensor` of shape `(vocab_size, hidden_size)`): the projection weight.
+        bias (`Tensor` of shape `(vocab_size,)`, *optional*): the projection bias.
+        labels (`Tensor` of shape `(...)`): target ids, `ignore_index` where no loss is wanted.
+        chunks (`int`): the number of token chunks; `1` computes everything at once without checkpointing.
+        ignore_index (`int`, *optional*, defaults to `-100`): the label value that contributes no loss.
+
+    Returns:
+        `Tensor`: the scalar fp32 loss; NaN when every label is ignored, as `F.cross_entropy(reduction="mean")`.
+    """
+    hidden = hidden.reshape(-1, hidden.shape[-1])
+    labels = labels.reshape(-1).to(hidden.device)
+    if labels.shape[0] != hidden.shape[0]:
+        raise ValueError(f"{hidden.shape[0]} hidden states but {labels.shape[0]} labels")
+    if chunks <= 1:
+        total = _projection_loss_sum(hidden, weight, bias, labels, ignore_index)
+    else:
+        total = None
+        for h, lab in zip(hidden.tensor_split(chunks), labels.tensor_split(chunks), strict=True):
+            if h.shape[0] == 0:  # more chunks than tokens
+                continue
+            part = checkpoint(_projection_loss_sum, h, weight, bias, lab, ignore_index, use_reentrant=False)
+            total = part if total is None else total + part
+    # 0 / 0 = NaN when everything is ignored, matching F.cross_entropy's mean.
+    return total / (labels != ignore_index).sum().to(total.dtype)
+
+
+@functools.cache  # one warning per distinct message per process, however often models are swapped
+def _log_once(message: str) -> None:
+    logger.warning(message)
+
+
+def _replace_everywhere(model: nn.Module, old: nn.Module, new: nn.Module) -> list[tuple[nn.Module, str]]:
+    # Every (parent, attribute) holding `old`: a module may be registered in several places (e.g. a shared
+    # encoder/decoder embedding), and all of them must see the swap or the model would use both.
+    places: list[tuple[nn.Module, str]] = []
+    seen: set[tuple[int, str]] = set()
+    for _, parent in model.named_modules(remove_duplicate=False):
+        for name, child in parent._modules.items():
+            if child is old and (id(parent), name) not in seen:
+                seen.add((id(parent), name))
+                places.append((parent, name))
+    for parent, name in places:
+        setattr(parent, name, new)
+    return places
+
+
+def swap_serialized(model: nn.Module, embedding_factor: int, projection_factor: int) -> Callable[[], None]:
+    """Swaps the input embedding and the output projection of a `transformers` model for serialized versions.
+
+    The modules are found with `model.get_input_embeddings()` and `model.get_output_embeddings()`. A factor of 1
+    (or less) leaves its module alone, as does a module that is missing or not a plain `nn.Embedding` /
+    `nn.Linear` (logged once). State_dict keys and values are unchanged and tied weights stay tied, since the
+    swapped modules hold the same Parameter objects under the same names. Restore before calling methods that
+    rebuild these modules (e.g. `resize_token_embeddings`).
+
+    Args:
+        model (`nn.Module`): a `PreTrainedModel` (or anything with the two accessors).
+        embedding_factor (`int`): `embedding_serialization_factor`.
+        projection_factor (`int`): `projection_serialization_factor`.
+
+    Returns:
+        `Callable[[], None]`: puts the original module objects back (idempotent).
+    """
+    swapped: list[tuple[list[tuple[nn.Module, str]], nn.Module]] = []
+    targets = (
+        ("get_input_embeddings", embedding_factor, nn.Embedding, SerializedEmbedding),
+        ("get_output_embeddings", projection_factor, nn.Linear, SerializedLinear),
+    )
+    for accessor, factor, plain, serialized in targets:
+        if factor <= 1:
+            continue
+        getter = getattr(model, accessor, None)
+        module = getter() if callable(getter) else None
+        # Exact type: a subclass may change forward in ways the chunked version would silently drop.
+        if type(module) is not plain:
+            _log_once(
+                f"{type(model).__name__}.{accessor}() gave {type(module).__name__}, not {plain.__name__}: left as is"
+            )
+            continue
+        try:
+            replacement = serialized(module, factor)
+        except ValueError as err:
+            _log_once(f"{type(model).__name__}.{accessor}(): {err}; left as is")
+            continue
+        places = _replace_everywhere(model, module, replacement)
+        if not places:
+            _log_once(f"{type(model).__name__}.{accessor}() returned a module not registered in the model")
+            continue
+        swapped.append((places, module))
+
+    def restore() -> None:
+        for places, original in swapped:
+            for parent, name in places:
+                setattr(parent, name, original)
+
+    return restore
+
+
+def saved_activation_bytes(fn: Callable[[], Tensor]) -> int:
+    """Bytes of the tensors autograd saves for backward while `fn()` runs: a deterministic activation-memory proxy.
+
+    Each storage is counted once, at its full size; Parameters (and views of them) are skipped since they are not
+    activations. A region under non-reentrant `torch.utils.checkpoint` counts only the inputs the checkpoint saves
+    (its internals go through the checkpoint's own hooks), so the one-chunk recomputation peak during backward is
+    not included.
+
+    Args:
+        fn (`Callable[[], Tensor]`): builds the autograd graph (e.g. a forward pass returning a loss).
+
+    Returns:
+        `int`: the total bytes of saved, distinct, non-parameter storages.
+    """
+    kept: list[Tensor] = []  # hold them so a freed storage's address cannot be reused and miscounted
+
+    def pack(tensor: Tensor) -> Tensor:
+        kept.append(tensor)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        fn()
+    storages: dict[tuple[str, int], int] = {}
+    for tensor in kept:
+        base = tensor._base if tensor._base is not None else tensor
+        if isinstance(base, nn.Parameter):
+            continue
+        storage = tensor.untyped_storage()
+        storages[(str(tensor.device), storage.data_ptr())] = storage.nbytes()
+    return sum(storages.values())

@@ -1,0 +1,102 @@
+"""Tiny random-weight models of every registered class, with inputs and labels, for CPU tests.
+
+Dropout is off so two runs of the same model give the same numbers. Every family has 4 pipeline layers
+(T5: 2 encoder + 2 decoder blocks), so the same layouts apply to all.
+"""
+
+from __future__ import annotations
+
+import torch
+import transformers
+
+from optimum_ipu.models.plans import PLAN_BY_CLASS
+
+VOCAB, SEQ, BATCH, CHOICES, LABELS = 99, 8, 2, 3, 3
+
+
+def tiny_config(family: str) -> transformers.PretrainedConfig:
+    common = {"vocab_size": VOCAB, "num_labels": LABELS, "attn_implementation": "eager"}
+    bert_like = {
+        "hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 2, "intermediate_size": 37,
+        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "max_position_embeddings": 64,
+    }  # fmt: skip
+    if family == "bert":
+        return transformers.BertConfig(**bert_like, **common)
+    if family == "roberta":
+        return transformers.RobertaConfig(**bert_like, pad_token_id=1, **common)
+    if family == "distilbert":
+        return transformers.DistilBertConfig(
+            dim=32,
+            n_layers=4,
+            n_heads=2,
+            hidden_dim=37,
+            dropout=0.0,
+            attention_dropout=0.0,
+            qa_dropout=0.0,
+            seq_classif_dropout=0.0,
+            **common,
+        )
+    if family == "gpt2":
+        return transformers.GPT2Config(
+            n_embd=32, n_layer=4, n_head=2, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+            classifier_dropout=0.0, pad_token_id=0, **common,
+        )  # fmt: skip
+    if family == "t5":
+        return transformers.T5Config(
+            d_model=32, d_kv=16, d_ff=37, num_layers=2, num_decoder_layers=2, num_heads=2, dropout_rate=0.0,
+            decoder_start_token_id=0, pad_token_id=0, **common,
+        )  # fmt: skip
+    if family == "vit":
+        common.pop("vocab_size")
+        return transformers.ViTConfig(
+            image_size=16, patch_size=4, num_channels=3, **{k: v for k, v in bert_like.items() if "max_pos" not in k},
+            **common,
+        )  # fmt: skip
+    raise KeyError(family)
+
+
+def tiny_model(class_name: str, seed: int = 0) -> transformers.PreTrainedModel:
+    torch.manual_seed(seed)
+    config = tiny_config(PLAN_BY_CLASS[class_name].family)
+    if class_name.endswith("QuestionAnswering"):
+        config.num_labels = 2  # start and end logits
+    return getattr(transformers, class_name)(config).eval()
+
+
+def tiny_inputs(class_name: str, batch: int = BATCH, seed: int = 1) -> dict[str, torch.Tensor]:
+    """Inputs with labels for the class's loss (no labels for base models: the test reduces the output)."""
+    g = torch.Generator().manual_seed(seed)
+    if class_name.startswith("ViT"):
+        return {
+            "pixel_values": torch.randn(batch, 3, 16, 16, generator=g),
+            "labels": torch.randint(0, LABELS, (batch,), generator=g),
+        }
+    shape = (batch, CHOICES, SEQ) if class_name.endswith("MultipleChoice") else (batch, SEQ)
+    ids = torch.randint(2, VOCAB, shape, generator=g)
+    mask = torch.ones(shape, dtype=torch.long)
+    mask[..., -2:] = 0  # some padding, so attention masks matter
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if class_name.endswith(("MaskedLM", "TokenClassification", "PreTraining")):
+        high = LABELS if class_name.endswith("TokenClassification") else VOCAB
+        labels = torch.randint(0, high, shape, generator=g)
+        labels[..., -2:] = -100
+        inputs["labels"] = labels
+    if class_name.endswith("PreTraining"):
+        inputs["next_sentence_label"] = torch.randint(0, 2, (batch,), generator=g)
+    if class_name.endswith(("SequenceClassification", "MultipleChoice")):
+        inputs["labels"] = torch.randint(0, LABELS if "Sequence" in class_name else CHOICES, (batch,), generator=g)
+    if class_name.endswith("QuestionAnswering"):
+        inputs["start_positions"] = torch.randint(0, SEQ - 2, (batch,), generator=g)
+        inputs["end_positions"] = torch.randint(0, SEQ - 2, (batch,), generator=g)
+    if class_name == "GPT2LMHeadModel":
+        inputs["labels"] = ids.masked_fill(mask == 0, -100)
+    if class_name == "T5ForConditionalGeneration":
+        inputs["labels"] = torch.randint(2, VOCAB, (batch, 5), generator=g)
+    return inputs
+
+
+def scalar_objective(outputs) -> torch.Tensor:
+    """The loss, or for base models a fixed reduction of the hidden states, to compare gradients."""
+    if getattr(outputs, "loss", None) is not None:
+        return outputs.loss
+    return outputs.last_hidden_state.pow(2).mean()
