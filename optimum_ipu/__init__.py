@@ -21,6 +21,7 @@ _LAZY: dict[str, str] = {
     "PipelinedModel": ".models.pipelined",
     "registered_classes": ".models.plans",
     "Engine": ".runtime.engine",
+    "IPUTrainingArguments": ".trainer.training_args",
     **{
         name: ".models.auto"
         for name in (

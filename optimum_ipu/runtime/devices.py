@@ -38,3 +38,8 @@ def default_device() -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     return torch.device("cpu")
+
+
+def supports_bf16() -> bool:
+    """Whether this process's CUDA device computes bf16 natively."""
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()

@@ -1,0 +1,145 @@
+"""`IPUTrainingArguments`: `transformers.TrainingArguments` plus the fields of Optimum Graphcore's.
+
+Also brings back two arguments that `transformers` 5 removed and the reference SQuAD command still uses,
+with their old meaning: `warmup_ratio` and `overwrite_output_dir`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from transformers import TrainingArguments
+
+from ..config import IPUConfig
+from ..errors import IncompatibleIPUConfigError
+from ..runtime.devices import supports_bf16
+
+logger = logging.getLogger(__name__)
+
+DATALOADER_MODES = ("batch", "async", "async_rebatched")
+
+
+@dataclass
+class IPUTrainingArguments(TrainingArguments):
+    r"""
+    `transformers.TrainingArguments` with the arguments of Optimum Graphcore's `IPUTrainingArguments`.
+
+    `per_device_train_batch_size` is the micro-batch of one device slot; samples per optimizer step are
+    that times `gradient_accumulation_steps` (of the IPU config) times `replication_factor`.
+
+    Args:
+        ipu_config_name (`str`, *optional*):
+            Folder, JSON file or id of the `IPUConfig` (`--ipu_config_name=./` reads `./ipu_config.json`).
+        ipu_config_overrides (`str`, *optional*):
+            `"key=value,..."` applied with `IPUConfig.update_from_string`.
+        n_ipu (`int`, *optional*):
+            Devices of the pod: sets `replication_factor = n_ipu // ipus_per_replica` and resolves per-pod values.
+        loss_scaling (`float`, *optional*):
+            Static fp16 loss scale (dynamic from there with `auto_loss_scaling`). Unused in bf16 and fp32.
+        auto_loss_scaling (`bool`, *optional*, defaults to `False`):
+            Dynamic loss scaling; sets the config's `auto_loss_scaling`.
+        fp32 (`bool`, *optional*, defaults to `False`):
+            Train in full precision even where half precision is the default (CUDA with bf16 support).
+        dataloader_mode (`str`, *optional*, defaults to `"batch"`):
+            `"batch"`, `"async"` or `"async_rebatched"`; the asynchronous modes keep loader workers alive and
+            prefetch host batches.
+        pad_on_batch_axis (`bool`, *optional*, defaults to `False`):
+            Pad a last incomplete batch to the full static shape instead of dropping it in training.
+        compile_only (`bool`, *optional*, defaults to `False`):
+            Compile the graphs (filling `executable_cache_dir`) and stop before training.
+        lamb (`bool`, *optional*, defaults to `False`):
+            Use the LAMB optimizer instead of AdamW.
+        warmup_ratio (`float`, *optional*, defaults to 0.0):
+            Share of the training steps used for linear warm-up (the `transformers` 4 argument). Ignored when
+            `warmup_steps` is set.
+        overwrite_output_dir (`bool`, *optional*, defaults to `False`):
+            Allow training into a non-empty `output_dir` (the `transformers` 4 argument); without it, the example
+            scripts resume from the last checkpoint there or stop with a clear error.
+    """
+
+    ipu_config_name: str | None = field(default=None, metadata={"help": "Folder, JSON file or id of the IPUConfig."})
+    ipu_config_overrides: str | None = field(
+        default=None, metadata={"help": 'IPUConfig fields to override: "key=value,key=[1 2 -1]".'}
+    )
+    n_ipu: int | None = field(default=None, metadata={"help": "Devices of the pod (sets replication_factor)."})
+    loss_scaling: float | None = field(default=None, metadata={"help": "Static fp16 loss scale."})
+    auto_loss_scaling: bool = field(default=False, metadata={"help": "Dynamic fp16 loss scaling."})
+    fp32: bool = field(default=False, metadata={"help": "Train in full precision."})
+    dataloader_mode: str = field(default="batch", metadata={"help": f"One of {', '.join(DATALOADER_MODES)}."})
+    pad_on_batch_axis: bool = field(default=False, metadata={"help": "Pad the last batch to the static shape."})
+    compile_only: bool = field(default=False, metadata={"help": "Compile the graphs and stop."})
+    lamb: bool = field(default=False, metadata={"help": "Use the LAMB optimizer."})
+    warmup_ratio: float = field(default=0.0, metadata={"help": "Linear warm-up over this share of the steps."})
+    overwrite_output_dir: bool = field(default=False, metadata={"help": "Train into a non-empty output_dir."})
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.warmup_ratio <= 1.0:
+            raise ValueError(f"--warmup_ratio: got {self.warmup_ratio}; expected a share of the steps in [0, 1]")
+        if self.warmup_ratio > 0:
+            if self.warmup_steps:
+                logger.info(
+                    "--warmup_steps %s given: --warmup_ratio %s is ignored", self.warmup_steps, self.warmup_ratio
+                )
+            else:
+                # transformers 5 reads a warmup_steps below 1 as a ratio of the training steps (a ratio of
+                # exactly 1 would read as one step: just below it rounds up to all the steps).
+                self.warmup_steps = min(self.warmup_ratio, 1.0 - 1e-9)
+        if self.dataloader_mode not in DATALOADER_MODES:
+            raise ValueError(
+                f"--dataloader_mode: got {self.dataloader_mode!r}; expected one of {', '.join(DATALOADER_MODES)}"
+            )
+        if self.fp32 and (self.fp16 or self.bf16):
+            raise ValueError("--fp32 cannot be combined with --fp16 or --bf16; pick one precision")
+        if self.loss_scaling is not None and self.loss_scaling <= 0:
+            raise ValueError(f"--loss_scaling: got {self.loss_scaling}; expected a positive scale such as 64")
+        if self.n_ipu is not None and self.n_ipu < 1:
+            raise ValueError(f"--n_ipu: got {self.n_ipu}; expected the number of devices, >= 1")
+        super().__post_init__()
+
+    def load_ipu_config(self, ipu_config: IPUConfig | None = None) -> IPUConfig:
+        """The `IPUConfig` these arguments describe: `ipu_config_name` (or `ipu_config`), then the overrides,
+        `n_ipu`, `auto_loss_scaling`, `gradient_checkpointing` and `seed` applied."""
+        kwargs = {"n_ipu": self.n_ipu} if self.n_ipu else {}
+        if ipu_config is None:
+            name = self.ipu_config_name
+            config = IPUConfig.from_pretrained(name, **kwargs) if name else IPUConfig(**kwargs)
+        else:
+            config = ipu_config.copy()
+        if self.ipu_config_overrides:
+            config.update_from_string(self.ipu_config_overrides)
+        if self.n_ipu:
+            ipus = config.__dict__["ipus_per_replica"]
+            if self.n_ipu % ipus:
+                raise IncompatibleIPUConfigError(
+                    f"--n_ipu {self.n_ipu} is not a multiple of ipus_per_replica {ipus}; "
+                    f"use a multiple of {ipus} or change layers_per_ipu"
+                )
+            config.update_from_string(f"replication_factor={self.n_ipu // ipus}")
+        if self.auto_loss_scaling:
+            config.auto_loss_scaling = True
+        # `activation_checkpointing` is transformers 5.2x's name for `gradient_checkpointing`.
+        if getattr(self, "activation_checkpointing", None) or getattr(self, "gradient_checkpointing", None):
+            config.recompute_checkpoint_every_layer = True
+        if config.seed is None:
+            config.seed = self.seed
+        return config
+
+    def precision(self, device_type: str) -> str:
+        """`"fp16"`, `"bf16"` or `"fp32"`: as asked, else bf16 on CUDA devices that support it, else fp32.
+
+        Graphcore trained in half precision by default; on a CPU half precision is slower, so fp32 is used.
+        """
+        if self.fp16:
+            return "fp16"
+        if self.bf16:
+            return "bf16"
+        if self.fp32 or device_type != "cuda":
+            return "fp32"
+        return "bf16" if supports_bf16() else "fp32"
+
+    def output_dir_is_reusable(self) -> bool:
+        """False when training would write into a non-empty `output_dir` without `overwrite_output_dir`."""
+        directory = self.output_dir
+        return self.overwrite_output_dir or not (os.path.isdir(directory) and os.listdir(directory))
