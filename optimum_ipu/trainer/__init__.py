@@ -1,5 +1,6 @@
-"""Training with the `transformers.Trainer` interface: `IPUTrainingArguments` (the trainer itself follows)."""
+"""Training with the `transformers.Trainer` interface: `IPUTrainingArguments` and `IPUTrainer`."""
 
+from .trainer import IPUTrainer
 from .training_args import IPUTrainingArguments
 
-__all__ = ["IPUTrainingArguments"]
+__all__ = ["IPUTrainer", "IPUTrainingArguments"]

@@ -1,0 +1,314 @@
+"""`IPUTrainer`: `transformers.Trainer` running the engine, through narrow hooks (no fork).
+
+What changes against `transformers.Trainer`:
+- the model is pipelined and parallelized as the `IPUConfig` says (`self.pipelined`); `self.model` stays the
+  stock model, so checkpoints are the stock `transformers` layout, plus `ipu_config.json`;
+- `gradient_accumulation_steps` comes from the config; precision and loss scaling are the engine's
+  (`training_step` and `prediction_step`), so fp16 has static or dynamic loss scaling on any device;
+- loaders have static shapes: training drops the incomplete last batch, evaluation hands over
+  `per_device_eval_batch_size x inference_device_iterations` samples per host call and, with
+  `pad_on_batch_axis`, pads the last batch to that size and drops the padded rows from the predictions.
+Everything else (callbacks, logging, TensorBoard, tqdm, evaluate/predict, checkpoints, resume) is `Trainer`'s.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
+
+from ..config import IPUConfig
+from ..models.pipelined import to_pipelined
+from ..runtime.devices import default_device
+from ..runtime.engine import Engine
+from ..runtime.optimizers import Lamb
+from .training_args import IPUTrainingArguments
+
+logger = logging.getLogger(__name__)
+
+PAD_MASK_KEY = "_optimum_ipu_real_rows"
+LOSS_SCALER_FILE = "loss_scaler.json"
+
+
+class _SkipOnOverflow:
+    """An LR scheduler that does not advance on optimizer steps skipped for an fp16 overflow."""
+
+    def __init__(self, scheduler: Any, engine: Engine) -> None:
+        self.scheduler, self.engine = scheduler, engine
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        if not self.engine.last_step_skipped:
+            self.scheduler.step(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.scheduler, name)
+
+
+class _StepTimer(TrainerCallback):
+    """Times optimizer steps, so that compilation (in the first step) is reported apart from throughput."""
+
+    def __init__(self) -> None:
+        self.durations: list[float] = []
+        self._start = 0.0
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.durations.clear()
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._start = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.durations.append(time.perf_counter() - self._start)
+
+    def compile_seconds(self) -> float | None:
+        """First step minus a typical step: the time spent compiling (None without a second step)."""
+        if len(self.durations) < 2:
+            return None
+        return max(0.0, self.durations[0] - statistics.median(self.durations[1:]))
+
+
+class _CompileOnly(TrainerCallback):
+    """`--compile_only`: run the first step's forward and backward (which compiles and fills the cache), drop
+    its gradients so the optimizer changes nothing, and stop."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        for p in self.model.parameters():
+            p.grad = None
+        control.should_training_stop = True
+
+
+class _PadToStaticBatch:
+    """Collator wrapper: pad every batch to `batch_size` rows by repeating its last row, and record which
+    rows are real, so the compiled graph sees one shape and padded predictions can be dropped."""
+
+    def __init__(self, collator: Callable[[list[Any]], dict[str, Any]], batch_size: int) -> None:
+        self.collator, self.batch_size = collator, batch_size
+
+    def __call__(self, features: list[Any]) -> dict[str, Any]:
+        real = len(features)
+        batch = self.collator(features + [features[-1]] * (self.batch_size - real))
+        batch[PAD_MASK_KEY] = torch.arange(self.batch_size) < real
+        return batch
+
+
+class IPUTrainer(Trainer):
+    """`transformers.Trainer` with an `IPUConfig`.
+
+    Args:
+        model (`transformers.PreTrainedModel`): a model of a registered class (see `registered_classes()`).
+        ipu_config (`IPUConfig`, *optional*): the execution configuration; defaults to the one named by
+            `args.ipu_config_name` (or `IPUConfig()`), with the arguments' overrides applied.
+        args (`IPUTrainingArguments`): the training arguments.
+        kwargs: everything else `transformers.Trainer` takes (datasets, collator, `processing_class`,
+            `compute_metrics`, callbacks, ...).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        ipu_config: IPUConfig | None = None,
+        args: IPUTrainingArguments | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(ipu_config, TrainingArguments):
+            raise TypeError(
+                "IPUTrainer(model, ipu_config, args, ...): training arguments were given as `ipu_config`; "
+                "pass them as `args=` (the IPU config may be left out: `args.ipu_config_name` names it)"
+            )
+        if args is None:
+            args = IPUTrainingArguments(output_dir="trainer_output")
+        if not isinstance(args, IPUTrainingArguments):
+            raise TypeError(f"IPUTrainer needs IPUTrainingArguments, got {type(args).__name__}")
+        self.ipu_config = args.load_ipu_config(ipu_config)
+        self.pipelined = to_pipelined(model, self.ipu_config, parallelize=True)
+        self.user_args = args
+        super().__init__(model=model, args=self._engine_args(args), **kwargs)
+        self.engine = Engine(
+            self.pipelined,
+            self.ipu_config,
+            precision=args.precision(self.args.device.type),
+            loss_scaling=args.loss_scaling,
+            max_grad_norm=args.max_grad_norm,
+            device=self.args.device,
+        )
+        self.step_timer = _StepTimer()
+        self.add_callback(self.step_timer)
+        if args.compile_only:
+            if not args.torch_compile:
+                logger.warning("--compile_only without --torch_compile: there is nothing to compile; one step runs")
+            self.add_callback(_CompileOnly(model))
+        logger.info("IPUTrainer: %s, precision %s", self.pipelined.describe_layout(), self.engine.precision)
+        if self.args.torch_compile:
+            from ..runtime.engine import configure_compile_cache
+
+            configure_compile_cache(self.ipu_config.executable_cache_dir)
+
+    def _engine_args(self, args: IPUTrainingArguments) -> IPUTrainingArguments:
+        """The arguments `Trainer` itself sees: accumulation from the config, precision left to the engine."""
+        engine_args = copy.copy(args)
+        config_steps = self.ipu_config.gradient_accumulation_steps
+        if args.gradient_accumulation_steps not in (1, config_steps):
+            logger.info(
+                "--gradient_accumulation_steps %d overrides the IPU config's %d",
+                args.gradient_accumulation_steps,
+                config_steps,
+            )
+            self.ipu_config.gradient_accumulation_steps = args.gradient_accumulation_steps
+        engine_args.gradient_accumulation_steps = self.ipu_config.gradient_accumulation_steps
+        # The engine autocasts and scales the loss; accelerate must not do either a second time.
+        engine_args.fp16 = engine_args.bf16 = False
+        engine_args.per_device_eval_batch_size = args.per_device_eval_batch_size * self.ipu_config.batch_size_factor(
+            for_inference=True
+        )
+        if default_device().type == "cpu":
+            engine_args.dataloader_pin_memory = False  # nothing to pin for: it only warns
+        if args.dataloader_mode != "batch":
+            engine_args.dataloader_persistent_workers = engine_args.dataloader_num_workers > 0
+        return engine_args
+
+    # ------------------------------------------------------------------ training
+    def training_step(
+        self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None = None
+    ) -> torch.Tensor:
+        """One micro-batch through the engine: autocast, mean loss over the step, scaled backward. After the
+        last micro-batch of a step, fp16 gradients are unscaled and an overflow drops them (step skipped)."""
+        model.train()
+        self.ipu_config.train()
+        inputs = self._prepare_inputs(inputs)
+        loss = self.engine.backward(lambda: self.compute_loss(model, inputs), self.current_gradient_accumulation_steps)
+        if self.accelerator.sync_gradients and self.engine.loss_scaler.enabled:
+            self.engine.optimizer_steps = self.state.global_step
+            self.engine.unscale_and_check()
+        return loss
+
+    @staticmethod
+    def get_optimizer_cls_and_kwargs(args: TrainingArguments, model: nn.Module | None = None) -> tuple[Any, Any]:
+        """`--lamb` selects LAMB (with `Trainer`'s weight-decay groups); anything else is `Trainer`'s choice."""
+        if getattr(args, "lamb", False):
+            kwargs = {"lr": args.learning_rate, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
+            return Lamb, kwargs
+        return Trainer.get_optimizer_cls_and_kwargs(args, model)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        if not isinstance(scheduler, _SkipOnOverflow):
+            self.lr_scheduler = _SkipOnOverflow(scheduler, self.engine)
+        return self.lr_scheduler
+
+    def get_train_dataloader(self) -> torch.utils.data.DataLoader:
+        dataset = self.train_dataset
+        if dataset is not None and hasattr(dataset, "__len__"):
+            per_call = self.args.per_device_train_batch_size * self.ipu_config.batch_size_factor(for_inference=False)
+            if len(dataset) < per_call:
+                logger.warning(
+                    "the training set has %d samples, fewer than one host call takes (%d = micro-batch %d x %d): "
+                    "no full optimizer step can run; lower the batch size, gradient_accumulation_steps or "
+                    "device_iterations",
+                    len(dataset),
+                    per_call,
+                    self.args.per_device_train_batch_size,
+                    self.ipu_config.batch_size_factor(for_inference=False),
+                )
+        # Static shapes: every training batch is full, so each graph compiles once. Evaluation keeps every
+        # sample (`pad_on_batch_axis` pads its last batch instead).
+        drop_last = self.args.dataloader_drop_last
+        self.args.dataloader_drop_last = True
+        try:
+            return super().get_train_dataloader()
+        finally:
+            self.args.dataloader_drop_last = drop_last
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
+        """`Trainer.train`, restoring the fp16 loss scale of the checkpoint it resumes from.
+
+        With `torch_compile`, `train_samples_per_second` and `train_steps_per_second` exclude the compilation
+        of the first step, reported as `train_compile_time`; `train_runtime` stays the wall-clock time.
+        """
+        checkpoint = resume_from_checkpoint
+        if checkpoint is True:
+            checkpoint = get_last_checkpoint(self.args.output_dir)
+        if isinstance(checkpoint, str) and os.path.isfile(os.path.join(checkpoint, LOSS_SCALER_FILE)):
+            with open(os.path.join(checkpoint, LOSS_SCALER_FILE), encoding="utf-8") as f:
+                self.engine.loss_scaler.load_state_dict(json.load(f))
+        output = super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        compile_seconds = self.step_timer.compile_seconds() if self.args.torch_compile else None
+        metrics = output.metrics
+        if compile_seconds is not None and metrics.get("train_runtime", 0) > compile_seconds:
+            speedup = metrics["train_runtime"] / (metrics["train_runtime"] - compile_seconds)
+            for key in ("train_samples_per_second", "train_steps_per_second"):
+                if key in metrics:
+                    metrics[key] = round(metrics[key] * speedup, 3)
+            metrics["train_compile_time"] = round(compile_seconds, 4)
+        return output
+
+    # ---------------------------------------------------------------- evaluation
+    def get_eval_dataloader(self, eval_dataset: Any = None) -> torch.utils.data.DataLoader:
+        return self._static_loader(super().get_eval_dataloader, eval_dataset)
+
+    def get_test_dataloader(self, test_dataset: Any) -> torch.utils.data.DataLoader:
+        return self._static_loader(super().get_test_dataloader, test_dataset)
+
+    def _static_loader(self, build: Callable[[Any], Any], dataset: Any) -> Any:
+        if not self.user_args.pad_on_batch_axis:
+            return build(dataset)
+        original = self.data_collator
+        self.data_collator = _PadToStaticBatch(original, self.args.eval_batch_size)
+        try:
+            return build(dataset)
+        finally:
+            self.data_collator = original
+
+    def prediction_step(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Any],
+        prediction_loss_only: bool,
+        ignore_keys: list[str] | None = None,
+    ) -> tuple[torch.Tensor | None, Any, Any]:
+        """`Trainer.prediction_step` in the inference layout and the engine's precision; rows padded to the
+        static batch size are dropped from logits and labels."""
+        self.ipu_config.eval()
+        real = inputs.pop(PAD_MASK_KEY, None)
+        with self.engine.autocast():
+            loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+        if real is not None and not bool(real.all()):
+            real = real.to(self.args.device)
+            logits = _select_rows(logits, real)
+            labels = _select_rows(labels, real)
+        return loss, logits, labels
+
+    # -------------------------------------------------------------------- saving
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Save the stock model (`transformers` layout) and `ipu_config.json` beside it; in checkpoints also
+        the fp16 loss scale, so a resumed run continues with it."""
+        super().save_model(output_dir, _internal_call)
+        if not self.args.should_save:
+            return
+        output_dir = output_dir or self.args.output_dir
+        self.ipu_config.save_pretrained(output_dir)
+        if self.engine.loss_scaler.enabled:
+            path = os.path.join(output_dir, LOSS_SCALER_FILE)
+            with open(f"{path}.tmp", "w", encoding="utf-8") as f:
+                json.dump(self.engine.loss_scaler.state_dict(), f)
+            os.replace(f"{path}.tmp", path)
+
+
+def _select_rows(value: Any, keep: torch.Tensor) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value[keep] if value.dim() and value.shape[0] == keep.shape[0] else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_select_rows(v, keep) for v in value)
+    return value

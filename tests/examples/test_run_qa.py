@@ -1,0 +1,101 @@
+"""run_qa.py end to end: the reference command on the shared SQuAD articles with a tiny BERT."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from ..conftest import PYTHON, REPO_ROOT
+
+QA_DIR = REPO_ROOT / "examples" / "question-answering"
+REFERENCE_FLAGS = (
+    "--do_train --do_eval --overwrite_output_dir --per_device_train_batch_size 2 --per_device_eval_batch_size 2 "
+    "--learning_rate 6e-5 --num_train_epochs 3 --max_seq_length 384 --doc_stride 128 --seed 1984 "
+    "--lr_scheduler_type linear --loss_scaling 64 --weight_decay 0.01 --warmup_ratio 0.1"
+).split()
+REFERENCE_KEYS = {
+    "epoch", "train_loss", "train_runtime", "train_samples", "train_samples_per_second", "train_steps_per_second",
+    "eval_exact_match", "eval_f1", "eval_samples",
+}  # fmt: skip
+
+
+def run_qa(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run(
+        [PYTHON, "run_qa.py", *args], cwd=QA_DIR, capture_output=True, text=True, env=env, timeout=900
+    )
+
+
+def squad_files(shared_data) -> list[str]:
+    path = str(shared_data / "squad" / "squad-v1.1-dev-articles-00-39.json")
+    return [
+        "--train_file",
+        path,
+        "--train_articles",
+        "0:34",
+        "--validation_file",
+        path,
+        "--validation_articles",
+        "34:40",
+    ]
+
+
+def test_reference_command_with_local_files(tmp_path, shared_data, tiny_qa_model_dir):
+    out = tmp_path / "output"
+    result = run_qa(
+        "--ipu_config_name=./", "--model_name_or_path", str(tiny_qa_model_dir), *squad_files(shared_data),
+        "--output_dir", str(out), *REFERENCE_FLAGS, "--max_train_samples", "64", "--max_eval_samples", "24",
+        "--report_to", "none",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = {name: json.loads((out / f"{name}.json").read_text()) for name in ("train_results", "eval_results")}
+    everything = json.loads((out / "all_results.json").read_text())
+    assert REFERENCE_KEYS <= set(everything), REFERENCE_KEYS - set(everything)
+    assert {"train_loss", "train_samples_per_second"} <= set(results["train_results"])
+    assert {"eval_exact_match", "eval_f1"} <= set(results["eval_results"])
+    assert everything["train_samples"] == 64 and everything["epoch"] == 3.0
+    assert 0 <= everything["eval_exact_match"] <= everything["eval_f1"] <= 100
+    assert (out / "ipu_config.json").is_file() and (out / "model.safetensors").is_file()
+    predictions = json.loads((out / "eval_predictions.json").read_text())
+    assert len(predictions) == 24
+
+
+def test_one_epoch_lowers_the_loss(tmp_path, shared_data, tiny_qa_model_dir):
+    out = tmp_path / "output"
+    result = run_qa(
+        "--ipu_config_name=./", "--ipu_config_overrides", "gradient_accumulation_steps=1",
+        "--model_name_or_path", str(tiny_qa_model_dir), *squad_files(shared_data), "--output_dir", str(out),
+        "--do_train", "--per_device_train_batch_size", "4", "--learning_rate", "2e-3", "--num_train_epochs", "1",
+        "--max_seq_length", "128", "--doc_stride", "64", "--max_train_samples", "160", "--logging_steps", "1",
+        "--seed", "3", "--report_to", "none",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    logged = [entry["loss"] for entry in history if "loss" in entry]
+    assert len(logged) == 40
+    first, last = sum(logged[:5]) / 5, sum(logged[-5:]) / 5
+    assert last < first - 0.3, (first, last)
+
+
+def test_dataset_name_offline_is_a_clear_error(tmp_path, tiny_qa_model_dir):
+    result = run_qa(
+        "--model_name_or_path", str(tiny_qa_model_dir), "--dataset_name", "squad", "--do_train",
+        "--output_dir", str(tmp_path / "o"),
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "--dataset_name squad: not in the local datasets cache" in result.stderr
+    assert "--train_file" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_non_empty_output_dir_needs_overwrite(tmp_path, shared_data, tiny_qa_model_dir):
+    out = tmp_path / "output"
+    out.mkdir()
+    (out / "keep.txt").write_text("precious")
+    result = run_qa(
+        "--model_name_or_path", str(tiny_qa_model_dir), *squad_files(shared_data), "--do_train",
+        "--output_dir", str(out),
+    )  # fmt: skip
+    assert result.returncode != 0 and "Use --overwrite_output_dir to overcome" in result.stderr
+    assert [p.name for p in out.iterdir()] == ["keep.txt"] and (out / "keep.txt").read_text() == "precious"

@@ -1,0 +1,156 @@
+"""IPUTrainer: checkpoints and resume, accumulation, static-shape evaluation, parity with transformers.Trainer."""
+
+from __future__ import annotations
+
+import json
+
+import datasets
+import pytest
+import torch
+import transformers
+
+from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments
+
+from .tiny_models import tiny_inputs, tiny_model
+
+CLASS = "BertForSequenceClassification"
+
+
+def dataset(rows: int, seed: int = 0) -> datasets.Dataset:
+    data = tiny_inputs(CLASS, batch=rows, seed=seed)
+    return datasets.Dataset.from_dict({k: v.tolist() for k, v in data.items()})
+
+
+def arguments(out, **kwargs) -> IPUTrainingArguments:
+    defaults = {"per_device_train_batch_size": 2, "num_train_epochs": 1, "learning_rate": 1e-3, "logging_steps": 1,
+                "report_to": [], "seed": 7, "save_strategy": "no", "disable_tqdm": True}  # fmt: skip
+    return IPUTrainingArguments(output_dir=str(out), **{**defaults, **kwargs})
+
+
+def losses(trainer: transformers.Trainer) -> list[float]:
+    return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+
+
+def final_weights(trainer: transformers.Trainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
+
+
+def test_checkpoint_resume_continues_as_uninterrupted(tmp_path):
+    args = arguments(tmp_path / "a", num_train_epochs=2, save_strategy="steps", save_steps=4)
+    config = IPUConfig(gradient_accumulation_steps=2)
+    full = IPUTrainer(tiny_model(CLASS), config, args, train_dataset=dataset(32))
+    full.train()
+    checkpoint = tmp_path / "a" / "checkpoint-4"
+    assert (checkpoint / "ipu_config.json").is_file() and (checkpoint / "model.safetensors").is_file()
+    assert IPUConfig.from_pretrained(checkpoint).gradient_accumulation_steps == 2
+    resumed_args = arguments(tmp_path / "b", num_train_epochs=2, save_strategy="steps", save_steps=4)
+    resumed = IPUTrainer(tiny_model(CLASS, seed=99), config, resumed_args, train_dataset=dataset(32))
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert full.state.global_step == resumed.state.global_step == 16
+    torch.testing.assert_close(losses(resumed)[-12:], losses(full)[-12:], atol=1e-6, rtol=0)
+    for key, value in final_weights(full).items():
+        torch.testing.assert_close(final_weights(resumed)[key], value, atol=1e-6, rtol=0)
+
+
+def test_accumulation_through_the_trainer(tmp_path):
+    accumulated = IPUTrainer(
+        tiny_model(CLASS),
+        IPUConfig(gradient_accumulation_steps=4),
+        arguments(tmp_path / "a"),
+        train_dataset=dataset(32),
+    )
+    big = IPUTrainer(
+        tiny_model(CLASS), IPUConfig(), arguments(tmp_path / "b", per_device_train_batch_size=8),
+        train_dataset=dataset(32),
+    )  # fmt: skip
+    accumulated.train()
+    big.train()
+    assert accumulated.state.global_step == big.state.global_step == 4
+    torch.testing.assert_close(losses(accumulated), losses(big), atol=1e-5, rtol=0)
+    for key, value in final_weights(big).items():
+        torch.testing.assert_close(final_weights(accumulated)[key], value, atol=1e-5, rtol=0)
+
+
+def test_eval_and_predict_keep_every_sample_with_a_padded_last_batch(tmp_path):
+    model = tiny_model(CLASS)
+    reference = model(**{k: torch.tensor(v) for k, v in dataset(23, seed=3)[:].items() if k != "labels"}).logits
+    args = arguments(tmp_path, per_device_eval_batch_size=5, pad_on_batch_axis=True)
+    trainer = IPUTrainer(model, IPUConfig(inference_device_iterations=2), args)
+    assert trainer.args.eval_batch_size == 10  # micro-batch x inference_device_iterations per host call
+    prediction = trainer.predict(dataset(23, seed=3))
+    assert prediction.predictions.shape == (23, 3) and prediction.label_ids.shape == (23,)
+    torch.testing.assert_close(torch.tensor(prediction.predictions), reference.detach(), atol=1e-5, rtol=0)
+    assert "eval_loss" in trainer.evaluate(dataset(23, seed=3))
+
+
+def test_parity_with_transformers_trainer(tmp_path):
+    common = {"per_device_train_batch_size": 4, "num_train_epochs": 2, "learning_rate": 1e-3, "logging_steps": 1,
+              "report_to": [], "seed": 7, "save_strategy": "no", "disable_tqdm": True}  # fmt: skip
+    ours = IPUTrainer(tiny_model(CLASS), IPUConfig(), IPUTrainingArguments(str(tmp_path / "a"), **common),
+                      train_dataset=dataset(32))  # fmt: skip
+    stock = transformers.Trainer(tiny_model(CLASS), transformers.TrainingArguments(str(tmp_path / "b"), **common),
+                                 train_dataset=dataset(32))  # fmt: skip
+    ours.train()
+    stock.train()
+    assert len(losses(ours)) == len(losses(stock)) == 16
+    torch.testing.assert_close(losses(ours), losses(stock), atol=1e-5, rtol=0)
+    for key, value in final_weights(stock).items():
+        torch.testing.assert_close(final_weights(ours)[key], value, atol=1e-5, rtol=0)
+
+
+def test_fp16_loss_scale_is_checkpointed_and_restored(tmp_path):
+    args = arguments(tmp_path, fp16=True, loss_scaling=256.0, save_strategy="steps", save_steps=2)
+    trainer = IPUTrainer(tiny_model(CLASS), IPUConfig(auto_loss_scaling=True), args, train_dataset=dataset(8))
+    trainer.engine.loss_scaler.scale = 128.0  # as if an overflow had lowered it
+    trainer.train()
+    saved = json.loads((tmp_path / "checkpoint-2" / "loss_scaler.json").read_text())
+    assert saved["scale"] == 128.0
+    resumed = IPUTrainer(tiny_model(CLASS), IPUConfig(auto_loss_scaling=True), args, train_dataset=dataset(8))
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert resumed.engine.loss_scaler.scale == 128.0 and resumed.engine.precision == "fp16"
+
+
+def test_small_dataset_warns(tmp_path, caplog):
+    trainer = IPUTrainer(tiny_model(CLASS), IPUConfig(gradient_accumulation_steps=8), arguments(tmp_path),
+                         train_dataset=dataset(6))  # fmt: skip
+    trainer.get_train_dataloader()
+    assert "fewer than one host call takes (16 = micro-batch 2 x 8)" in caplog.text
+
+
+def test_needs_ipu_training_arguments(tmp_path):
+    with pytest.raises(TypeError, match="IPUTrainingArguments"):
+        IPUTrainer(tiny_model(CLASS), IPUConfig(), transformers.TrainingArguments(str(tmp_path)))
+
+
+@pytest.mark.slow
+def test_compiled_training_reports_compilation_apart(tmp_path):
+    config = IPUConfig(executable_cache_dir=str(tmp_path / "cache"))
+    compiled = IPUTrainer(tiny_model(CLASS), config, arguments(tmp_path / "a", torch_compile=True),
+                          train_dataset=dataset(16))  # fmt: skip
+    eager = IPUTrainer(tiny_model(CLASS), IPUConfig(), arguments(tmp_path / "b"), train_dataset=dataset(16))
+    metrics = compiled.train().metrics
+    eager.train()
+    torch.testing.assert_close(losses(compiled), losses(eager), atol=1e-5, rtol=1e-5)
+    assert metrics["train_compile_time"] > 0
+    wall_clock_rate = 16 / metrics["train_runtime"]
+    assert metrics["train_samples_per_second"] > wall_clock_rate
+
+
+def test_lamb_flag_selects_lamb_with_weight_decay_groups(tmp_path):
+    from optimum_ipu.runtime.optimizers import Lamb
+
+    args = arguments(tmp_path, lamb=True, weight_decay=0.01, max_steps=2)
+    trainer = IPUTrainer(tiny_model(CLASS), IPUConfig(), args, train_dataset=dataset(8))
+    trainer.train()
+    optimizer = trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer
+    assert isinstance(optimizer, Lamb)
+    assert sorted(g["weight_decay"] for g in optimizer.param_groups) == [0.0, 0.01]
+
+
+def test_compile_only_changes_no_weight(tmp_path):
+    model = tiny_model(CLASS)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = IPUTrainer(model, IPUConfig(), arguments(tmp_path, compile_only=True), train_dataset=dataset(16))
+    trainer.train()
+    assert trainer.state.global_step == 1
+    assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
