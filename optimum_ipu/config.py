@@ -250,6 +250,11 @@ class IPUConfig:
         """`"training"` or `"inference"`."""
         return self.__dict__["mode"]
 
+    def value(self, name: str, inference: bool = False) -> Any:
+        """A field's training value (or its `inference_*` twin's), whatever the current mode."""
+        twin = f"inference_{name}"
+        return self.__dict__[twin if inference and twin in self.__dict__ else name]
+
     # ------------------------------------------------------------ derived sizes
     def batch_size_factor(self, for_inference: bool | None = None) -> int:
         """Samples per host call divided by the per-device micro-batch size.

@@ -20,6 +20,7 @@ from torch import nn
 
 from ..config import IPUConfig
 from .devices import default_device
+from .distributed import replicas_per_process
 from .precision import PRECISIONS, LossScaler, autocast, set_half_partials
 
 logger = logging.getLogger(__name__)
@@ -118,7 +119,8 @@ class Engine:
 
     # ------------------------------------------------------------------ training
     def train_step(self, host_batch: Batch) -> torch.Tensor:
-        """One training host call: `device_iterations` optimizer steps. Returns the losses per `output_mode`."""
+        """One training host call: `device_iterations` optimizer steps, each of `gradient_accumulation_steps`
+        micro-batches per replica run here. Returns the losses per `output_mode`."""
         if self.optimizer is None:
             raise ValueError("Engine.train_step needs an optimizer")
         self.model.train()
@@ -128,7 +130,9 @@ class Engine:
         return reduce_output(losses, cfg.output_mode, training=True)
 
     def _optimizer_step(self, batch: Batch) -> torch.Tensor:
-        micro_batches = split_batch(batch, self.ipu_config.gradient_accumulation_steps)
+        # Replicas of this process run in turn: their micro-batches accumulate into the same step.
+        parts = self.ipu_config.gradient_accumulation_steps * replicas_per_process(self.ipu_config)
+        micro_batches = split_batch(batch, parts)
         total = sum(self.backward(lambda m=m: self.forward(**m).loss, len(micro_batches)) for m in micro_batches)
         self.optimizer_step()
         return total

@@ -30,6 +30,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from ..config import IPUConfig
 from ..models.pipelined import to_pipelined
 from ..runtime.devices import default_device
+from ..runtime.distributed import replicas_per_process, world_size
 from ..runtime.engine import Engine
 from ..runtime.optimizers import Lamb
 from .training_args import IPUTrainingArguments
@@ -167,11 +168,17 @@ class IPUTrainer(Trainer):
                 config_steps,
             )
             self.ipu_config.gradient_accumulation_steps = args.gradient_accumulation_steps
-        engine_args.gradient_accumulation_steps = self.ipu_config.gradient_accumulation_steps
+        # Replicas that share this process run in turn: their micro-batches accumulate into the same step.
+        replicas_here = replicas_per_process(self.ipu_config)
+        engine_args.gradient_accumulation_steps = self.ipu_config.gradient_accumulation_steps * replicas_here
         # The engine autocasts and scales the loss; accelerate must not do either a second time.
         engine_args.fp16 = engine_args.bf16 = False
-        engine_args.per_device_eval_batch_size = args.per_device_eval_batch_size * self.ipu_config.batch_size_factor(
-            for_inference=True
+        # Inference replicas are the processes under torchrun; the ones left run in turn in each process.
+        inference_replicas_here = max(1, self.ipu_config.value("replication_factor", inference=True) // world_size())
+        engine_args.per_device_eval_batch_size = (
+            args.per_device_eval_batch_size
+            * inference_replicas_here
+            * self.ipu_config.value("device_iterations", inference=True)
         )
         if default_device().type == "cpu":
             engine_args.dataloader_pin_memory = False  # nothing to pin for: it only warns

@@ -14,7 +14,8 @@ from transformers import TrainingArguments
 
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
-from ..runtime.devices import supports_bf16
+from ..runtime.devices import default_device, supports_bf16
+from ..runtime.distributed import world_size
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,9 @@ class IPUTrainingArguments(TrainingArguments):
         overwrite_output_dir (`bool`, *optional*, defaults to `False`):
             Allow training into a non-empty `output_dir` (the `transformers` 4 argument); without it, the example
             scripts resume from the last checkpoint there or stop with a clear error.
+        ddp_timeout (`int`, *optional*, defaults to 120):
+            Seconds a process waits in a collective before it gives up: a rank that died or hangs ends the job
+            within this bound (`transformers` waits 1,800 s by default).
     """
 
     ipu_config_name: str | None = field(default=None, metadata={"help": "Folder, JSON file or id of the IPUConfig."})
@@ -73,6 +77,9 @@ class IPUTrainingArguments(TrainingArguments):
     lamb: bool = field(default=False, metadata={"help": "Use the LAMB optimizer."})
     warmup_ratio: float = field(default=0.0, metadata={"help": "Linear warm-up over this share of the steps."})
     overwrite_output_dir: bool = field(default=False, metadata={"help": "Train into a non-empty output_dir."})
+    ddp_timeout: int = field(
+        default=120, metadata={"help": "Seconds a process waits on the others (a dead rank ends the job after it)."}
+    )
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.warmup_ratio <= 1.0:
@@ -96,6 +103,11 @@ class IPUTrainingArguments(TrainingArguments):
             raise ValueError(f"--loss_scaling: got {self.loss_scaling}; expected a positive scale such as 64")
         if self.n_ipu is not None and self.n_ipu < 1:
             raise ValueError(f"--n_ipu: got {self.n_ipu}; expected the number of devices, >= 1")
+        if default_device().type == "cpu":
+            # accelerate sets up CPU processes (gloo) under torchrun only when told the job is CPU-only.
+            self.use_cpu = True
+            if world_size() > 1 and self.ddp_backend is None:
+                self.ddp_backend = "gloo"
         super().__post_init__()
 
     def load_ipu_config(self, ipu_config: IPUConfig | None = None) -> IPUConfig:

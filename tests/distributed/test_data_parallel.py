@@ -1,0 +1,101 @@
+"""Data parallelism over processes (gloo on CPU): replicas on 2 processes give the numbers of one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ..conftest import PYTHON, REPO_ROOT
+
+WORKER = str(REPO_ROOT / "tests" / "distributed" / "worker.py")
+TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]
+REPLICAS_2 = json.dumps({"replication_factor": 2, "gradient_accumulation_steps": 2})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **extra}
+
+
+def launch(*args: str, extra_env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), capture_output=True, text=True, env=env(**(extra_env or {})), timeout=timeout,
+                          cwd=REPO_ROOT)  # fmt: skip
+
+
+def torchrun(nproc: int, out, config: str, steps: int, *extra: str, **kw) -> subprocess.CompletedProcess:
+    return launch(*TORCHRUN, f"--nproc_per_node={nproc}", f"--master_port={free_port()}", WORKER, str(out), config,
+                  str(steps), *extra, **kw)  # fmt: skip
+
+
+def result(out) -> tuple[dict, dict[str, torch.Tensor]]:
+    return json.loads((out / "result.json").read_text()), load_file(out / "final" / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    out = tmp_path_factory.mktemp("one")
+    run = launch(PYTHON, WORKER, str(out), REPLICAS_2, "3")
+    assert run.returncode == 0, run.stderr[-3000:]
+    return result(out)
+
+
+def assert_same_run(got, expected) -> None:
+    (got_result, got_weights), (want_result, want_weights) = got, expected
+    torch.testing.assert_close(got_result["losses"], want_result["losses"], atol=1e-5, rtol=0)
+    assert got_weights.keys() == want_weights.keys()
+    for key in want_weights:
+        torch.testing.assert_close(got_weights[key], want_weights[key], atol=1e-5, rtol=0, msg=key)
+
+
+def test_two_replicas_on_two_processes_equal_one_process(tmp_path, one_process):
+    run = torchrun(2, tmp_path, REPLICAS_2, 3)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert result(tmp_path)[0]["world_size"] == 2 and one_process[0]["world_size"] == 1
+    assert_same_run(result(tmp_path), one_process)
+    # the checkpoint of the 2-process run is the stock layout: one process resumes from it
+    resumed = launch(PYTHON, WORKER, str(tmp_path / "resumed"), REPLICAS_2, "4",
+                     extra_env={"RESUME_FROM": str(tmp_path / "checkpoint-3")})  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((tmp_path / "resumed" / "result.json").read_text())["step"] == 4
+
+
+def test_two_hosts_on_loopback(tmp_path, one_process):
+    port = free_port()
+    common = ["--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+              "--rdzv-id=optimum-ipu-test"]  # fmt: skip
+    hosts = [
+        subprocess.Popen([*TORCHRUN, *common, f"--node-rank={rank}", WORKER, str(tmp_path), REPLICAS_2, "3"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=REPO_ROOT)
+        for rank in (0, 1)
+    ]  # fmt: skip
+    outputs = [host.communicate(timeout=300) for host in hosts]
+    assert all(host.returncode == 0 for host in hosts), [err[-2000:] for _, err in outputs]
+    assert_same_run(result(tmp_path), one_process)
+
+
+def test_process_count_that_does_not_fit_the_config_is_a_clear_error(tmp_path):
+    run = torchrun(2, tmp_path, json.dumps({"replication_factor": 1}), 3)
+    assert run.returncode != 0
+    assert "2 processes (WORLD_SIZE) but the IPU config asks for 1 device slots" in run.stderr
+    assert "--nproc_per_node 1, or set replication_factor=2 (--n_ipu 2)" in run.stderr
+
+
+def test_a_dead_rank_ends_the_job_in_bounded_time(tmp_path):
+    start = time.monotonic()
+    run = torchrun(2, tmp_path, REPLICAS_2, 50, "1")
+    elapsed = time.monotonic() - start
+    assert run.returncode != 0 and elapsed < 120, elapsed
+    assert "injected failure on rank 1" in run.stderr
+    assert "rank      : 1" in run.stderr  # torchrun's report names the failed rank
