@@ -131,6 +131,7 @@ def test_seed_and_lr_scheduler_step_per_optimizer_step():
 
 @pytest.mark.slow
 def test_compiled_path_gives_eager_numbers(tmp_path):
+    torch.compiler.reset()  # compile afresh, so that the cache folder is filled by this test
     config = IPUConfig(gradient_accumulation_steps=2, executable_cache_dir=str(tmp_path / "cache"))
     eager, compiled = make_engine(IPUConfig(gradient_accumulation_steps=2)), make_engine(config, compile=True)
     for step in range(2):

@@ -443,6 +443,8 @@ def postprocess_qa_predictions(
         with_null = version_2_with_negative and min_null_prediction is not None
         if with_null:
             prelim_predictions.append(min_null_prediction)
+        # Read now: the scores are popped from the n-best dicts (the null one included) for the softmax below.
+        null_score = min_null_prediction["score"] if with_null else 0.0
         nbest = sorted(prelim_predictions, key=lambda x: x["score"], reverse=True)[:n_best_size]
         # The null answer must stay comparable even when it fell out of the n best.
         if with_null and all(p is not min_null_prediction for p in nbest):
@@ -467,7 +469,6 @@ def postprocess_qa_predictions(
         else:
             placeholder = {"text": "", "start_logit": 0.0, "end_logit": 0.0}
             best_non_null = next((p for p in nbest if p["text"] != ""), placeholder)
-            null_score = min_null_prediction["score"] if min_null_prediction is not None else 0.0
             score_diff = null_score - best_non_null["start_logit"] - best_non_null["end_logit"]
             scores_diff_json[example_id] = float(score_diff)
             all_predictions[example_id] = "" if score_diff > null_score_diff_threshold else best_non_null["text"]
