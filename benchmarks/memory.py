@@ -1,4 +1,4 @@
-"""Activation memory of recomputation and of the serialized (chunked) projection + loss, on any device.
+"""Activation memory of recomputation and of the serialized (chunked) output projection + loss.
 
 Counts the bytes of tensors saved for backward (`saved_activation_bytes`): deterministic on a CPU, where
 the allocator has no peak counter. On CUDA it also reports `torch.cuda.max_memory_allocated`.
@@ -15,7 +15,7 @@ import torch
 import transformers
 
 from optimum_ipu import IPUConfig, to_pipelined
-from optimum_ipu.runtime.serialization import chunked_cross_entropy, saved_activation_bytes
+from optimum_ipu.runtime.serialization import saved_activation_bytes
 
 
 def main() -> None:
@@ -50,17 +50,17 @@ def main() -> None:
         print(f"  {name:36s} {value / 2**20:10.1f} MiB saved for backward")
     print(f"  recompute keeps {results['recompute_checkpoint_every_layer'] / results['no recompute']:.1%} of it")
 
-    tokens = args.batch * args.seq
-    hidden = torch.randn(tokens, args.hidden, requires_grad=True)
-    weight = torch.nn.Parameter(torch.randn(args.vocab, args.hidden))  # parameters are not activations
-    labels = torch.randint(0, args.vocab, (tokens,))
-    full = saved_activation_bytes(
-        lambda: torch.nn.functional.cross_entropy(torch.nn.functional.linear(hidden, weight), labels)
-    )
-    chunked = saved_activation_bytes(lambda: chunked_cross_entropy(hidden, weight, None, labels, chunks=args.chunks))
-    print(f"Output projection + loss, {tokens} tokens x vocab {args.vocab}")
-    print(f"  {'full logits':36s} {full / 2**20:10.1f} MiB saved for backward")
-    print(f"  {f'{args.chunks} chunks (serialized)':36s} {chunked / 2**20:10.1f} MiB saved for backward")
+    gpt2 = transformers.GPT2Config(n_embd=args.hidden, n_layer=args.layers, n_head=max(1, args.hidden // 64),
+                                   n_positions=max(1024, args.seq), vocab_size=50257)  # fmt: skip
+    torch.manual_seed(0)
+    lm = transformers.GPT2LMHeadModel(gpt2).train()
+    ids = torch.randint(0, 50257, (args.batch, args.seq))
+    shape = f"batch {args.batch} x seq {args.seq}"
+    print(f"GPT2LMHeadModel, {args.layers} layers, hidden {args.hidden}, vocab 50,257, {shape}")
+    for factor in (1, args.chunks):
+        model = to_pipelined(copy.deepcopy(lm), IPUConfig(projection_serialization_factor=factor), parallelize=True)
+        saved = saved_activation_bytes(lambda m=model: m.train()(input_ids=ids, labels=ids).loss)
+        print(f"  {f'projection_serialization_factor={factor}':36s} {saved / 2**20:10.1f} MiB saved for backward")
 
 
 if __name__ == "__main__":

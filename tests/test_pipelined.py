@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from optimum_ipu import IncompatibleIPUConfigError, IPUConfig, to_pipelined
-from optimum_ipu.models.plans import registered_classes
+from optimum_ipu.models.plans import VOCABULARY_LOSS, registered_classes
 
 from .tiny_models import scalar_objective, tiny_inputs, tiny_model
 
@@ -36,8 +36,11 @@ def test_outputs_and_gradients_equal_stock(class_name, layout):
     pipelined = to_pipelined(copy.deepcopy(stock), IPUConfig(**LAYOUTS[layout]), parallelize=True).train()
     inputs = tiny_inputs(class_name)
     expected, got = stock(**inputs), pipelined(**inputs)
+    # projection + loss in chunks: training never builds the full logits (the loss must still match)
+    chunked = layout == "serialized" and class_name in VOCABULARY_LOSS
+    assert not chunked or got.get("logits") is None
     for key, value in expected.items():
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) and not (chunked and key == "logits"):
             torch.testing.assert_close(got[key], value, atol=1e-5, rtol=1e-5, msg=f"{class_name} output {key}")
     scalar_objective(expected).backward()
     scalar_objective(got).backward()

@@ -17,8 +17,9 @@ from torch import nn
 
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
+from ..runtime.serialization import chunked_cross_entropy
 from .layout import StageSpec, format_layout, stage_layout
-from .plans import StagePlan, plan_for_class
+from .plans import VOCABULARY_LOSS, StagePlan, plan_for_class
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +170,27 @@ class PipelinedModel(nn.Module):
 
     # ------------------------------------------------------------------ running
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.model(*args, **kwargs)
+        """The stock model's forward. In training with labels and `projection_serialization_factor > 1`, the
+        output projection and its cross-entropy run in chunks and `logits` is `None` (never built whole)."""
+        projection = self.model.get_output_embeddings()
+        kind = VOCABULARY_LOSS.get(type(self.model).__name__)
+        if not (self.training and kind and kwargs.get("labels") is not None and hasattr(projection, "capturing")):
+            return self.model(*args, **kwargs)
+        labels = kwargs.pop("labels")
+        if self.model.config.is_encoder_decoder and kwargs.get("decoder_input_ids") is None:
+            # what the model does itself when it is given labels (T5: labels shifted right)
+            kwargs["decoder_input_ids"] = self.model.prepare_decoder_input_ids_from_labels(labels=labels)
+        with projection.capturing():
+            output = self.model(*args, **kwargs)
+        hidden = projection.captured
+        if kind == "causal":  # position t predicts token t + 1
+            hidden, labels = hidden[..., :-1, :], labels[..., 1:]
+        loss = chunked_cross_entropy(
+            hidden.reshape(-1, hidden.shape[-1]), projection.weight, projection.bias, labels.reshape(-1),
+            chunks=projection.factor,
+        )  # fmt: skip
+        fields = {k: v for k, v in output.items() if k not in ("loss", "logits")}
+        return type(output)(loss=loss, **fields)
 
     def save_pretrained(self, save_directory: str, **kwargs: Any) -> None:
         """Save the stock model (`transformers` layout, safetensors) and `ipu_config.json` beside it."""

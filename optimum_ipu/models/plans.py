@@ -92,6 +92,17 @@ PLANS: tuple[StagePlan, ...] = (
     ),
 )
 
+# Classes whose loss is a cross-entropy over the vocabulary from the output projection: with
+# `projection_serialization_factor > 1` in training, the projection and that loss are computed in chunks.
+# "causal": position t predicts token t + 1 (labels shifted, as transformers' ForCausalLMLoss does).
+VOCABULARY_LOSS: dict[str, str] = {
+    "BertForMaskedLM": "masked",
+    "RobertaForMaskedLM": "masked",
+    "DistilBertForMaskedLM": "masked",
+    "GPT2LMHeadModel": "causal",
+    "T5ForConditionalGeneration": "masked",
+}
+
 PLAN_BY_CLASS: dict[str, StagePlan] = {cls: plan for plan in PLANS for cls in plan.classes}
 PLAN_BY_FAMILY: dict[str, StagePlan] = {plan.family: plan for plan in PLANS}
 

@@ -8,9 +8,10 @@ state_dict keys, optimizer state and weight tying are untouched, and swapping th
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -92,8 +93,24 @@ class SerializedLinear(nn.Module):
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         self.factor = factor
+        self.captured: Tensor | None = None
+        self._capture = False
+
+    @contextlib.contextmanager
+    def capturing(self) -> Iterator[None]:
+        """Within this context, `forward` keeps its input in `captured` and returns an empty `(..., 0)` tensor
+        instead of the logits, so that the caller can compute the projection and its loss in chunks
+        (`chunked_cross_entropy`) without the full logits ever being built."""
+        self._capture, self.captured = True, None
+        try:
+            yield
+        finally:
+            self._capture = False
 
     def forward(self, hidden: Tensor) -> Tensor:
+        if self._capture:
+            self.captured = hidden
+            return hidden.new_empty(*hidden.shape[:-1], 0)
         size = _chunk_size(self.out_features, self.factor)
         weights = self.weight.split(size, dim=0)
         biases = self.bias.split(size) if self.bias is not None else [None] * len(weights)
