@@ -23,6 +23,7 @@ _LAZY: dict[str, str] = {
     "Engine": ".runtime.engine",
     "IPUTrainingArguments": ".trainer.training_args",
     "IPUTrainer": ".trainer.trainer",
+    "last_complete_checkpoint": ".trainer.checkpoints",
     **{
         name: ".models.auto"
         for name in (

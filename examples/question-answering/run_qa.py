@@ -34,7 +34,6 @@ from transformers import (
     default_data_collator,
     set_seed,
 )
-from transformers.trainer_utils import get_last_checkpoint
 from utils_qa import (
     load_squad_json,
     postprocess_qa_predictions,
@@ -43,7 +42,7 @@ from utils_qa import (
     squad_metrics,
 )
 
-from optimum_ipu import IPUTrainingArguments
+from optimum_ipu import IPUTrainingArguments, last_complete_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +142,7 @@ def main() -> None:
     # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
     last_checkpoint = None
     if training_args.do_train and not training_args.output_dir_is_reusable():
-        last_checkpoint = get_last_checkpoint(training_args.output_dir)
+        last_checkpoint = last_complete_checkpoint(training_args.output_dir)
         if last_checkpoint is None:
             raise ValueError(
                 f"Output directory ({training_args.output_dir}) already exists and is not empty. "

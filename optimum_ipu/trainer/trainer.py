@@ -25,7 +25,6 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import Trainer, TrainerCallback, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
 
 from ..config import IPUConfig
 from ..models.pipelined import to_pipelined
@@ -33,6 +32,7 @@ from ..runtime.devices import default_device
 from ..runtime.distributed import replicas_per_process, world_size
 from ..runtime.engine import Engine
 from ..runtime.optimizers import Lamb
+from .checkpoints import COMPLETE_MARKER, MarkCheckpointComplete, is_complete, last_complete_checkpoint
 from .training_args import IPUTrainingArguments
 
 logger = logging.getLogger(__name__)
@@ -147,6 +147,7 @@ class IPUTrainer(Trainer):
         )
         self.step_timer = _StepTimer()
         self.add_callback(self.step_timer)
+        self.add_callback(MarkCheckpointComplete(self))
         if args.compile_only:
             if not args.torch_compile:
                 logger.warning("--compile_only without --torch_compile: there is nothing to compile; one step runs")
@@ -239,14 +240,28 @@ class IPUTrainer(Trainer):
             self.args.dataloader_drop_last = drop_last
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
-        """`Trainer.train`, restoring the fp16 loss scale of the checkpoint it resumes from.
+        """`Trainer.train`, resuming only from complete checkpoints and restoring the fp16 loss scale.
+
+        `resume_from_checkpoint=True` takes the newest `checkpoint-N` of `output_dir` marked complete (a save cut
+        short by a crash is skipped); a folder given by path must be complete too (or come from a plain
+        `transformers.Trainer`, with a warning).
 
         With `torch_compile`, `train_samples_per_second` and `train_steps_per_second` exclude the compilation
         of the first step, reported as `train_compile_time`; `train_runtime` stays the wall-clock time.
         """
         checkpoint = resume_from_checkpoint
         if checkpoint is True:
-            checkpoint = get_last_checkpoint(self.args.output_dir)
+            checkpoint = last_complete_checkpoint(self.args.output_dir)
+            if checkpoint is None:
+                raise ValueError(f"resume_from_checkpoint=True: no complete checkpoint in {self.args.output_dir}")
+            resume_from_checkpoint = checkpoint
+        elif isinstance(checkpoint, str) and not is_complete(checkpoint):
+            if not os.path.isfile(os.path.join(checkpoint, "trainer_state.json")):
+                raise ValueError(
+                    f"{checkpoint} is an incomplete checkpoint (a save cut short); resume from an earlier one, or "
+                    "with resume_from_checkpoint=True, which picks the newest complete one"
+                )
+            logger.warning("%s has no %s: not written by IPUTrainer, resuming anyway", checkpoint, COMPLETE_MARKER)
         if isinstance(checkpoint, str) and os.path.isfile(os.path.join(checkpoint, LOSS_SCALER_FILE)):
             with open(os.path.join(checkpoint, LOSS_SCALER_FILE), encoding="utf-8") as f:
                 self.engine.loss_scaler.load_state_dict(json.load(f))
