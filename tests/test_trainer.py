@@ -155,3 +155,25 @@ def test_compile_only_changes_no_weight(tmp_path):
     trainer.train()
     assert trainer.state.global_step == 1
     assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+
+
+def test_nan_loss_stops_training_naming_the_step(tmp_path):
+    model = tiny_model(CLASS)
+    calls = {"n": 0}
+
+    def poison(module, args, output):  # the 5th micro-batch's activations turn NaN
+        calls["n"] += 1
+        return output * float("nan") if calls["n"] == 5 else output
+
+    model.bert.encoder.layer[0].register_forward_hook(poison)
+    trainer = IPUTrainer(
+        model, IPUConfig(gradient_accumulation_steps=2), arguments(tmp_path), train_dataset=dataset(16)
+    )
+    with pytest.raises(FloatingPointError, match="NaN or infinite at step 3"):
+        trainer.train()
+    assert trainer.state.global_step == 2
+    calls["n"] = 0
+    args = arguments(tmp_path / "on", stop_on_nan=False)
+    trainer = IPUTrainer(model, IPUConfig(gradient_accumulation_steps=2), args, train_dataset=dataset(16))
+    trainer.train()
+    assert any(entry.get("loss") != entry.get("loss") for entry in trainer.state.log_history)  # NaN logged, not hidden

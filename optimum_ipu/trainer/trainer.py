@@ -145,6 +145,7 @@ class IPUTrainer(Trainer):
             max_grad_norm=args.max_grad_norm,
             device=self.args.device,
         )
+        self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=self.engine.device)
         self.step_timer = _StepTimer()
         self.add_callback(self.step_timer)
         self.add_callback(MarkCheckpointComplete(self))
@@ -197,9 +198,18 @@ class IPUTrainer(Trainer):
         self.ipu_config.train()
         inputs = self._prepare_inputs(inputs)
         loss = self.engine.backward(lambda: self.compute_loss(model, inputs), self.current_gradient_accumulation_steps)
-        if self.accelerator.sync_gradients and self.engine.loss_scaler.enabled:
-            self.engine.optimizer_steps = self.state.global_step
-            self.engine.unscale_and_check()
+        # Kept on the device and checked once per optimizer step: no host sync per micro-batch.
+        self._nonfinite_loss = self._nonfinite_loss | ~torch.isfinite(loss)
+        if self.accelerator.sync_gradients:
+            if self.user_args.stop_on_nan and bool(self._nonfinite_loss):
+                raise FloatingPointError(
+                    f"the loss is NaN or infinite at step {self.state.global_step + 1} (epoch {self.state.epoch:.2f}); "
+                    "lower the learning rate, use bf16 or loss scaling, or pass --stop_on_nan false to train on"
+                )
+            self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=loss.device)
+            if self.engine.loss_scaler.enabled:
+                self.engine.optimizer_steps = self.state.global_step
+                self.engine.unscale_and_check()
         return loss
 
     @staticmethod

@@ -58,6 +58,12 @@ class IPUTrainingArguments(TrainingArguments):
         overwrite_output_dir (`bool`, *optional*, defaults to `False`):
             Allow training into a non-empty `output_dir` (the `transformers` 4 argument); without it, the example
             scripts resume from the last checkpoint there or stop with a clear error.
+        stop_on_nan (`bool`, *optional*, defaults to `True`):
+            Stop training with an error naming the step when a loss is NaN or infinite (an fp16 gradient overflow
+            is not a NaN loss: loss scaling skips that step). `False` trains on.
+        logging_nan_inf_filter (`bool`, *optional*, defaults to `False`):
+            As in `transformers` (where it defaults to `True`): replace NaN/inf losses in the logs by the running
+            mean. Off here, so a NaN is never hidden.
         ddp_timeout (`int`, *optional*, defaults to 120):
             Seconds a process waits in a collective before it gives up: a rank that died or hangs ends the job
             within this bound (`transformers` waits 1,800 s by default).
@@ -77,6 +83,12 @@ class IPUTrainingArguments(TrainingArguments):
     lamb: bool = field(default=False, metadata={"help": "Use the LAMB optimizer."})
     warmup_ratio: float = field(default=0.0, metadata={"help": "Linear warm-up over this share of the steps."})
     overwrite_output_dir: bool = field(default=False, metadata={"help": "Train into a non-empty output_dir."})
+    stop_on_nan: bool = field(
+        default=True, metadata={"help": "Stop when the loss is NaN or infinite, naming the step."}
+    )
+    logging_nan_inf_filter: bool = field(
+        default=False, metadata={"help": "Hide NaN/inf losses from the logs (off: a NaN is never hidden)."}
+    )
     ddp_timeout: int = field(
         default=120, metadata={"help": "Seconds a process waits on the others (a dead rank ends the job after it)."}
     )
