@@ -1,4 +1,4 @@
-"""The `optimum-ipu` command: `env` and `config check`.
+"""The `optimum-ipu` command: `env`, `config check` and `benchmark`.
 
 Errors in what the user gave (a bad config, a model that cannot be found) end with exit code 2 and one
 line on stderr, never a traceback.
@@ -91,6 +91,22 @@ def _model_layers(name_or_dir: str) -> tuple[int, str]:
     return plan.num_layers(model_config), name
 
 
+def _cmd_benchmark(args: argparse.Namespace) -> int:
+    from .benchmark import format_report, run_benchmark
+
+    try:
+        report = run_benchmark(
+            model=args.model, task=args.task, seq_len=args.seq_len, batch_size=args.batch_size, steps=args.steps,
+            warmup=args.warmup, precision=args.precision, compile=args.compile, ipu_config=args.ipu_config,
+            peak_tflops=args.peak_tflops, output_dir=args.output_dir,
+        )  # fmt: skip
+    except ValueError as err:
+        raise IncompatibleIPUConfigError(str(err)) from None
+    print(format_report(report))
+    print(f"wrote {args.output_dir}/benchmark.json and benchmark.png")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="optimum-ipu", description="optimum-ipu command line")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -106,6 +122,20 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--model", help="model folder or cached id whose layer count resolves the wildcards")
     check.add_argument("--n-ipu", type=int, help="devices of the pod, to resolve per-pod values (pod4, pod16, ...)")
     check.set_defaults(func=_cmd_config_check)
+
+    bench = sub.add_parser("benchmark", help="our trainer vs transformers.Trainer vs a plain loop, same batches")
+    bench.add_argument("--model", default="bert-base-uncased-config", help="architecture, random weights")
+    bench.add_argument("--task", default="question-answering", help="question-answering, causal-lm, translation")
+    bench.add_argument("--seq-len", type=int, default=384)
+    bench.add_argument("--batch-size", type=int, default=64)
+    bench.add_argument("--steps", type=int, default=20, help="training steps per runner, warm-up included")
+    bench.add_argument("--warmup", type=int, default=3, help="first steps timed apart (compilation)")
+    bench.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
+    bench.add_argument("--compile", action="store_true", help="torch.compile in every runner")
+    bench.add_argument("--ipu-config", help="IPU config of our runner (default: one device slot)")
+    bench.add_argument("--peak-tflops", type=float, help="the device's peak, for model FLOPs utilisation")
+    bench.add_argument("--output-dir", default="benchmark_results")
+    bench.set_defaults(func=_cmd_benchmark)
     return parser
 
 

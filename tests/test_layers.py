@@ -9,7 +9,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "optimum_ipu"
 # top to bottom; a module may import its own layer and the ones after it
-ORDER = ["cli", "trainer", "pipelines", "models", "runtime", "config"]
+ORDER = ["cli", "benchmark", "trainer", "pipelines", "models", "runtime", "config"]
 
 
 def layer_of(module: str) -> str | None:

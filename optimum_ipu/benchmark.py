@@ -1,0 +1,269 @@
+"""`optimum-ipu benchmark`: our trainer against plain `transformers.Trainer` and a plain PyTorch loop, in one
+run, on the same batches, with random weights of a named architecture (nothing is downloaded).
+
+Throughput is measured over the steady steps only: the first `--warmup` steps (compilation included) are timed
+apart and reported as time to first step. FLOPs per sample follow the usual count for transformer training,
+`6 x non-embedding parameters x tokens + 12 x layers x hidden x seq^2` (attention scores and values, forward
+and backward); for inference a third of it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import transformers
+from tqdm.auto import tqdm
+
+from . import __version__
+from .config import IPUConfig
+from .models import plan_for_config
+from .trainer import IPUTrainer, IPUTrainingArguments
+
+logger = logging.getLogger(__name__)
+
+# name -> (config factory, task -> model class)
+ARCHITECTURES: dict[str, Callable[[], transformers.PretrainedConfig]] = {
+    "bert-base-uncased-config": lambda: transformers.BertConfig(),
+    "bert-large-uncased-config": lambda: transformers.BertConfig(
+        hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
+    ),
+    "gpt2-config": lambda: transformers.GPT2Config(),
+    # t5-small's special tokens (transformers 5's T5Config() leaves decoder_start_token_id unset)
+    "t5-small-config": lambda: transformers.T5Config(decoder_start_token_id=0, pad_token_id=0, eos_token_id=1),
+    "tiny-bert-config": lambda: transformers.BertConfig(
+        hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256
+    ),
+    "tiny-gpt2-config": lambda: transformers.GPT2Config(n_embd=128, n_layer=2, n_head=2, vocab_size=1000),
+    "tiny-t5-config": lambda: transformers.T5Config(
+        d_model=128, d_ff=256, num_layers=2, num_heads=2, vocab_size=1000, decoder_start_token_id=0, pad_token_id=0
+    ),
+}
+TASKS = {
+    "question-answering": "AutoModelForQuestionAnswering",
+    "causal-lm": "AutoModelForCausalLM",
+    "translation": "AutoModelForSeq2SeqLM",
+}
+# Published anchors the chart shows beside the measured bars (samples/s).
+ANCHORS = {("bert-base-uncased-config", "question-answering", 384): {"Graphcore IPU-POD16 (published)": 720.9}}
+
+
+@dataclass
+class RunResult:
+    """One runner's measurement."""
+
+    name: str
+    samples_per_second: float
+    tokens_per_second: float
+    time_to_first_step_s: float
+    step_times_s: list[float] = field(repr=False)
+    peak_memory_gib: float | None = None
+    tflops: float | None = None
+    mfu: float | None = None
+
+
+def flops_per_sample(model: torch.nn.Module, config: Any, seq_len: int, training: bool) -> float:
+    embeddings = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding))
+    params = sum(p.numel() for p in model.parameters()) - embeddings
+    layers = plan_for_config(config).num_layers(config)
+    hidden = getattr(config, "hidden_size", getattr(config, "d_model", 0))
+    total = 6 * params * seq_len + 12 * layers * hidden * seq_len**2
+    return total if training else total / 3
+
+
+def synthetic_batches(task: str, config: Any, batch_size: int, seq_len: int, count: int) -> list[dict]:
+    """Fixed random batches shared by every runner (labels included)."""
+    g = torch.Generator().manual_seed(0)
+    vocab = config.vocab_size
+    batches = []
+    for _ in range(count):
+        ids = torch.randint(0, vocab, (batch_size, seq_len), generator=g)
+        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        if task == "question-answering":
+            batch["start_positions"] = torch.randint(0, seq_len, (batch_size,), generator=g)
+            batch["end_positions"] = torch.randint(0, seq_len, (batch_size,), generator=g)
+        else:
+            batch["labels"] = ids.clone()
+        batches.append(batch)
+    return batches
+
+
+class _BatchList(torch.utils.data.Dataset):
+    """The synthetic batches as rows, so that a `Trainer` rebuilds exactly the same batches."""
+
+    def __init__(self, batches: list[dict]) -> None:
+        self.rows = [{k: v[i] for k, v in b.items()} for b in batches for i in range(len(b["input_ids"]))]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict:
+        return self.rows[index]
+
+
+class _Timer(transformers.TrainerCallback):
+    def __init__(self, bar: tqdm) -> None:
+        self.times: list[float] = []
+        self.bar = bar
+        self._start = 0.0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.times.append(time.perf_counter() - self._start)
+        self.bar.update(1)
+
+
+def _make_model(name: str, task: str, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    config = ARCHITECTURES[name]()
+    return getattr(transformers, TASKS[task]).from_config(config)
+
+
+def _trainer_run(cls: type, args_cls: type, model: torch.nn.Module, batches: list[dict], opts: dict, bar: tqdm,
+                 **extra: Any) -> list[float]:  # fmt: skip
+    timer = _Timer(bar)
+    with tempfile.TemporaryDirectory() as out:
+        args = args_cls(output_dir=out, per_device_train_batch_size=opts["batch_size"], max_steps=len(batches),
+                        report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
+                        bf16=opts["precision"] == "bf16", torch_compile=opts["compile"], seed=0,
+                        dataloader_drop_last=True, **({"fp32": True} if opts["precision"] == "fp32" and
+                                                      args_cls is IPUTrainingArguments else {}))  # fmt: skip
+        trainer = cls(model=model, args=args, train_dataset=_BatchList(batches), callbacks=[timer], **extra)
+        trainer.train()
+    return timer.times
+
+
+def _plain_loop(model: torch.nn.Module, batches: list[dict], opts: dict, bar: tqdm) -> list[float]:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device).train()
+    step_model = torch.compile(model) if opts["compile"] else model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, fused=True)  # as transformers.Trainer defaults
+    times = []
+    for batch in batches:
+        start = time.perf_counter()
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=opts["precision"] == "bf16"):
+            loss = step_model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        bar.update(1)
+    return times
+
+
+def run_benchmark(
+    model: str = "bert-base-uncased-config", task: str = "question-answering", seq_len: int = 384,
+    batch_size: int = 64, steps: int = 20, warmup: int = 3, precision: str = "auto", compile: bool = False,
+    ipu_config: str | None = None, peak_tflops: float | None = None, output_dir: str = "benchmark_results",
+) -> dict[str, Any]:  # fmt: skip
+    """Run every runner on the same batches and write `benchmark.json` and `benchmark.png` to `output_dir`."""
+    if model not in ARCHITECTURES:
+        raise ValueError(f"--model {model!r}: expected one of {', '.join(ARCHITECTURES)}")
+    if task not in TASKS:
+        raise ValueError(f"--task {task!r}: expected one of {', '.join(TASKS)}")
+    if steps <= warmup:
+        raise ValueError(f"--steps {steps} must exceed --warmup {warmup}: the timed window would be empty")
+    cuda = torch.cuda.is_available()
+    if precision == "auto":
+        precision = "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"
+    opts = {"batch_size": batch_size, "precision": precision, "compile": compile}
+    batches = synthetic_batches(task, ARCHITECTURES[model](), batch_size, seq_len, steps)
+    config = IPUConfig.from_pretrained(ipu_config) if ipu_config else IPUConfig()
+    runners: dict[str, Callable[[tqdm], list[float]]] = {
+        "optimum-ipu IPUTrainer": lambda bar: _trainer_run(
+            IPUTrainer, IPUTrainingArguments, _make_model(model, task), batches, opts, bar, ipu_config=config
+        ),  # fmt: skip
+        "transformers.Trainer": lambda bar: _trainer_run(
+            transformers.Trainer, transformers.TrainingArguments, _make_model(model, task), batches, opts, bar
+        ),  # fmt: skip
+        "plain PyTorch loop": lambda bar: _plain_loop(_make_model(model, task), batches, opts, bar),
+    }
+    reference = _make_model(model, task)
+    sample_flops = flops_per_sample(reference, reference.config, seq_len, training=True)
+    del reference
+    results = []
+    with tqdm(total=steps * len(runners), desc="benchmark", unit="step") as bar:
+        for name, runner in runners.items():
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            times = runner(bar)
+            steady = times[warmup:]
+            step = statistics.median(steady)
+            samples = batch_size / step
+            tflops = samples * sample_flops / 1e12
+            results.append(RunResult(
+                name=name, samples_per_second=samples, tokens_per_second=samples * seq_len,
+                time_to_first_step_s=times[0], step_times_s=times,
+                peak_memory_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+                tflops=tflops, mfu=tflops / peak_tflops if peak_tflops else None,
+            ))  # fmt: skip
+    ours = results[0].samples_per_second
+    report = {
+        "model": model, "task": task, "seq_len": seq_len, "batch_size": batch_size, "steps": steps,
+        "warmup": warmup, "precision": precision, "compile": compile, "flops_per_sample": sample_flops,
+        "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({os.cpu_count()} cores)",
+        "versions": {"optimum-ipu": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+                     "python": platform.python_version()},  # fmt: skip
+        "date": time.strftime("%Y-%m-%d"),
+        "results": [asdict(r) for r in results],
+        "ratios": {f"ours / {r.name}": ours / r.samples_per_second for r in results[1:]},
+        "anchors": ANCHORS.get((model, task, seq_len), {}),
+    }  # fmt: skip
+    os.makedirs(output_dir, exist_ok=True)
+    with open(os.path.join(output_dir, "benchmark.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+    _chart(report, os.path.join(output_dir, "benchmark.png"))
+    return report
+
+
+def _chart(report: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars = {r["name"]: r["samples_per_second"] for r in report["results"]} | report["anchors"]
+    fig, ax = plt.subplots(figsize=(8, 3 + 0.3 * len(bars)))
+    ax.barh(list(bars), list(bars.values()), color=["tab:blue"] + ["tab:gray"] * (len(bars) - 1))
+    ax.invert_yaxis()
+    ax.set_xlabel("training samples / s")
+    ax.set_title(f"{report['model']} {report['task']}, seq {report['seq_len']}, batch {report['batch_size']}, "
+                 f"{report['precision']} on {report['device']}", fontsize=9)  # fmt: skip
+    for y, value in enumerate(bars.values()):
+        ax.text(value, y, f" {value:,.1f}", va="center", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def format_report(report: dict) -> str:
+    lines = [f"{'runner':26s} {'samples/s':>10s} {'tokens/s':>10s} {'1st step s':>10s} {'TFLOP/s':>8s} "
+             f"{'MFU':>6s} {'peak GiB':>8s}"]  # fmt: skip
+    for r in report["results"]:
+        mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
+        memory = f"{r['peak_memory_gib']:.1f}" if r["peak_memory_gib"] is not None else "n/a"
+        lines.append(f"{r['name']:26s} {r['samples_per_second']:10.2f} {r['tokens_per_second']:10.0f} "
+                     f"{r['time_to_first_step_s']:10.2f} {r['tflops']:8.3f} {mfu:>6s} {memory:>8s}")  # fmt: skip
+    lines += [f"{name}: {ratio:.3f}" for name, ratio in report["ratios"].items()]
+    lines += [f"anchor {name}: {value} samples/s" for name, value in report["anchors"].items()]
+    return "\n".join(lines)
+
+
+__all__ = ["run_benchmark", "format_report", "ARCHITECTURES", "TASKS"]
