@@ -32,6 +32,7 @@ from ..runtime.devices import default_device
 from ..runtime.distributed import replicas_per_process, world_size
 from ..runtime.engine import Engine
 from ..runtime.optimizers import Lamb
+from ..runtime.sharding import ShardedOptimizer
 from .checkpoints import COMPLETE_MARKER, MarkCheckpointComplete, is_complete, last_complete_checkpoint
 from .training_args import IPUTrainingArguments
 
@@ -91,6 +92,25 @@ class _CompileOnly(TrainerCallback):
         control.should_training_stop = True
 
 
+class _GatherShardedOptimizer(TrainerCallback):
+    """A sharded (ZeRO) optimizer's state is gathered on the main process right before `Trainer` saves a
+    checkpoint (a collective: every process takes part), so `optimizer.pt` holds the whole state."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    def _gather(self, control: Any) -> None:
+        if control.should_save:
+            optimizer = self.trainer.optimizer
+            getattr(optimizer, "optimizer", optimizer).consolidate_state_dict(to=0)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._gather(control)
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._gather(control)
+
+
 class _PadToStaticBatch:
     """Collator wrapper: pad every batch to `batch_size` rows by repeating its last row, and record which
     rows are real, so the compiled graph sees one shape and padded predictions can be dropped."""
@@ -146,6 +166,11 @@ class IPUTrainer(Trainer):
             device=self.args.device,
         )
         self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=self.engine.device)
+        self.sharded_optimizer = self.ipu_config.value("replicated_tensor_sharding") and world_size() > 1
+        if self.sharded_optimizer:
+            self.add_callback(_GatherShardedOptimizer(self))
+        if self.ipu_config.value("optimizer_state_offchip"):
+            logger.warning("optimizer_state_offchip: not implemented yet; the optimizer state stays with the model")
         self.step_timer = _StepTimer()
         self.add_callback(self.step_timer)
         self.add_callback(MarkCheckpointComplete(self))
@@ -219,6 +244,22 @@ class IPUTrainer(Trainer):
             kwargs = {"lr": args.learning_rate, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
             return Lamb, kwargs
         return Trainer.get_optimizer_cls_and_kwargs(args, model)
+
+    def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
+        """`Trainer`'s optimizer; with `replicated_tensor_sharding` over several replicas, its state is sharded
+        over them (ZeRO-1, `ShardedOptimizer`), same numbers, less memory each."""
+        if self.optimizer is not None or not self.sharded_optimizer:
+            return super().create_optimizer(model)
+        opt_model = self.model if model is None else model
+        decay = set(self.get_decay_parameter_names(opt_model))
+        named = [(n, p) for n, p in opt_model.named_parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for n, p in named if n in decay], "weight_decay": self.args.weight_decay},
+            {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0},
+        ]
+        optimizer_cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
+        self.optimizer = ShardedOptimizer(groups, optimizer_class=optimizer_cls, **kwargs)
+        return self.optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
         scheduler = super().create_scheduler(num_training_steps, optimizer)

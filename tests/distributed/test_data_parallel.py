@@ -71,6 +71,20 @@ def test_two_replicas_on_two_processes_equal_one_process(tmp_path, one_process):
     assert json.loads((tmp_path / "resumed" / "result.json").read_text())["step"] == 4
 
 
+def test_sharded_optimizer_state_same_numbers_less_state(tmp_path, one_process):
+    sharded = json.dumps(
+        {"replication_factor": 2, "gradient_accumulation_steps": 2, "replicated_tensor_sharding": True}
+    )
+    run = torchrun(2, tmp_path, sharded, 3)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert_same_run(result(tmp_path), one_process)
+    assert 0 < result(tmp_path)[0]["optimizer_state_numel"] < one_process[0]["optimizer_state_numel"]
+    # the checkpoint holds the whole optimizer state: one process resumes from it
+    resumed = launch(PYTHON, WORKER, str(tmp_path / "resumed"), REPLICAS_2, "4",
+                     extra_env={"RESUME_FROM": str(tmp_path / "checkpoint-3")})  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+
 def test_two_hosts_on_loopback(tmp_path, one_process):
     port = free_port()
     common = ["--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",

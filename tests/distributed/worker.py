@@ -14,6 +14,7 @@ import os
 import sys
 
 import datasets
+import torch
 import transformers
 
 from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments
@@ -47,8 +48,13 @@ def main() -> None:
     if trainer.args.process_index == 0:
         losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
         trainer.save_model(os.path.join(out, "final"))
+        optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+        local = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer keeps this rank's shard there
+        state_numel = sum(t.numel() for s in local.state.values() for t in s.values() if torch.is_tensor(t))
+        result = {"losses": losses, "world_size": trainer.args.world_size, "step": trainer.state.global_step,
+                  "optimizer_state_numel": state_numel}  # fmt: skip
         with open(os.path.join(out, "result.json"), "w") as f:
-            json.dump({"losses": losses, "world_size": trainer.args.world_size, "step": trainer.state.global_step}, f)
+            json.dump(result, f)
 
 
 if __name__ == "__main__":
