@@ -12,6 +12,7 @@ from typing import Any
 from .config import IPUConfig
 from .config_validation import bundled_config_ids
 from .errors import IncompatibleIPUConfigError
+from .models.plans import AUTO_CLASSES
 
 __version__ = "0.1.0"
 
@@ -24,21 +25,7 @@ _LAZY: dict[str, str] = {
     "IPUTrainingArguments": ".trainer.training_args",
     "IPUTrainer": ".trainer.trainer",
     "last_complete_checkpoint": ".trainer.checkpoints",
-    **{
-        name: ".models.auto"
-        for name in (
-            "AutoModel",
-            "AutoModelForPreTraining",
-            "AutoModelForMaskedLM",
-            "AutoModelForCausalLM",
-            "AutoModelForSeq2SeqLM",
-            "AutoModelForSequenceClassification",
-            "AutoModelForTokenClassification",
-            "AutoModelForQuestionAnswering",
-            "AutoModelForMultipleChoice",
-            "AutoModelForImageClassification",
-        )
-    },
+    **{name: ".models.auto" for name in AUTO_CLASSES},
 }
 
 

@@ -14,6 +14,7 @@ import transformers
 
 from ..config import IPUConfig
 from .pipelined import PipelinedModel, to_pipelined
+from .plans import AUTO_CLASSES
 
 
 class _IPUAutoModel:
@@ -53,6 +54,7 @@ def _make(name: str) -> type[_IPUAutoModel]:
     return type(name, (_IPUAutoModel,), {"_hf_auto_class": name, "__doc__": doc})
 
 
+# One class per name of transformers' auto classes (listed in plans.AUTO_CLASSES).
 AutoModel = _make("AutoModel")
 AutoModelForPreTraining = _make("AutoModelForPreTraining")
 AutoModelForMaskedLM = _make("AutoModelForMaskedLM")
@@ -63,16 +65,4 @@ AutoModelForTokenClassification = _make("AutoModelForTokenClassification")
 AutoModelForQuestionAnswering = _make("AutoModelForQuestionAnswering")
 AutoModelForMultipleChoice = _make("AutoModelForMultipleChoice")
 AutoModelForImageClassification = _make("AutoModelForImageClassification")
-
-AUTO_CLASSES = [
-    "AutoModel",
-    "AutoModelForPreTraining",
-    "AutoModelForMaskedLM",
-    "AutoModelForCausalLM",
-    "AutoModelForSeq2SeqLM",
-    "AutoModelForSequenceClassification",
-    "AutoModelForTokenClassification",
-    "AutoModelForQuestionAnswering",
-    "AutoModelForMultipleChoice",
-    "AutoModelForImageClassification",
-]
+assert {name for name in globals() if name.startswith("AutoModel")} == set(AUTO_CLASSES)

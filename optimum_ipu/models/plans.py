@@ -103,6 +103,20 @@ VOCABULARY_LOSS: dict[str, str] = {
     "T5ForConditionalGeneration": "masked",
 }
 
+# `optimum_ipu.AutoModelFor*`: same names as transformers' auto classes, returning pipelined models.
+AUTO_CLASSES = (
+    "AutoModel",
+    "AutoModelForPreTraining",
+    "AutoModelForMaskedLM",
+    "AutoModelForCausalLM",
+    "AutoModelForSeq2SeqLM",
+    "AutoModelForSequenceClassification",
+    "AutoModelForTokenClassification",
+    "AutoModelForQuestionAnswering",
+    "AutoModelForMultipleChoice",
+    "AutoModelForImageClassification",
+)
+
 PLAN_BY_CLASS: dict[str, StagePlan] = {cls: plan for plan in PLANS for cls in plan.classes}
 PLAN_BY_FAMILY: dict[str, StagePlan] = {plan.family: plan for plan in PLANS}
 
