@@ -236,8 +236,3 @@ def to_pipelined(model: nn.Module, ipu_config: IPUConfig | str, parallelize: boo
     pipelined = PipelinedModel(model, ipu_config)
     pipelined.train(model.training)
     return pipelined.parallelize() if parallelize else pipelined
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The stock model inside a `PipelinedModel` (or the model itself)."""
-    return model.model if isinstance(model, PipelinedModel) else model
