@@ -28,6 +28,7 @@ from . import __version__
 from .config import IPUConfig
 from .models import plan_for_config
 from .trainer import IPUTrainer, IPUTrainingArguments
+from .trainer.trainer import StepTimer
 
 logger = logging.getLogger(__name__)
 
@@ -110,19 +111,17 @@ class _BatchList(torch.utils.data.Dataset):
         return self.rows[index]
 
 
-class _Timer(transformers.TrainerCallback):
-    def __init__(self, bar: tqdm) -> None:
-        self.times: list[float] = []
-        self.bar = bar
-        self._start = 0.0
+class _Timer(StepTimer):
+    """`IPUTrainer`'s step timer, waiting for the GPU at each step end and moving the progress bar."""
 
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._start = time.perf_counter()
+    def __init__(self, bar: tqdm) -> None:
+        super().__init__()
+        self.bar = bar
 
     def on_step_end(self, args, state, control, **kwargs):
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        self.times.append(time.perf_counter() - self._start)
+        super().on_step_end(args, state, control, **kwargs)
         self.bar.update(1)
 
 
@@ -143,7 +142,7 @@ def _trainer_run(cls: type, args_cls: type, model: torch.nn.Module, batches: lis
                                                       args_cls is IPUTrainingArguments else {}))  # fmt: skip
         trainer = cls(model=model, args=args, train_dataset=_BatchList(batches), callbacks=[timer], **extra)
         trainer.train()
-    return timer.times
+    return timer.durations
 
 
 def _plain_loop(model: torch.nn.Module, batches: list[dict], opts: dict, bar: tqdm) -> list[float]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import IncompatibleIPUConfigError
+from .files import write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -307,10 +308,7 @@ class IPUConfig:
 
     def to_json_file(self, json_file_path: str | os.PathLike) -> None:
         """Write the config as JSON atomically: a reader never sees a half-written file."""
-        path = Path(json_file_path)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(self.to_json_string(), encoding="utf-8")
-        os.replace(tmp, path)
+        write_text_atomic(json_file_path, self.to_json_string())
 
     def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
         """Save as `save_directory/ipu_config.json` (the folder is created if needed); returns the file's path."""

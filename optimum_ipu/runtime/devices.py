@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .distributed import world_size
+
 
 @dataclass(frozen=True)
 class DeviceInfo:
@@ -26,11 +28,11 @@ class DeviceInfo:
 
 
 def detect_devices() -> DeviceInfo:
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    processes = world_size()
     if torch.cuda.is_available():
         n = torch.cuda.device_count()
-        return DeviceInfo("cuda", n, [torch.cuda.get_device_name(i) for i in range(n)], world_size)
-    return DeviceInfo("cpu", 1, [f"CPU ({os.cpu_count()} cores, {torch.get_num_threads()} threads)"], world_size)
+        return DeviceInfo("cuda", n, [torch.cuda.get_device_name(i) for i in range(n)], processes)
+    return DeviceInfo("cpu", 1, [f"CPU ({os.cpu_count()} cores, {torch.get_num_threads()} threads)"], processes)
 
 
 def default_device() -> torch.device:

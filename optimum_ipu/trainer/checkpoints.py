@@ -16,6 +16,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from ..files import write_text_atomic
+
 logger = logging.getLogger(__name__)
 
 COMPLETE_MARKER = "checkpoint_complete.json"
@@ -50,13 +52,8 @@ def last_complete_checkpoint(folder: str) -> str | None:
 
 
 def write_marker(checkpoint: str, global_step: int) -> None:
-    path = os.path.join(checkpoint, COMPLETE_MARKER)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"global_step": global_step, "files": sorted(os.listdir(checkpoint))}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    marker = {"global_step": global_step, "files": sorted(os.listdir(checkpoint))}
+    write_text_atomic(os.path.join(checkpoint, COMPLETE_MARKER), json.dumps(marker))
 
 
 class MarkCheckpointComplete(TrainerCallback):

@@ -27,10 +27,11 @@ from torch import nn
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from ..config import IPUConfig
+from ..files import write_text_atomic
 from ..models.pipelined import to_pipelined
 from ..runtime.devices import default_device
 from ..runtime.distributed import replicas_per_process, world_size
-from ..runtime.engine import Engine
+from ..runtime.engine import Engine, configure_compile_cache
 from ..runtime.optimizers import Lamb
 from ..runtime.sharding import ShardedOptimizer
 from .checkpoints import COMPLETE_MARKER, MarkCheckpointComplete, is_complete, last_complete_checkpoint
@@ -56,7 +57,7 @@ class _SkipOnOverflow:
         return getattr(self.scheduler, name)
 
 
-class _StepTimer(TrainerCallback):
+class StepTimer(TrainerCallback):
     """Times optimizer steps, so that compilation (in the first step) is reported apart from throughput."""
 
     def __init__(self) -> None:
@@ -171,7 +172,7 @@ class IPUTrainer(Trainer):
             self.add_callback(_GatherShardedOptimizer(self))
         if self.ipu_config.value("optimizer_state_offchip"):
             logger.warning("optimizer_state_offchip: not implemented yet; the optimizer state stays with the model")
-        self.step_timer = _StepTimer()
+        self.step_timer = StepTimer()
         self.add_callback(self.step_timer)
         self.add_callback(MarkCheckpointComplete(self))
         if args.compile_only:
@@ -180,8 +181,6 @@ class IPUTrainer(Trainer):
             self.add_callback(_CompileOnly(model))
         logger.info("IPUTrainer: %s, precision %s", self.pipelined.describe_layout(), self.engine.precision)
         if self.args.torch_compile:
-            from ..runtime.engine import configure_compile_cache
-
             configure_compile_cache(self.ipu_config.executable_cache_dir)
 
     def _engine_args(self, args: IPUTrainingArguments) -> IPUTrainingArguments:
@@ -250,6 +249,7 @@ class IPUTrainer(Trainer):
         over them (ZeRO-1, `ShardedOptimizer`), same numbers, less memory each."""
         if self.optimizer is not None or not self.sharded_optimizer:
             return super().create_optimizer(model)
+        # Trainer's weight-decay groups, rebuilt here: Trainer would call a non-Optimizer class as a factory.
         opt_model = self.model if model is None else model
         decay = set(self.get_decay_parameter_names(opt_model))
         named = [(n, p) for n, p in opt_model.named_parameters() if p.requires_grad]
@@ -270,7 +270,8 @@ class IPUTrainer(Trainer):
     def get_train_dataloader(self) -> torch.utils.data.DataLoader:
         dataset = self.train_dataset
         if dataset is not None and hasattr(dataset, "__len__"):
-            per_call = self.args.per_device_train_batch_size * self.ipu_config.batch_size_factor(for_inference=False)
+            factor = self.ipu_config.batch_size_factor(for_inference=False)
+            per_call = self.args.per_device_train_batch_size * factor
             if len(dataset) < per_call:
                 logger.warning(
                     "the training set has %d samples, fewer than one host call takes (%d = micro-batch %d x %d): "
@@ -279,7 +280,7 @@ class IPUTrainer(Trainer):
                     len(dataset),
                     per_call,
                     self.args.per_device_train_batch_size,
-                    self.ipu_config.batch_size_factor(for_inference=False),
+                    factor,
                 )
         # Static shapes: every training batch is full, so each graph compiles once. Evaluation keeps every
         # sample (`pad_on_batch_axis` pads its last batch instead).
@@ -373,10 +374,9 @@ class IPUTrainer(Trainer):
         output_dir = output_dir or self.args.output_dir
         self.ipu_config.save_pretrained(output_dir)
         if self.engine.loss_scaler.enabled:
-            path = os.path.join(output_dir, LOSS_SCALER_FILE)
-            with open(f"{path}.tmp", "w", encoding="utf-8") as f:
-                json.dump(self.engine.loss_scaler.state_dict(), f)
-            os.replace(f"{path}.tmp", path)
+            write_text_atomic(
+                os.path.join(output_dir, LOSS_SCALER_FILE), json.dumps(self.engine.loss_scaler.state_dict())
+            )
 
 
 def _select_rows(value: Any, keep: torch.Tensor) -> Any:
