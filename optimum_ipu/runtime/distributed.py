@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+
+import torch.distributed as dist
 
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
@@ -11,6 +15,24 @@ from ..errors import IncompatibleIPUConfigError
 def world_size() -> int:
     """Processes of this job (`WORLD_SIZE`, set by `torchrun`; 1 otherwise)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+@functools.cache  # register once per process
+def release_process_group_at_exit() -> None:
+    """Destroy the default process group when the interpreter exits, while Python is still fully alive.
+
+    A process that leaves without `destroy_process_group()` may abort (SIGABRT, "terminate called without an
+    active exception"): gloo's worker threads can still hold finished work with tensors, and freeing them during
+    interpreter finalization takes the GIL too late (pytorch/pytorch#179291). `transformers.Trainer` never
+    destroys the group, so scripts such as `run_qa.py` under `torchrun` exited with code -6 at random after a
+    successful run. The handler does nothing if the group is gone already.
+    """
+    atexit.register(_destroy_process_group)
+
+
+def _destroy_process_group() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def replicas_per_process(ipu_config: IPUConfig, processes: int | None = None) -> int:

@@ -30,7 +30,7 @@ from ..config import IPUConfig
 from ..files import write_text_atomic
 from ..models.pipelined import to_pipelined
 from ..runtime.devices import default_device
-from ..runtime.distributed import replicas_per_process, world_size
+from ..runtime.distributed import release_process_group_at_exit, replicas_per_process, world_size
 from ..runtime.engine import Engine, configure_compile_cache
 from ..runtime.optimizers import Lamb
 from ..runtime.sharding import ShardedOptimizer
@@ -167,6 +167,8 @@ class IPUTrainer(Trainer):
             device=self.args.device,
         )
         self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=self.engine.device)
+        if world_size() > 1:
+            release_process_group_at_exit()
         self.sharded_optimizer = self.ipu_config.value("replicated_tensor_sharding") and world_size() > 1
         if self.sharded_optimizer:
             self.add_callback(_GatherShardedOptimizer(self))
