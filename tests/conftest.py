@@ -46,3 +46,54 @@ def tiny_qa_model_dir(tmp_path_factory, minilm_dir) -> Path:
     transformers.BertForQuestionAnswering(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def tokenizer_for(shared_data, minilm_dir):
+    """`tokenizer_for(family)`: a tokenizer of the family, built once per session (see `tests.local_tokenizers`).
+
+    BERT and DistilBERT get the real bert-base-uncased WordPiece vocabulary (MiniLM package); GPT-2, RoBERTa
+    and T5 get small BPE / Unigram vocabularies trained on the shared text.
+    """
+    import transformers
+
+    from .local_tokenizers import byte_level_bpe, t5_unigram
+
+    built = {}
+
+    def build(family: str):
+        if family not in built:
+            if family in ("bert", "distilbert"):
+                built[family] = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+            elif family in ("gpt2", "roberta"):
+                built[family] = byte_level_bpe(shared_data, family)
+            elif family == "t5":
+                built[family] = t5_unigram(shared_data)
+            else:
+                raise KeyError(family)
+        return built[family]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def tiny_pretrained(tmp_path_factory, tokenizer_for):
+    """`tiny_pretrained(class_name, **config)`: a folder with a tiny random model and its family's tokenizer.
+
+    Folders are cached per (class, overrides) for the session; scripts take them as `--model_name_or_path`.
+    """
+    from optimum_ipu.models.plans import PLAN_BY_CLASS
+
+    from .local_tokenizers import save_tiny_pretrained
+
+    made = {}
+
+    def build(class_name: str, **config) -> Path:
+        key = (class_name, tuple(sorted(config.items())))
+        if key not in made:
+            path = tmp_path_factory.mktemp(f"tiny-{class_name}")
+            tokenizer = tokenizer_for(PLAN_BY_CLASS[class_name].family)
+            made[key] = save_tiny_pretrained(path, class_name, tokenizer, **config)
+        return made[key]
+
+    return build

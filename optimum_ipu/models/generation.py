@@ -1,0 +1,74 @@
+"""Generation at static shapes: fixed batch and prompt sizes, and a KV cache allocated once at its full length.
+
+On an IPU a generation loop is one compiled graph of fixed shapes; the same holds for `torch.compile` and CUDA
+graphs here. `generate_static` pads the batch and the prompt to fixed sizes and asks `transformers` for its
+static KV cache (`cache_implementation="static"`), so every decoding step has the same shapes. Greedy and
+beam search give the tokens of the stock model's `generate()` on the unpadded inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def generate_static(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    batch_size: int | None = None,
+    prompt_length: int | None = None,
+    **generate_kwargs: Any,
+) -> torch.Tensor:
+    """`model.generate()` with the batch padded to `batch_size` rows and prompts to `prompt_length` tokens.
+
+    Args:
+        model (`transformers.PreTrainedModel`): a model with `generate()` (the stock model, or
+            `PipelinedModel.model`).
+        input_ids (`torch.Tensor` of shape `(batch, length)`): prompts, right-padded for encoder-decoder
+            models and left-padded for decoder-only ones (as their tokenizers do for generation).
+        attention_mask (`torch.Tensor`, *optional*): 1 for tokens, 0 for padding.
+        batch_size (`int`, *optional*): rows to pad the batch to (the last batch of a data set is short); the
+            padded rows are dropped from the result.
+        prompt_length (`int`, *optional*): tokens to pad each prompt to; longer prompts are an error.
+        generate_kwargs: passed to `generate()` (`max_new_tokens`, `num_beams`, ...).
+
+    Returns:
+        `torch.Tensor`: the generated ids of the real rows, as `generate()` returns them.
+    """
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    rows, length = input_ids.shape
+    pad_id = _pad_token_id(model)
+    if prompt_length is not None and length < prompt_length:
+        extra = prompt_length - length
+        ids_pad = input_ids.new_full((rows, extra), pad_id)
+        mask_pad = attention_mask.new_zeros((rows, extra))
+        left = not getattr(model.config, "is_encoder_decoder", False)  # decoder-only models continue the last token
+        input_ids = torch.cat([ids_pad, input_ids] if left else [input_ids, ids_pad], dim=1)
+        attention_mask = torch.cat([mask_pad, attention_mask] if left else [attention_mask, mask_pad], dim=1)
+    elif prompt_length is not None and length > prompt_length:
+        raise ValueError(f"a prompt has {length} tokens but prompt_length is {prompt_length}: raise prompt_length")
+    if batch_size is not None and rows < batch_size:
+        # pad rows repeat the first row: a row of padding only would attend to nothing
+        input_ids = torch.cat([input_ids, input_ids[:1].expand(batch_size - rows, -1)])
+        attention_mask = torch.cat([attention_mask, attention_mask[:1].expand(batch_size - rows, -1)])
+    generate_kwargs.setdefault("cache_implementation", "static")
+    generate_kwargs.setdefault("pad_token_id", pad_id)
+    with torch.no_grad():
+        output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)
+    return output[:rows]
+
+
+def _pad_token_id(model: nn.Module) -> int:
+    config = model.generation_config if getattr(model, "generation_config", None) is not None else model.config
+    for name in ("pad_token_id", "eos_token_id"):
+        value = getattr(config, name, None)
+        if isinstance(value, list):
+            value = value[0] if value else None
+        if value is not None:
+            return int(value)
+    return 0
