@@ -39,20 +39,15 @@ def replicas_per_process(ipu_config: IPUConfig, processes: int | None = None) ->
     """How many data-parallel replicas this process runs, one after the other.
 
     One process runs every replica of the config in turn (their micro-batches are accumulated, which gives the
-    numbers of as many devices). Under `torchrun`, each process owns one device slot: the number of processes
-    must be `ipus_per_replica x replication_factor`, else a clear error says which numbers disagree.
+    numbers of as many devices). Under `torchrun`, each process owns one device slot (one stage of one
+    replica): the number of processes must be `ipus_per_replica x replication_factor`, else a clear error says
+    which numbers disagree.
     """
     processes = world_size() if processes is None else processes
     ipus, replicas = ipu_config.value("ipus_per_replica"), ipu_config.value("replication_factor")
     if processes == 1:
         return replicas
-    if ipus > 1:
-        raise IncompatibleIPUConfigError(
-            f"ipus_per_replica is {ipus}: pipeline stages on separate processes are not supported yet. Run one "
-            "process (the stages then run in turn on its device), or put the model on one stage per replica "
-            "(layers_per_ipu=[-1], ipus_per_replica=1) for data parallelism over the processes"
-        )
-    if replicas != processes:
+    if ipus * replicas != processes:
         raise IncompatibleIPUConfigError(
             f"{processes} processes (WORLD_SIZE) but the IPU config asks for {ipus * replicas} device slots "
             f"(ipus_per_replica {ipus} x replication_factor {replicas}); launch torchrun --nproc_per_node "

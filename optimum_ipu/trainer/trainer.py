@@ -35,6 +35,7 @@ from ..runtime.engine import Engine, configure_compile_cache
 from ..runtime.optimizers import Lamb
 from ..runtime.sharding import ShardedOptimizer
 from .checkpoints import COMPLETE_MARKER, MarkCheckpointComplete, is_complete, last_complete_checkpoint
+from .stages import ProcessPipeline
 from .training_args import IPUTrainingArguments
 
 logger = logging.getLogger(__name__)
@@ -169,6 +170,9 @@ class IPUTrainer(Trainer):
         self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=self.engine.device)
         if world_size() > 1:
             release_process_group_at_exit()
+        self.process_pipeline = (
+            ProcessPipeline(self, args.pipeline_schedule) if ProcessPipeline.wanted(self.ipu_config) else None
+        )
         self.sharded_optimizer = self.ipu_config.value("replicated_tensor_sharding") and world_size() > 1
         if self.sharded_optimizer:
             self.add_callback(_GatherShardedOptimizer(self))
@@ -223,6 +227,14 @@ class IPUTrainer(Trainer):
         model.train()
         self.ipu_config.train()
         inputs = self._prepare_inputs(inputs)
+        if self.process_pipeline is not None:
+            loss = self.process_pipeline.training_step(inputs, last_of_step=self.accelerator.sync_gradients)
+            if self.user_args.stop_on_nan and self.accelerator.sync_gradients and not bool(torch.isfinite(loss)):
+                raise FloatingPointError(
+                    f"the loss is NaN or infinite at step {self.state.global_step + 1}; lower the learning rate, "
+                    "or pass --stop_on_nan false to train on"
+                )
+            return loss
         loss = self.engine.backward(lambda: self.compute_loss(model, inputs), self.current_gradient_accumulation_steps)
         # Kept on the device and checked once per optimizer step: no host sync per micro-batch.
         self._nonfinite_loss = self._nonfinite_loss | ~torch.isfinite(loss)
@@ -237,6 +249,21 @@ class IPUTrainer(Trainer):
                 self.engine.optimizer_steps = self.state.global_step
                 self.engine.unscale_and_check()
         return loss
+
+    def _wrap_model(self, model: nn.Module, training: bool = True, dataloader: Any = None) -> nn.Module:
+        if self.process_pipeline is not None and training:
+            return self.process_pipeline.wrap(model)  # stages reduce their own gradients: no DDP over all
+        return super()._wrap_model(model, training, dataloader)
+
+    def _clip_grad_norm(self, model: nn.Module) -> Any:
+        if self.process_pipeline is not None:
+            return self.process_pipeline.clip_grad_norm(self.args.max_grad_norm)  # the norm over every stage
+        return super()._clip_grad_norm(model)
+
+    def get_total_train_batch_size(self, args: TrainingArguments) -> int:
+        total = super().get_total_train_batch_size(args)
+        # the stages of a replica share its samples: only replicas multiply the batch
+        return total // self.process_pipeline.stages if self.process_pipeline is not None else total
 
     @staticmethod
     def get_optimizer_cls_and_kwargs(args: TrainingArguments, model: nn.Module | None = None) -> tuple[Any, Any]:
@@ -289,9 +316,10 @@ class IPUTrainer(Trainer):
         drop_last = self.args.dataloader_drop_last
         self.args.dataloader_drop_last = True
         try:
-            return super().get_train_dataloader()
+            loader = super().get_train_dataloader()
         finally:
             self.args.dataloader_drop_last = drop_last
+        return self.process_pipeline.shard_loader(loader) if self.process_pipeline is not None else loader
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
         """`Trainer.train`, resuming only from complete checkpoints and restoring the fp16 loss scale.
@@ -331,6 +359,11 @@ class IPUTrainer(Trainer):
         return output
 
     # ---------------------------------------------------------------- evaluation
+    def evaluation_loop(self, *args: Any, **kwargs: Any) -> Any:
+        if self.process_pipeline is not None:
+            self.process_pipeline.synchronize()  # every process evaluates the whole model on its shard
+        return super().evaluation_loop(*args, **kwargs)
+
     def get_eval_dataloader(self, eval_dataset: Any = None) -> torch.utils.data.DataLoader:
         return self._static_loader(super().get_eval_dataloader, eval_dataset)
 
@@ -367,9 +400,16 @@ class IPUTrainer(Trainer):
         return loss, logits, labels
 
     # -------------------------------------------------------------------- saving
+    def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
+        if self.process_pipeline is not None:
+            self.process_pipeline.synchronize(self.optimizer)  # the checkpoint of a single-process run
+        super()._save_checkpoint(model, trial)
+
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Save the stock model (`transformers` layout) and `ipu_config.json` beside it; in checkpoints also
         the fp16 loss scale, so a resumed run continues with it."""
+        if self.process_pipeline is not None:
+            self.process_pipeline.synchronize()  # called by every process, as in the example scripts
         super().save_model(output_dir, _internal_call)
         if not self.args.should_save:
             return

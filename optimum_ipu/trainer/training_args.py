@@ -19,6 +19,7 @@ from ..runtime.distributed import world_size
 
 logger = logging.getLogger(__name__)
 
+PIPELINE_SCHEDULES = ("1F1B", "GPipe")
 DATALOADER_MODES = ("batch", "async", "async_rebatched")
 
 
@@ -64,6 +65,10 @@ class IPUTrainingArguments(TrainingArguments):
         logging_nan_inf_filter (`bool`, *optional*, defaults to `False`):
             As in `transformers` (where it defaults to `True`): replace NaN/inf losses in the logs by the running
             mean. Off here, so a NaN is never hidden.
+        pipeline_schedule (`str`, *optional*, defaults to `"1F1B"`):
+            The schedule of pipeline stages on separate processes (`torchrun`, `ipus_per_replica` > 1): `"1F1B"`
+            (one forward, one backward: fewer activations alive) or `"GPipe"` (all forwards, then all backwards).
+            Same numbers either way. With one process the stages run in turn and this has no effect.
         ddp_timeout (`int`, *optional*, defaults to 120):
             Seconds a process waits in a collective before it gives up: a rank that died or hangs ends the job
             within this bound (`transformers` waits 1,800 s by default).
@@ -89,6 +94,9 @@ class IPUTrainingArguments(TrainingArguments):
     logging_nan_inf_filter: bool = field(
         default=False, metadata={"help": "Hide NaN/inf losses from the logs (off: a NaN is never hidden)."}
     )
+    pipeline_schedule: str = field(
+        default="1F1B", metadata={"help": "Schedule of pipeline stages on separate processes: 1F1B or GPipe."}
+    )
     ddp_timeout: int = field(
         default=120, metadata={"help": "Seconds a process waits on the others (a dead rank ends the job after it)."}
     )
@@ -105,6 +113,10 @@ class IPUTrainingArguments(TrainingArguments):
                 # transformers 5 reads a warmup_steps below 1 as a ratio of the training steps (a ratio of
                 # exactly 1 would read as one step: just below it rounds up to all the steps).
                 self.warmup_steps = min(self.warmup_ratio, 1.0 - 1e-9)
+        if self.pipeline_schedule not in PIPELINE_SCHEDULES:
+            raise ValueError(
+                f"--pipeline_schedule: got {self.pipeline_schedule!r}; expected one of {', '.join(PIPELINE_SCHEDULES)}"
+            )
         if self.dataloader_mode not in DATALOADER_MODES:
             raise ValueError(
                 f"--dataloader_mode: got {self.dataloader_mode!r}; expected one of {', '.join(DATALOADER_MODES)}"

@@ -1,4 +1,7 @@
-"""Pipeline stages on 2 processes (gloo): losses and weights equal the single-process engine's."""
+"""Pipeline stages on 2 and 4 processes (gloo): losses and weights equal the single-process run's.
+
+First the runtime's `PipelineEngine` alone, then through `IPUTrainer` (pipeline=2; pipeline=2 x replicas=2).
+"""
 
 from __future__ import annotations
 
@@ -11,11 +14,12 @@ from safetensors.torch import load_file
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.runtime.engine import Engine
 
-from ..conftest import REPO_ROOT
+from ..conftest import PYTHON, REPO_ROOT
 from ..tiny_models import tiny_inputs, tiny_model
 from .test_data_parallel import TORCHRUN, free_port, launch
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "pipeline_worker.py")
+TRAINER_WORKER = str(REPO_ROOT / "tests" / "distributed" / "worker.py")
 CLASS = "BertForQuestionAnswering"
 STEPS = 3
 
@@ -59,3 +63,63 @@ def test_too_few_micro_batches_for_the_stages(tmp_path):
                  json.dumps(config), "1F1B", "1")  # fmt: skip
     assert run.returncode != 0
     assert "gradient_accumulation_steps 1 is below the 2 pipeline stages" in run.stderr
+
+
+# ---------------------------------------------------------------- through IPUTrainer (tests/distributed/worker.py)
+PIPELINE_2 = {"layers_per_ipu": [2, 2], "ipus_per_replica": 2, "gradient_accumulation_steps": 2}
+
+
+@pytest.fixture(scope="module")
+def trainer_one_process(tmp_path_factory):
+    """The reference: the pipeline x replica config of the tests below, its stages and replicas in one process."""
+    out = tmp_path_factory.mktemp("trainer-one")
+    config = json.dumps({**PIPELINE_2, "replication_factor": 2})
+    run = launch(PYTHON, TRAINER_WORKER, str(out), config, "3")
+    assert run.returncode == 0, run.stderr[-3000:]
+    return out
+
+
+def trainer_result(out) -> tuple[dict, dict[str, torch.Tensor]]:
+    return json.loads((out / "result.json").read_text()), load_file(out / "final" / "model.safetensors")
+
+
+def assert_same_training(got_dir, want_dir) -> None:
+    (got, got_weights), (want, want_weights) = trainer_result(got_dir), trainer_result(want_dir)
+    assert got["step"] == want["step"]
+    assert got["losses"] == pytest.approx(want["losses"], abs=1e-5)
+    assert got_weights.keys() == want_weights.keys()  # the stock layout, every stage's weights
+    for key, value in want_weights.items():
+        torch.testing.assert_close(got_weights[key], value, atol=1e-5, rtol=0, msg=key)
+
+
+@pytest.mark.parametrize("schedule", ["1F1B", "GPipe"])
+def test_trainer_two_stages_on_two_processes_equal_one_process(tmp_path, schedule):
+    config = json.dumps(PIPELINE_2)
+    reference = tmp_path / "one"
+    run = launch(PYTHON, TRAINER_WORKER, str(reference), config, "3")
+    assert run.returncode == 0, run.stderr[-3000:]
+    two = tmp_path / "two"
+    run = launch(*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", TRAINER_WORKER, str(two), config,
+                 "3", extra_env={"PIPELINE_SCHEDULE": schedule})  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads((two / "result.json").read_text())["world_size"] == 2
+    assert_same_training(two, reference)
+    if schedule == "1F1B":
+        # the 2-process checkpoint is a single-process one: one process resumes it, and the other way round
+        resumed = launch(PYTHON, TRAINER_WORKER, str(tmp_path / "resumed-one"), config, "4",
+                         extra_env={"RESUME_FROM": str(two / "checkpoint-3")})  # fmt: skip
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        resumed_two = launch(*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", TRAINER_WORKER,
+                             str(tmp_path / "resumed-two"), config, "4",
+                             extra_env={"RESUME_FROM": str(reference / "checkpoint-3")})  # fmt: skip
+        assert resumed_two.returncode == 0, resumed_two.stderr[-3000:]
+        assert_same_training(tmp_path / "resumed-two", tmp_path / "resumed-one")
+
+
+def test_trainer_two_stages_by_two_replicas_on_four_processes(tmp_path, trainer_one_process):
+    config = json.dumps({**PIPELINE_2, "replication_factor": 2})
+    run = launch(*TORCHRUN, "--nproc_per_node=4", f"--master_port={free_port()}", TRAINER_WORKER, str(tmp_path),
+                 config, "3")  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads((tmp_path / "result.json").read_text())["world_size"] == 4
+    assert_same_training(tmp_path, trainer_one_process)

@@ -4,7 +4,8 @@
 
 Rank 0 writes OUT_DIR/result.json (logged losses) and the trained model (stock layout + ipu_config.json).
 With FAIL_RANK, that rank raises after its first optimizer step, to test that the job ends. With the
-environment variable RESUME_FROM, training resumes from that checkpoint.
+environment variable RESUME_FROM, training resumes from that checkpoint; PIPELINE_SCHEDULE picks the schedule
+of pipeline stages on separate processes.
 """
 
 from __future__ import annotations
@@ -40,14 +41,15 @@ def main() -> None:
         output_dir=out, per_device_train_batch_size=2, max_steps=max_steps, learning_rate=1e-3, logging_steps=1,
         lr_scheduler_type="constant",
         report_to=[], seed=7, save_strategy="steps", save_steps=max_steps, disable_tqdm=True, ddp_timeout=30,
+        pipeline_schedule=os.environ.get("PIPELINE_SCHEDULE", "1F1B"),
     )  # fmt: skip
     callbacks = [FailAfterFirstStep(int(sys.argv[4]))] if len(sys.argv) > 4 else []
     trainer = IPUTrainer(tiny_model(CLASS), IPUConfig.from_dict(json.loads(config_json)), args, train_dataset=train,
                          callbacks=callbacks)  # fmt: skip
     trainer.train(resume_from_checkpoint=os.environ.get("RESUME_FROM") or None)
+    trainer.save_model(os.path.join(out, "final"))  # every process calls it, as the example scripts do
     if trainer.args.process_index == 0:
         losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
-        trainer.save_model(os.path.join(out, "final"))
         optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
         local = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer keeps this rank's shard there
         state_numel = sum(t.numel() for s in local.state.values() for t in s.values() if torch.is_tensor(t))

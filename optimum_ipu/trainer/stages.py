@@ -1,0 +1,123 @@
+"""`IPUTrainer` with pipeline stages on separate processes (`torchrun`, `ipus_per_replica` > 1).
+
+`transformers.Trainer` runs one micro-batch per `training_step` and wraps the model in DDP over every
+process. A pipeline needs the other way round: the whole optimizer step's micro-batches at once (the schedule
+interleaves them over the stages), the same micro-batches on every stage of a replica, and gradients averaged
+over the replicas of each stage only. `ProcessPipeline` does that through the trainer's hooks:
+
+- `wrap` returns the model in a plain container, so accelerate does not wrap it in DDP over all processes;
+- `shard_loader` makes the training loader shard the data by replica (rank // stages), not by process, so the
+  stages of one replica see the same batches and an epoch has the single-process number of steps;
+- `training_step` collects the micro-batches of a step and runs the schedule on the last one
+  (`PipelineEngine.forward_backward`), whose mean loss it returns (0 for the others: their sum is the mean);
+- `clip_grad_norm` clips with the norm over every stage;
+- `synchronize` brings every stage's weights (and, for checkpoints, optimizer state) to every process, so
+  saves are the stock model of a single-process run and evaluation runs the whole model on every process.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config import IPUConfig
+from ..errors import IncompatibleIPUConfigError
+from ..runtime.distributed import world_size
+from ..runtime.pipeline_parallel import SCHEDULES, PipelineEngine
+
+logger = logging.getLogger(__name__)
+
+
+class StagesContainer(nn.Module):
+    """Holds the model while its stages train on separate processes (accelerate leaves it unwrapped)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+
+class ProcessPipeline:
+    """The pipeline-over-processes side of an `IPUTrainer` (see the module docstring).
+
+    Args:
+        trainer (`IPUTrainer`): the trainer; its `pipelined` model, `ipu_config`, `engine` and arguments are used.
+        schedule (`str`): `"1F1B"` or `"GPipe"`.
+    """
+
+    def __init__(self, trainer: Any, schedule: str) -> None:
+        if schedule not in SCHEDULES:
+            raise IncompatibleIPUConfigError(
+                f"pipeline_schedule: got {schedule!r}; expected one of {', '.join(SCHEDULES)}"
+            )
+        config: IPUConfig = trainer.ipu_config
+        if config.value("replicated_tensor_sharding"):
+            raise IncompatibleIPUConfigError(
+                "replicated_tensor_sharding is not supported yet with pipeline stages on separate processes; set "
+                "replicated_tensor_sharding=false, or use ipus_per_replica=1 to shard over data-parallel replicas"
+            )
+        self.trainer, self.schedule = trainer, schedule
+        self.stages = config.value("ipus_per_replica")
+        self.engine: PipelineEngine | None = None
+        self._pending: list[dict[str, torch.Tensor]] = []
+        self._stale = False  # other stages' weights changed since the last synchronize()
+        logger.info(
+            "pipeline of %d stages on separate processes x %d replicas, %s schedule",
+            self.stages,
+            config.value("replication_factor"),
+            schedule,
+        )
+
+    @staticmethod
+    def wanted(ipu_config: IPUConfig) -> bool:
+        """Whether training runs the stages on separate processes (several processes, several stages)."""
+        return world_size() > 1 and ipu_config.value("ipus_per_replica") > 1
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        return model if isinstance(model, StagesContainer) else StagesContainer(model)
+
+    def shard_loader(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
+        """Shard the prepared training loader by replica instead of by process."""
+        batch_sampler = getattr(loader, "batch_sampler", None)
+        if not hasattr(batch_sampler, "num_processes"):
+            raise ValueError(
+                "pipeline stages on separate processes need a map-style training dataset (with __len__); an "
+                "iterable dataset cannot be fed identically to every stage"
+            )
+        batch_sampler.num_processes = self.trainer.ipu_config.value("replication_factor")
+        batch_sampler.process_index = self.trainer.args.process_index // self.stages
+        return loader
+
+    def training_step(self, inputs: dict[str, Any], last_of_step: bool) -> torch.Tensor:
+        self._pending.append({k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)})
+        if not last_of_step:
+            return torch.zeros((), device=self.trainer.args.device)
+        if self.engine is None:
+            trainer = self.trainer
+            self.engine = PipelineEngine(
+                trainer.pipelined.model, trainer.ipu_config, trainer.pipelined.layer_paths(), list(self._pending[0]),
+                schedule=self.schedule, precision=trainer.engine.precision, device=trainer.args.device,
+            )  # fmt: skip
+        micro_batches, self._pending = self._pending, []
+        loss = self.engine.forward_backward(micro_batches)
+        self._stale = True
+        return loss.detach()
+
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        if self.engine is None:
+            raise RuntimeError("clip_grad_norm before the first pipeline step")
+        return self.engine.clip_grad_norm_(max_norm)
+
+    def synchronize(self, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Every stage's current weights (and optimizer state, when given) on every process of the pipeline."""
+        if self.engine is None:
+            return
+        if self._stale or optimizer is not None:
+            inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper keeps the torch optimizer
+            self.engine.synchronize(inner)
+            self._stale = False
