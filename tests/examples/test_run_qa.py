@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
+
+import pytest
 
 from ..conftest import PYTHON, REPO_ROOT
 
@@ -20,11 +24,19 @@ REFERENCE_KEYS = {
 }  # fmt: skip
 
 
-def run_qa(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
+def run_qa(*args: str, launcher: list[str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT),
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
     return subprocess.run(
-        [PYTHON, "run_qa.py", *args], cwd=QA_DIR, capture_output=True, text=True, env=env, timeout=900
-    )
+        [PYTHON, *(launcher or ["run_qa.py"]), *args], cwd=QA_DIR, capture_output=True, text=True, env=env,
+        timeout=900,
+    )  # fmt: skip
+
+
+def socket_free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def squad_files(shared_data) -> list[str]:
@@ -99,3 +111,31 @@ def test_non_empty_output_dir_needs_overwrite(tmp_path, shared_data, tiny_qa_mod
     )  # fmt: skip
     assert result.returncode != 0 and "Use --overwrite_output_dir to overcome" in result.stderr
     assert [p.name for p in out.iterdir()] == ["keep.txt"] and (out / "keep.txt").read_text() == "precious"
+
+
+def test_torchrun_pipeline_stages_give_the_single_process_results(tmp_path, shared_data, tiny_qa_model_dir):
+    """`torchrun --nproc_per_node 2 run_qa.py` with 2 pipeline stages: same loss, EM and F1 as one process."""
+    # Dropout off: its random masks cannot follow the same random stream once stages run on two processes.
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_qa_model_dir, model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (model_dir / "config.json").write_text(json.dumps(config))
+    flags = [
+        "--ipu_config_name=./", "--ipu_config_overrides",
+        "layers_per_ipu=[1 1],ipus_per_replica=2,gradient_accumulation_steps=2,inference_device_iterations=1",
+        "--model_name_or_path", str(model_dir), *squad_files(shared_data), "--do_train", "--do_eval",
+        "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "8", "--learning_rate", "1e-3",
+        "--num_train_epochs", "1", "--max_seq_length", "128", "--doc_stride", "64", "--max_train_samples", "48",
+        "--max_eval_samples", "16", "--seed", "5", "--report_to", "none", "--logging_steps", "1",
+    ]  # fmt: skip
+    single = run_qa(*flags, "--output_dir", str(tmp_path / "one"))
+    assert single.returncode == 0, single.stderr[-3000:]
+    port = socket_free_port()
+    launcher = ["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}", "run_qa.py"]
+    pipelined = run_qa(*flags, "--output_dir", str(tmp_path / "two"), launcher=launcher)
+    assert pipelined.returncode == 0, pipelined.stderr[-3000:]
+    one, two = (json.loads((tmp_path / d / "all_results.json").read_text()) for d in ("one", "two"))
+    assert two["train_samples_per_second"] > 0
+    for key in ("train_loss", "eval_exact_match", "eval_f1"):
+        assert two[key] == pytest.approx(one[key], abs=1e-4), key
