@@ -45,3 +45,39 @@ def test_zero_weights_take_the_adam_step_and_none_grads_are_skipped():
     optimizer.step()
     torch.testing.assert_close(zero.detach(), torch.tensor([-0.1, 0.1, -0.1]), atol=1e-5, rtol=0)
     assert torch.equal(untouched.detach(), torch.ones(2)) and untouched not in optimizer.state
+
+
+def test_host_offloaded_optimizer_gives_the_plain_optimizer_numbers_and_checkpoints():
+    """`optimizer_state_offchip`: same weights as the plain optimizer under an LR schedule; state_dict round trip."""
+    from optimum_ipu.runtime.offload import HostOffloadedOptimizer
+
+    def model() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+    plain, offloaded = model(), model()
+    groups = [{"params": list(offloaded[0].parameters()), "weight_decay": 0.1},
+              {"params": list(offloaded[2].parameters()), "weight_decay": 0.0}]  # fmt: skip
+    plain_opt = torch.optim.AdamW([{"params": list(plain[0].parameters()), "weight_decay": 0.1},
+                                   {"params": list(plain[2].parameters()), "weight_decay": 0.0}], lr=1e-2)  # fmt: skip
+    host_opt = HostOffloadedOptimizer(groups, torch.optim.AdamW, lr=1e-2)
+    schedules = [torch.optim.lr_scheduler.LinearLR(o, 1.0, 0.1, 5) for o in (plain_opt, host_opt)]
+    offloaded[2].bias.requires_grad_(False)  # a frozen parameter stays as it is
+    plain[2].bias.requires_grad_(False)
+    for step in range(4):
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(step))
+        for net, optimizer, schedule in zip((plain, offloaded), (plain_opt, host_opt), schedules, strict=True):
+            net(x).pow(2).sum().backward()
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad()
+    for a, b in zip(plain.parameters(), offloaded.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    assert all(t.device.type == "cpu" for s in host_opt.state.values() for t in s.values() if torch.is_tensor(t))
+    regrouped = [{"params": list(offloaded[0].parameters())}, {"params": list(offloaded[2].parameters())}]
+    restored = HostOffloadedOptimizer(regrouped, torch.optim.AdamW, lr=1e-2)
+    restored.load_state_dict(host_opt.state_dict())
+    assert restored.param_groups[0]["lr"] == host_opt.param_groups[0]["lr"] == plain_opt.param_groups[0]["lr"]
+    torch.testing.assert_close(
+        restored.state_dict()["state"][0]["exp_avg"], plain_opt.state_dict()["state"][0]["exp_avg"]
+    )

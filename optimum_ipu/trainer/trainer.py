@@ -32,6 +32,7 @@ from ..models.pipelined import to_pipelined
 from ..runtime.devices import default_device
 from ..runtime.distributed import release_process_group_at_exit, replicas_per_process, world_size
 from ..runtime.engine import Engine, configure_compile_cache
+from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
 from ..runtime.sharding import ShardedOptimizer
 from .checkpoints import COMPLETE_MARKER, MarkCheckpointComplete, is_complete, last_complete_checkpoint
@@ -176,8 +177,13 @@ class IPUTrainer(Trainer):
         self.sharded_optimizer = self.ipu_config.value("replicated_tensor_sharding") and world_size() > 1
         if self.sharded_optimizer:
             self.add_callback(_GatherShardedOptimizer(self))
-        if self.ipu_config.value("optimizer_state_offchip"):
-            logger.warning("optimizer_state_offchip: not implemented yet; the optimizer state stays with the model")
+        self.offload_optimizer = bool(self.ipu_config.value("optimizer_state_offchip"))
+        if self.offload_optimizer and self.args.device.type == "cpu":
+            logger.info("optimizer_state_offchip: on a CPU the optimizer state is in host memory already")
+            self.offload_optimizer = False
+        if self.offload_optimizer and self.sharded_optimizer:
+            logger.warning("optimizer_state_offchip with replicated_tensor_sharding: the state is sharded, on device")
+            self.offload_optimizer = False
         self.step_timer = StepTimer()
         self.add_callback(self.step_timer)
         self.add_callback(MarkCheckpointComplete(self))
@@ -275,8 +281,9 @@ class IPUTrainer(Trainer):
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         """`Trainer`'s optimizer; with `replicated_tensor_sharding` over several replicas, its state is sharded
-        over them (ZeRO-1, `ShardedOptimizer`), same numbers, less memory each."""
-        if self.optimizer is not None or not self.sharded_optimizer:
+        over them (ZeRO-1, `ShardedOptimizer`), same numbers, less memory each; with `optimizer_state_offchip`
+        on an accelerator, its state and fp32 master weights stay in host memory (`HostOffloadedOptimizer`)."""
+        if self.optimizer is not None or not (self.sharded_optimizer or self.offload_optimizer):
             return super().create_optimizer(model)
         # Trainer's weight-decay groups, rebuilt here: Trainer would call a non-Optimizer class as a factory.
         opt_model = self.model if model is None else model
@@ -287,7 +294,10 @@ class IPUTrainer(Trainer):
             {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0},
         ]
         optimizer_cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
-        self.optimizer = ShardedOptimizer(groups, optimizer_class=optimizer_cls, **kwargs)
+        if self.sharded_optimizer:
+            self.optimizer = ShardedOptimizer(groups, optimizer_class=optimizer_cls, **kwargs)
+        else:
+            self.optimizer = HostOffloadedOptimizer(groups, optimizer_cls, **kwargs)
         return self.optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
