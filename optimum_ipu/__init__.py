@@ -25,6 +25,7 @@ _LAZY: dict[str, str] = {
     "IPUTrainingArguments": ".trainer.training_args",
     "IPUTrainer": ".trainer.trainer",
     "last_complete_checkpoint": ".trainer.checkpoints",
+    "pipeline": ".pipelines.factory",
     **{name: ".models.auto" for name in AUTO_CLASSES},
 }
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import itertools
 import json
 import logging
 import os
@@ -23,6 +22,8 @@ import numpy as np
 
 # Not `torchmetrics.functional.squad`: that top-level alias is deprecated in torchmetrics 1.x.
 from torchmetrics.functional.text.squad import squad as tm_squad
+
+from optimum_ipu.pipelines.question_answering import answer_span_candidates, nbest_with_probabilities
 
 logger = logging.getLogger(__name__)
 
@@ -351,16 +352,6 @@ def _write_json_atomic(path: str, obj: Any) -> None:
         raise
 
 
-def _candidate(offsets: tuple[int, int], start_logit: float, end_logit: float) -> dict[str, Any]:
-    # Plain floats (not np.float32) so the n-best lists are JSON-serialisable as they are.
-    return {
-        "offsets": offsets,
-        "score": float(start_logit + end_logit),
-        "start_logit": float(start_logit),
-        "end_logit": float(end_logit),
-    }
-
-
 def postprocess_qa_predictions(
     examples: Any,
     features: Any,
@@ -419,50 +410,19 @@ def postprocess_qa_predictions(
     all_nbest_json: collections.OrderedDict[str, list] = collections.OrderedDict()
     scores_diff_json: collections.OrderedDict[str, float] = collections.OrderedDict()
     for example_index, example_id in enumerate(example_ids):
-        min_null_prediction = None
-        prelim_predictions = []
-        for feature_index in features_per_example[example_index]:
-            start_logits = np.asarray(all_start_logits[feature_index])
-            end_logits = np.asarray(all_end_logits[feature_index])
-            offset_mapping = feature_offsets[feature_index]
-            # The null answer of an example is its least confident one over the features: all features must agree.
-            feature_null = _candidate((0, 0), start_logits[0], end_logits[0])
-            if min_null_prediction is None or min_null_prediction["score"] > feature_null["score"]:
-                min_null_prediction = feature_null
-            start_indexes = np.argsort(start_logits)[-1 : -n_best_size - 1 : -1].tolist()
-            end_indexes = np.argsort(end_logits)[-1 : -n_best_size - 1 : -1].tolist()
-            # Indexes past the feature (logits padded across batches) or outside the context are no span ends.
-            in_context = {k for k, o in enumerate(offset_mapping) if o is not None}
-            for start_index, end_index in itertools.product(start_indexes, end_indexes):
-                if start_index not in in_context or end_index not in in_context:
-                    continue
-                if end_index < start_index or end_index - start_index + 1 > max_answer_length:
-                    continue
-                offsets = (offset_mapping[start_index][0], offset_mapping[end_index][1])
-                prelim_predictions.append(_candidate(offsets, start_logits[start_index], end_logits[end_index]))
-        with_null = version_2_with_negative and min_null_prediction is not None
-        if with_null:
-            prelim_predictions.append(min_null_prediction)
+        feature_indexes = features_per_example[example_index]
+        # The span selection of optimum_ipu's question-answering pipeline: the same answers from the same logits.
+        nbest, min_null_prediction = answer_span_candidates(
+            [np.asarray(all_start_logits[i]) for i in feature_indexes],
+            [np.asarray(all_end_logits[i]) for i in feature_indexes],
+            [feature_offsets[i] for i in feature_indexes],
+            n_best_size=n_best_size,
+            max_answer_length=max_answer_length,
+            with_null=version_2_with_negative,
+        )
         # Read now: the scores are popped from the n-best dicts (the null one included) for the softmax below.
-        null_score = min_null_prediction["score"] if with_null else 0.0
-        nbest = sorted(prelim_predictions, key=lambda x: x["score"], reverse=True)[:n_best_size]
-        # The null answer must stay comparable even when it fell out of the n best.
-        if with_null and all(p is not min_null_prediction for p in nbest):
-            nbest.append(min_null_prediction)
-
-        context = contexts[example_index]
-        for pred in nbest:
-            offsets = pred.pop("offsets")
-            pred["text"] = context[offsets[0] : offsets[1]]
-        # No span at all (e.g. an empty context): HF's placeholder keeps the n-best list and the softmax well defined.
-        if len(nbest) == 0 or (len(nbest) == 1 and nbest[0]["text"] == ""):
-            nbest.insert(0, {"text": "empty", "start_logit": 0.0, "end_logit": 0.0, "score": 0.0})
-
-        # Softmax over the n best, with the max subtracted for numerical stability.
-        scores = np.array([pred.pop("score") for pred in nbest])
-        exp_scores = np.exp(scores - np.max(scores))
-        for prob, pred in zip(exp_scores / exp_scores.sum(), nbest, strict=True):
-            pred["probability"] = float(prob)
+        null_score = min_null_prediction["score"] if version_2_with_negative and min_null_prediction else 0.0
+        nbest = nbest_with_probabilities(nbest, contexts[example_index])
 
         if not version_2_with_negative:
             all_predictions[example_id] = nbest[0]["text"]

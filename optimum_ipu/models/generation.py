@@ -8,10 +8,15 @@ beam search give the tokens of the stock model's `generate()` on the unpadded in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+from .pipelined import PipelinedModel
+
+if TYPE_CHECKING:
+    from transformers.utils import ModelOutput
 
 
 def generate_static(
@@ -22,23 +27,43 @@ def generate_static(
     batch_size: int | None = None,
     prompt_length: int | None = None,
     **generate_kwargs: Any,
-) -> torch.Tensor:
+) -> torch.Tensor | ModelOutput:
     """`model.generate()` with the batch padded to `batch_size` rows and prompts to `prompt_length` tokens.
 
     Args:
-        model (`transformers.PreTrainedModel`): a model with `generate()` (the stock model, or
-            `PipelinedModel.model`).
+        model (`transformers.PreTrainedModel` or `PipelinedModel`): a model with `generate()` (a pipelined model
+            generates through its stock model).
         input_ids (`torch.Tensor` of shape `(batch, length)`): prompts, right-padded for encoder-decoder
             models and left-padded for decoder-only ones (as their tokenizers do for generation).
         attention_mask (`torch.Tensor`, *optional*): 1 for tokens, 0 for padding.
         batch_size (`int`, *optional*): rows to pad the batch to (the last batch of a data set is short); the
             padded rows are dropped from the result.
         prompt_length (`int`, *optional*): tokens to pad each prompt to; longer prompts are an error.
-        generate_kwargs: passed to `generate()` (`max_new_tokens`, `num_beams`, ...).
+        generate_kwargs: passed to `generate()` (`max_new_tokens`, `num_beams`, ...). Other model inputs with a
+            batch axis are not padded: pass only `input_ids` and `attention_mask` with `batch_size`.
 
     Returns:
-        `torch.Tensor`: the generated ids of the real rows, as `generate()` returns them.
+        `torch.Tensor`: the generated ids of the real rows, as `generate()` returns them. With
+        `return_dict_in_generate=True`, `generate()`'s output whose `sequences` holds the real rows (its other
+        fields, such as the cache and scores, keep the padded batch).
+
+    Example:
+
+    ```python
+    >>> batch = tokenizer(["translate English to Romanian: Hello"], return_tensors="pt")
+    >>> ids = generate_static(model, batch.input_ids, batch.attention_mask, batch_size=8, prompt_length=64,
+    ...                       max_length=32, num_beams=3)
+    >>> tokenizer.batch_decode(ids, skip_special_tokens=True)
+    ```
     """
+    model = model.model if isinstance(model, PipelinedModel) else model
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids: expected a (batch, length) tensor, got shape {tuple(input_ids.shape)}")
+    if batch_size is not None and input_ids.shape[0] > batch_size:
+        raise ValueError(
+            f"a batch of {input_ids.shape[0]} prompts is larger than batch_size {batch_size}: raise batch_size or "
+            "split the batch"
+        )
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     rows, length = input_ids.shape
@@ -60,7 +85,15 @@ def generate_static(
     generate_kwargs.setdefault("pad_token_id", pad_id)
     with torch.no_grad():
         output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)
-    return output[:rows]
+    # generate() returns `num_return_sequences` consecutive rows per prompt
+    per_prompt = generate_kwargs.get("num_return_sequences") or getattr(
+        getattr(model, "generation_config", None), "num_return_sequences", None
+    )
+    keep = rows * (per_prompt or 1)
+    if isinstance(output, torch.Tensor):
+        return output[:keep]
+    output.sequences = output.sequences[:keep]
+    return output
 
 
 def _pad_token_id(model: nn.Module) -> int:

@@ -1,0 +1,356 @@
+"""Static batching for `transformers` pipelines: fixed batch and sequence sizes, the model run by the engine.
+
+A pipeline of this package is a `transformers` pipeline class (or one written here for the tasks `transformers` 5
+removed) combined with `StaticBatchingPipeline`, which replaces how inputs travel to the model:
+
+- every model input is padded to `max_seq_length` tokens (with the tokenizer's padding values and side);
+- inputs are grouped in host batches of a fixed number of rows: the per-device `batch_size` x the config's
+  `inference_device_iterations` x the `inference_replication_factor` replicas this process runs (all of them in one
+  process); the last batch is filled with copies of its last row, whose outputs are dropped;
+- the model runs as `to_pipelined(model, ipu_config.eval())` through `Engine.eval_step` (its inference layout,
+  `inference_device_iterations` batches per host call, autocast in the chosen precision).
+
+So every call has the same shapes (one compiled graph), while the task's own pre- and post-processing stay those of
+`transformers`, and outputs equal `transformers`' pipeline on the same model and inputs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import types
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import Pipeline, PreTrainedModel
+from transformers.utils.chat_template_utils import Chat, is_valid_message
+
+from ..config import IPUConfig
+from ..errors import IncompatibleIPUConfigError
+from ..models.pipelined import PipelinedModel, to_pipelined
+from ..models.plans import registered_classes
+from ..runtime.distributed import world_size
+from ..runtime.engine import Engine
+from ..runtime.precision import PRECISIONS
+
+logger = logging.getLogger(__name__)
+
+# Padding values of `transformers`' own batching (`pipelines.base.pad_collate_fn`): masks of "not a real token" pad
+# with 1, everything else but the ids with 0.
+_PAD_WITH_ONE = ("special_tokens_mask", "p_mask")
+
+
+def resolve_ipu_config(ipu_config: IPUConfig | str | dict | None) -> IPUConfig:
+    """An `IPUConfig` from a config (copied: its mode is switched to inference here), a folder / JSON file / bundled
+    id such as `"Graphcore/bert-base-ipu"`, a dict of fields, or `None` (one stage, one replica)."""
+    if ipu_config is None:
+        return IPUConfig()
+    if isinstance(ipu_config, IPUConfig):
+        return ipu_config.copy()
+    if isinstance(ipu_config, dict):
+        return IPUConfig.from_dict(ipu_config)
+    if isinstance(ipu_config, str):
+        return IPUConfig.from_pretrained(ipu_config)
+    raise TypeError(
+        f"ipu_config: got a {type(ipu_config).__name__}; pass an IPUConfig, a dict of its fields, or a folder, JSON "
+        "file or bundled id (e.g. 'Graphcore/bert-base-ipu')"
+    )
+
+
+def resolve_precision(precision: str | None = None, fp16: bool = False, bf16: bool = False) -> str:
+    """`"fp32"`, `"fp16"` or `"bf16"` from `precision` or the `fp16` / `bf16` flags (default fp32)."""
+    if fp16 and bf16:
+        raise ValueError("fp16=True and bf16=True: choose one half precision")
+    flag = "fp16" if fp16 else "bf16" if bf16 else None
+    if precision is not None and flag is not None and precision != flag:
+        raise ValueError(f"precision={precision!r} contradicts {flag}=True; give only one of them")
+    precision = precision or flag or "fp32"
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: got {precision!r}; expected one of {', '.join(PRECISIONS)}")
+    return precision
+
+
+def position_limit(config: Any) -> int | None:
+    """The longest sequence a model's absolute position table takes (None: no table, e.g. T5's relative ones)."""
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            # RoBERTa numbers positions from pad_token_id + 1: its table holds that many fewer tokens.
+            offset = (config.pad_token_id or 0) + 1 if config.model_type in ("roberta", "xlm-roberta") else 0
+            return value - offset
+    return None
+
+
+class _Owner:
+    """The model inputs one pipeline input turned into, and the model outputs collected for them."""
+
+    __slots__ = ("expected", "outputs")
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.outputs: list[dict[str, Any]] = []
+
+    @property
+    def done(self) -> bool:
+        return len(self.outputs) == self.expected
+
+
+class StaticBatchingPipeline(Pipeline):
+    """Runs a `transformers` pipeline at static shapes on a pipelined model. Use it after the task's class:
+    `class IPUFillMaskPipeline(FillMaskPipeline, StaticBatchingPipeline)`, so that the task's `__call__` reaches
+    this class's batching in place of `Pipeline.__call__`.
+
+    Args:
+        model (`transformers.PreTrainedModel` or `PipelinedModel`): a model of a registered class.
+        ipu_config (`IPUConfig`, `str` or `dict`, *optional*): the execution configuration (see
+            `resolve_ipu_config`); its `inference_*` values apply. Defaults to one stage and one replica.
+        max_seq_length (`int`, *optional*): tokens every model input is padded to (the class's
+            `default_max_seq_length`, capped by the model's position table, when not given). A longer input is
+            an error that names it.
+        precision (`str`, *optional*, defaults to `"fp32"`): `"fp32"`, `"fp16"` or `"bf16"` (autocast).
+        device (`int`, `str` or `torch.device`, *optional*): defaults to this process's GPU, else the CPU.
+        batch_size (`int`, *optional*, defaults to 1): rows per device; a host batch holds `batch_size x
+            inference_device_iterations x inference_replication_factor` rows (the replicas of this process).
+        kwargs: the task pipeline's own arguments (`tokenizer`, `task`, default call parameters).
+    """
+
+    default_max_seq_length: int = 128
+    # The `transformers` auto mapping of the models this task runs (checked against the registered classes).
+    model_mapping: str = ""
+    # Generation pads the rows itself (`generate_static`); the other tasks' batches are filled here.
+    pads_rows: bool = True
+    # The task's `preprocess` yields several model inputs per pipeline input, all passed to one `postprocess`.
+    chunked: bool = False
+
+    def __init__(
+        self,
+        model: PreTrainedModel | PipelinedModel,
+        *args: Any,
+        ipu_config: IPUConfig | str | dict | None = None,
+        max_seq_length: int | None = None,
+        precision: str | None = None,
+        device: int | str | torch.device | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model: got a {type(model).__name__}; pass a transformers model (or a path to pipeline())")
+        if self.model_mapping:
+            check_model_class(model, kwargs.get("task") or type(self).__name__, self.model_mapping)
+        if isinstance(model, PipelinedModel):
+            if ipu_config is not None and ipu_config is not model.ipu_config:
+                raise ValueError(
+                    "ipu_config: the model is already pipelined with its own config; pass one or the other"
+                )
+            pipelined = model
+        else:
+            # Inference mode first: `parallelize()` reads the serialization factors of the current mode.
+            pipelined = to_pipelined(model.eval(), resolve_ipu_config(ipu_config).eval(), parallelize=True)
+        pipelined.eval().parallelize()  # (a no-op for a model already parallelized)
+        self.pipelined = pipelined
+        self.ipu_config: IPUConfig = pipelined.ipu_config
+        self.engine = Engine(
+            pipelined, self.ipu_config, precision=resolve_precision(precision), device=_torch_device(device)
+        )
+        self.max_seq_length = self._resolve_max_seq_length(pipelined.model.config, max_seq_length)
+        self.static_batch_size = 0  # rows of the host batch of the current call
+        super().__init__(pipelined.model, *args, device=self.engine.device, **kwargs)
+
+    def _resolve_max_seq_length(self, config: Any, max_seq_length: int | None) -> int:
+        limit = position_limit(config)
+        if max_seq_length is None:
+            return min(self.default_max_seq_length, limit) if limit else self.default_max_seq_length
+        if not isinstance(max_seq_length, int) or isinstance(max_seq_length, bool) or max_seq_length < 1:
+            raise ValueError(f"max_seq_length: got {max_seq_length!r}; expected a positive number of tokens")
+        if limit is not None and max_seq_length > limit:
+            raise ValueError(
+                f"max_seq_length={max_seq_length} is more than the {limit} positions of this {config.model_type} "
+                f"model; use at most {limit}"
+            )
+        return max_seq_length
+
+    # --------------------------------------------------------------------- sizes
+    def host_batch_rows(self, batch_size: int | None = None) -> int:
+        """Rows of one host batch: per-device `batch_size` x `inference_device_iterations` x the inference replicas
+        this process runs (every replica in one process; its share under `torchrun`)."""
+        per_device = batch_size if batch_size is not None else (self._batch_size or 1)
+        if not isinstance(per_device, int) or isinstance(per_device, bool) or per_device < 1:
+            raise ValueError(f"batch_size: got {per_device!r}; expected a positive number of rows per device")
+        replicas = max(1, self.ipu_config.value("replication_factor", inference=True) // world_size())
+        return per_device * replicas * self.ipu_config.value("device_iterations", inference=True)
+
+    # ---------------------------------------------------------------- the call
+    def __call__(
+        self, inputs: Any, *args: Any, num_workers: int | None = None, batch_size: int | None = None, **kwargs: Any
+    ) -> Any:
+        """Run the pipeline on one input (returns its result), a list (a list of results) or a dataset / generator
+        (an iterator of results), in host batches of `host_batch_rows(batch_size)` rows. `num_workers` is accepted
+        for compatibility and unused: inputs are prepared in this process."""
+        if args:
+            logger.warning("Ignoring args: %s", args)
+        if isinstance(inputs, list) and inputs:
+            if is_valid_message(inputs[0]):
+                inputs = Chat(inputs)
+            elif all(isinstance(c, (list, tuple)) and c and is_valid_message(c[0]) for c in inputs):
+                inputs = [Chat(chat) for chat in inputs]
+        pre, fwd, post = self._sanitize_parameters(**kwargs)
+        params = (
+            {**self._preprocess_params, **pre},
+            {**self._forward_params, **fwd},
+            {**self._postprocess_params, **post},
+        )
+        rows = self.host_batch_rows(batch_size)
+        if isinstance(inputs, list):
+            return list(self._run(inputs, rows, *params))
+        if isinstance(inputs, types.GeneratorType):
+            return self._run(inputs, rows, *params)
+        if isinstance(inputs, torch.utils.data.Dataset) and hasattr(inputs, "__len__"):
+            return self._run((inputs[i] for i in range(len(inputs))), rows, *params)
+        if hasattr(inputs, "column_names") and hasattr(inputs, "__iter__"):  # a `datasets.Dataset`
+            return self._run(iter(inputs), rows, *params)
+        return next(iter(self._run([inputs], rows, *params)))
+
+    def _run(self, inputs: Iterable[Any], rows: int, pre: dict, fwd: dict, post: dict) -> Iterator[Any]:
+        """Preprocess lazily, run full host batches as soon as they are ready, and yield results in input order."""
+        owners: deque[_Owner] = deque()
+        pending: list[tuple[_Owner, dict[str, Any]]] = []
+        for item in inputs:
+            prepared = self.preprocess(item, **pre)
+            model_inputs = list(prepared) if self.chunked else [prepared]
+            owner = _Owner(len(model_inputs))
+            owners.append(owner)
+            pending.extend((owner, m) for m in model_inputs)
+            while len(pending) >= rows:
+                self._run_batch(pending[:rows], rows, fwd)
+                pending = pending[rows:]
+            yield from self._finished(owners, post)
+        if pending:
+            self._run_batch(pending, rows, fwd)
+        yield from self._finished(owners, post)
+
+    def _finished(self, owners: deque[_Owner], post: dict) -> Iterator[Any]:
+        while owners and owners[0].done:
+            owner = owners.popleft()
+            yield self.postprocess(owner.outputs if self.chunked else owner.outputs[0], **post)
+
+    def _run_batch(self, batch: list[tuple[_Owner, dict[str, Any]]], rows: int, fwd: dict) -> None:
+        real = len(batch)
+        items = [m for _, m in batch]
+        if self.pads_rows:
+            items += [items[-1]] * (rows - real)  # copies of a real row: a row of padding attends to nothing
+        self.static_batch_size = rows
+        with self.device_placement(), self.get_inference_context()():
+            outputs = self._forward(self.collate(items), **fwd)
+        outputs = self._ensure_tensor_on_device(dict(outputs), torch.device("cpu"))
+        for index, (owner, _) in enumerate(batch):
+            owner.outputs.append(_row(outputs, index, len(items)))
+
+    # -------------------------------------------------------------- collation
+    def collate(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        """Stack preprocessed model inputs into one batch, padding every token tensor to `max_seq_length` on the
+        tokenizer's padding side; values that are not tensors become lists."""
+        keys = list(items[0].keys())
+        if any(list(item.keys()) != keys for item in items):
+            raise ValueError("the inputs of one batch were prepared with different keys; they cannot be batched")
+        side = getattr(self.tokenizer, "padding_side", "right")
+        batch: dict[str, Any] = {}
+        for key in keys:
+            values = [item[key] for item in items]
+            if not isinstance(values[0], torch.Tensor):
+                batch[key] = values
+            elif values[0].dim() < 2:
+                batch[key] = torch.cat([v.reshape(1) if v.dim() == 0 else v for v in values])
+            else:
+                batch[key] = torch.cat([self._pad_tokens(key, v, side) for v in values])
+        return batch
+
+    def _pad_tokens(self, key: str, value: torch.Tensor, side: str) -> torch.Tensor:
+        length = value.shape[1]
+        if length > self.max_seq_length:
+            raise ValueError(
+                f"an input has {length} tokens, more than max_seq_length={self.max_seq_length}; shorten it or raise "
+                "max_seq_length (pipeline(..., max_seq_length=N))"
+            )
+        if key == "input_ids":
+            fill = self.tokenizer.pad_token_id
+            if fill is None:
+                raise ValueError(
+                    f"{type(self.tokenizer).__name__} has no pad token, which static shapes need; set one, e.g. "
+                    "tokenizer.pad_token = tokenizer.eos_token"
+                )
+        else:
+            fill = 1 if key in _PAD_WITH_ONE else 0
+        pad = value.new_full((value.shape[0], self.max_seq_length - length, *value.shape[2:]), fill)
+        return torch.cat([pad, value] if side == "left" else [value, pad], dim=1)
+
+    # ------------------------------------------------------------------ model
+    def run_model(self, model_inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """One host call of the engine on a collated batch: the tensors the model's `forward` takes, in the
+        inference layout and precision; floating outputs in fp32 for post-processing."""
+        parameters = inspect.signature(self.model.forward).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        # e.g. token_type_ids from a BERT tokenizer for DistilBERT, which has no such input
+        accepted = {k: v for k, v in model_inputs.items() if takes_any or k in parameters}
+        if "use_cache" in parameters:  # as transformers' classification pipelines: no KV cache for one forward
+            accepted["use_cache"] = False
+        outputs = self.engine.eval_step(accepted)
+        return {k: v.float() if v.is_floating_point() else v for k, v in outputs.items()}
+
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
+        """Save the stock model (`transformers` layout, whatever the config swapped in), its `ipu_config.json` and
+        the tokenizer, so that `pipeline(task, model=save_directory)` builds this pipeline again."""
+        self.pipelined.save_pretrained(os.fspath(save_directory), **kwargs)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(save_directory)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(task={self.task!r}, {self.pipelined.describe_layout()}, precision="
+            f"{self.engine.precision}, max_seq_length={self.max_seq_length}, device={self.device})"
+        )
+
+
+def _row(outputs: dict[str, Any], index: int, rows: int) -> dict[str, Any]:
+    """Row `index` of a batch's outputs, shaped as a batch of one (what `transformers`' `postprocess` expects)."""
+    row = {}
+    for key, value in outputs.items():
+        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == rows:
+            row[key] = value[index : index + 1]
+        elif isinstance(value, list) and len(value) == rows:
+            row[key] = value[index]
+        else:
+            row[key] = value
+    return row
+
+
+def _torch_device(device: int | str | torch.device | None) -> torch.device | None:
+    if device is None or isinstance(device, torch.device):
+        return device
+    if isinstance(device, int):
+        return torch.device("cpu") if device < 0 else torch.device("cuda", device)
+    return torch.device(device)
+
+
+def supported_classes(mapping_name: str) -> list[str]:
+    """Registered classes (with a stage plan) that `transformers` lists in an auto mapping, e.g.
+    `"MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES"`: the model classes a task can run."""
+    from transformers.models.auto import modeling_auto
+
+    names = set()
+    for value in getattr(modeling_auto, mapping_name).values():
+        names.update(value if isinstance(value, tuple) else (value,))
+    return [name for name in registered_classes() if name in names]
+
+
+def check_model_class(model: nn.Module, task: str, mapping_name: str) -> None:
+    """A clear error when `model` is not one of the registered classes that serve `task`."""
+    name = type(model.model if isinstance(model, PipelinedModel) else model).__name__
+    supported = supported_classes(mapping_name)
+    if name not in supported:
+        raise IncompatibleIPUConfigError(
+            f"{task}: the model is a {name}, which is not a registered class for this task; "
+            f"use one of: {', '.join(supported)}"
+        )

@@ -1,0 +1,191 @@
+"""`pipeline(task, model=..., ipu_config=...)`: `transformers.pipeline` for pipelined models at static shapes."""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import transformers
+from torch import nn
+
+from ..config import CONFIG_NAME, IPUConfig
+from ..errors import IncompatibleIPUConfigError
+from ..models.pipelined import PipelinedModel
+from .base import StaticBatchingPipeline, resolve_ipu_config, resolve_precision, supported_classes
+from .classification import (
+    IPUFillMaskPipeline,
+    IPUTextClassificationPipeline,
+    IPUTokenClassificationPipeline,
+    IPUZeroShotClassificationPipeline,
+)
+from .generation import (
+    IPUSummarizationPipeline,
+    IPUText2TextGenerationPipeline,
+    IPUTextGenerationPipeline,
+    IPUTranslationPipeline,
+)
+from .question_answering import IPUQuestionAnsweringPipeline
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task of `pipeline()`: the class that runs it and the `transformers` auto class that loads its models."""
+
+    impl: type[StaticBatchingPipeline]
+    auto_class: str
+
+
+SUPPORTED_TASKS: dict[str, TaskSpec] = {
+    "text-classification": TaskSpec(IPUTextClassificationPipeline, "AutoModelForSequenceClassification"),
+    "token-classification": TaskSpec(IPUTokenClassificationPipeline, "AutoModelForTokenClassification"),
+    "question-answering": TaskSpec(IPUQuestionAnsweringPipeline, "AutoModelForQuestionAnswering"),
+    "fill-mask": TaskSpec(IPUFillMaskPipeline, "AutoModelForMaskedLM"),
+    "text-generation": TaskSpec(IPUTextGenerationPipeline, "AutoModelForCausalLM"),
+    "text2text-generation": TaskSpec(IPUText2TextGenerationPipeline, "AutoModelForSeq2SeqLM"),
+    "summarization": TaskSpec(IPUSummarizationPipeline, "AutoModelForSeq2SeqLM"),
+    "translation": TaskSpec(IPUTranslationPipeline, "AutoModelForSeq2SeqLM"),
+    "zero-shot-classification": TaskSpec(IPUZeroShotClassificationPipeline, "AutoModelForSequenceClassification"),
+}
+TASK_ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification"}
+
+
+def supported_tasks() -> list[str]:
+    """Every task name `pipeline()` takes (aliases included; also `"translation_xx_to_yy"`)."""
+    return sorted([*SUPPORTED_TASKS, *TASK_ALIASES])
+
+
+def check_task(task: str) -> tuple[str, TaskSpec]:
+    """The canonical task name and its spec; a clear error lists the known tasks and suggests the nearest."""
+    if not isinstance(task, str) or not task:
+        raise ValueError(f"task: got {task!r}; expected one of {', '.join(supported_tasks())}")
+    name = TASK_ALIASES.get(task, task)
+    if name in SUPPORTED_TASKS:
+        return name, SUPPORTED_TASKS[name]
+    parts = name.split("_")
+    if len(parts) == 4 and parts[0] == "translation" and parts[2] == "to" and parts[1] and parts[3]:
+        return name, SUPPORTED_TASKS["translation"]
+    nearest = difflib.get_close_matches(task, supported_tasks(), n=1)
+    hint = f"; did you mean {nearest[0]!r}?" if nearest else ""
+    raise KeyError(
+        f"unknown task {task!r}{hint} Known tasks: {', '.join(supported_tasks())} (and 'translation_xx_to_yy')"
+    )
+
+
+def _check_config(task: str, spec: TaskSpec, path: str) -> None:
+    """Refuse a model folder whose family has no registered class for the task, before its weights are read."""
+    config = transformers.AutoConfig.from_pretrained(path)
+    supported = supported_classes(spec.impl.model_mapping)
+    mapping = getattr(transformers.models.auto.modeling_auto, spec.impl.model_mapping)
+    name = mapping.get(config.model_type)
+    if name not in supported:
+        what = f"its class for this task would be {name}" if name else "transformers has no class of it for this task"
+        raise IncompatibleIPUConfigError(
+            f"{task}: {path} holds a {config.model_type!r} model and {what}, which has no stage plan here; "
+            f"use a model of one of: {', '.join(supported)}"
+        )
+
+
+def pipeline(
+    task: str,
+    model: str | os.PathLike | nn.Module | None = None,
+    tokenizer: str | os.PathLike | transformers.PreTrainedTokenizerBase | None = None,
+    ipu_config: IPUConfig | str | dict | None = None,
+    *,
+    max_seq_length: int | None = None,
+    precision: str | None = None,
+    fp16: bool = False,
+    bf16: bool = False,
+    batch_size: int = 1,
+    device: Any = None,
+    model_kwargs: dict[str, Any] | None = None,
+    pipeline_class: type[StaticBatchingPipeline] | None = None,
+    **kwargs: Any,
+) -> StaticBatchingPipeline:
+    """Build a pipeline for `task` that runs `model` pipelined as `ipu_config` says, at static shapes.
+
+    Inputs are batched into host batches of a fixed number of rows, `batch_size x inference_device_iterations x
+    inference_replication_factor` (the replicas run in turn in one process; under `torchrun`, each process takes
+    its share), the last one filled with copies of a real row whose outputs are dropped; every sequence is padded
+    to `max_seq_length` tokens. The model runs in the config's inference layout (`to_pipelined(model,
+    ipu_config.eval())`) through the engine, in `precision`. Outputs are those of `transformers`' pipeline of the
+    same task (its v4 formats for question answering, summarization, translation and text-to-text generation).
+
+    Args:
+        task (`str`): `"text-classification"` (`"sentiment-analysis"`), `"token-classification"` (`"ner"`),
+            `"question-answering"`, `"fill-mask"`, `"text-generation"`, `"text2text-generation"`,
+            `"summarization"`, `"translation"` or `"translation_xx_to_yy"`, `"zero-shot-classification"`.
+        model (`str`, `os.PathLike` or `transformers.PreTrainedModel`): a model folder (or an id in the local
+            Hugging Face cache), loaded with the task's `transformers` auto class, or a model object (also a
+            `PipelinedModel`). Nothing is downloaded, so there is no default model.
+        tokenizer (`str`, `os.PathLike` or tokenizer, *optional*): defaults to the model folder's tokenizer.
+        ipu_config (`IPUConfig`, `str` or `dict`, *optional*): a config, a folder / JSON file / bundled id such as
+            `"Graphcore/bert-base-ipu"`, or a dict of fields. Defaults to the model folder's `ipu_config.json`,
+            else `IPUConfig()` (one stage, one replica).
+        max_seq_length (`int`, *optional*): tokens every input is padded to: 128 by default (question answering:
+            384, its windows; text generation: 64 prompt tokens), at most the model's positions.
+        precision (`str`, *optional*): `"fp32"` (default), `"fp16"` or `"bf16"` (autocast); `fp16=True` /
+            `bf16=True` say the same.
+        batch_size (`int`, *optional*, defaults to 1): rows per device in a host batch.
+        device (*optional*): defaults to this process's GPU, else the CPU.
+        model_kwargs (`dict`, *optional*): passed to `from_pretrained` when `model` is a path.
+        pipeline_class (*optional*): a subclass of the task's class to use instead.
+        kwargs: the task's own parameters, used as defaults of every call (e.g. `top_k`, `num_beams`,
+            `max_new_tokens`, `aggregation_strategy`, `src_lang` / `tgt_lang`).
+
+    Example:
+
+    ```python
+    >>> from optimum_ipu.pipelines import pipeline
+    >>> qa = pipeline("question-answering", model="path/to/bert-squad", ipu_config="Graphcore/bert-base-ipu")
+    >>> qa(question="Who commanded the ship?", context="The ship was commanded by Captain Hartwell.")
+    {'score': 0.97, 'start': 26, 'end': 42, 'answer': 'Captain Hartwell'}
+    ```
+    """
+    task, spec = check_task(task)
+    if model is None:
+        raise ValueError(
+            f"pipeline({task!r}): pass model= (a model folder or object); no default model can be downloaded here"
+        )
+    precision = resolve_precision(precision, fp16=fp16, bf16=bf16)
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    if isinstance(model, str):
+        if ipu_config is None and os.path.isfile(os.path.join(model, CONFIG_NAME)):
+            ipu_config = model  # trained with IPUTrainer: its ipu_config.json sits beside the weights
+        _check_config(task, spec, model)
+        if tokenizer is None:
+            tokenizer = model
+        model = getattr(transformers, spec.auto_class).from_pretrained(model, **(model_kwargs or {}))
+    elif not isinstance(model, nn.Module):
+        raise TypeError(f"model: got a {type(model).__name__}; pass a model folder or a transformers model")
+    elif model_kwargs:
+        raise ValueError("model_kwargs apply when the model is loaded from a path; this model is already built")
+    if tokenizer is None:
+        stock = model.model if isinstance(model, PipelinedModel) else model
+        source = getattr(stock.config, "_name_or_path", "") or getattr(stock, "name_or_path", "")
+        if not (source and os.path.isdir(source)):
+            raise ValueError(f"pipeline({task!r}): the model object has no tokenizer folder; pass tokenizer=")
+        tokenizer = source
+    if isinstance(tokenizer, (str, os.PathLike)):
+        tokenizer = transformers.AutoTokenizer.from_pretrained(os.fspath(tokenizer))
+    if not isinstance(model, PipelinedModel):
+        ipu_config = resolve_ipu_config(ipu_config)
+    cls = pipeline_class or spec.impl
+    if not issubclass(cls, spec.impl):
+        raise TypeError(f"pipeline_class: {cls.__name__} is not a subclass of {spec.impl.__name__}, which runs {task}")
+    return cls(
+        model=model,
+        tokenizer=tokenizer,
+        task=task,
+        ipu_config=ipu_config,
+        max_seq_length=max_seq_length,
+        precision=precision,
+        batch_size=batch_size,
+        device=device,
+        **kwargs,
+    )

@@ -1,0 +1,115 @@
+"""`optimum_ipu.pipelines` generation tasks: text-generation equals `transformers`' pipeline, and summarization,
+translation and text-to-text generation equal decoding the stock model's `generate()`, in static batches."""
+
+from __future__ import annotations
+
+import pytest
+import transformers
+
+from optimum_ipu import IPUConfig
+from optimum_ipu.pipelines import pipeline
+
+PROMPTS = [
+    "The capital of France is",
+    "Once upon a time",
+    "In 1889 the tower",
+    "the movie was",
+    "Berlin and Paris are two cities that",
+    "A",
+    "We went to the river bank and saw",
+]
+CONFIG = IPUConfig(layers_per_ipu=[1, -1], inference_device_iterations=2)  # host batches of 2 x 2 = 4 rows
+
+
+def _load(auto_class: str, path):
+    return getattr(transformers, auto_class).from_pretrained(path).eval(), transformers.AutoTokenizer.from_pretrained(
+        path
+    )
+
+
+def test_text_generation_equals_transformers(tiny_pretrained):
+    model, tokenizer = _load("AutoModelForCausalLM", tiny_pretrained("GPT2LMHeadModel"))
+    theirs = transformers.pipeline("text-generation", model=model, tokenizer=tokenizer, device="cpu")
+    default = pipeline("text-generation", model=model, tokenizer=tokenizer)
+    assert default.max_seq_length == 64 and default.host_batch_rows() == 1  # half of the 128 positions: the prompt
+    ours = pipeline(
+        "text-generation", model=model, tokenizer=tokenizer, ipu_config=CONFIG, batch_size=2, max_seq_length=16
+    )
+    assert ours.host_batch_rows() == 4
+    greedy = {"do_sample": False, "max_new_tokens": 6}
+    batched = ours(PROMPTS, **greedy)
+    assert batched == [theirs(p, **greedy) for p in PROMPTS]
+    assert [ours(p, **greedy) for p in PROMPTS[:3]] == batched[:3]  # one at a time: host batches of 3 filler rows
+    assert ours(PROMPTS[:3], return_full_text=False, **greedy) == theirs(PROMPTS[:3], return_full_text=False, **greedy)
+    beams = {"do_sample": False, "max_new_tokens": 4, "num_beams": 2, "num_return_sequences": 2}
+    assert ours(PROMPTS[:5], **beams) == [theirs(p, **beams) for p in PROMPTS[:5]]
+    with pytest.raises(
+        ValueError, match="16 prompt tokens . max_new_tokens=256 is more than the model's 128 positions"
+    ):
+        ours(PROMPTS[0], do_sample=False)  # transformers' default of 256 new tokens does not fit
+    with pytest.raises(ValueError, match="give max_new_tokens"):
+        ours(PROMPTS[0], do_sample=False, max_new_tokens=None, max_length=20)
+
+
+@pytest.fixture(scope="module")
+def t5(tiny_pretrained):
+    model, tokenizer = _load("AutoModelForSeq2SeqLM", tiny_pretrained("T5ForConditionalGeneration"))
+    # As T5's own config: a prefix and generation defaults per task (v4 pipelines applied them)
+    model.config.task_specific_params = {
+        "summarization": {"prefix": "summarize: ", "num_beams": 2, "max_length": 12, "early_stopping": True},
+        "translation_en_to_ro": {"prefix": "translate English to Romanian: ", "max_length": 9},
+    }
+    return model, tokenizer
+
+
+def _stock(model, tokenizer, texts, tokenizer_kwargs=None, **generate_kwargs):
+    """What the stock model generates for each text alone, decoded."""
+    out = []
+    for text in texts:
+        ids = model.generate(**tokenizer(text, return_tensors="pt", **(tokenizer_kwargs or {})), **generate_kwargs)
+        out.append(tokenizer.decode(ids[0], skip_special_tokens=True))
+    return out
+
+
+def test_summarization_and_translation_equal_stock_generate(t5):
+    model, tokenizer = t5
+    assert pipeline("summarization", model=model, tokenizer=tokenizer).max_seq_length == 128  # T5: no position table
+    summarizer = pipeline(
+        "summarization", model=model, tokenizer=tokenizer, ipu_config=CONFIG, batch_size=2, max_seq_length=24
+    )
+    summaries = summarizer(PROMPTS)
+    expected = _stock(model, tokenizer, ["summarize: " + p for p in PROMPTS], num_beams=2, max_length=12)
+    assert summaries == [{"summary_text": text} for text in expected]
+    assert [summarizer(p)[0] for p in PROMPTS[:3]] == summaries[:3]  # one at a time: a list of one result, as v4
+    # the call's own arguments rank above the task's defaults
+    assert summarizer(PROMPTS[:2], num_beams=1, max_new_tokens=3) == [
+        {"summary_text": t}
+        for t in _stock(model, tokenizer, ["summarize: " + p for p in PROMPTS[:2]], max_new_tokens=3)
+    ]
+
+    translator = pipeline(
+        "translation_en_to_ro", model=model, tokenizer=tokenizer, ipu_config=CONFIG, max_seq_length=32
+    )
+    expected = _stock(model, tokenizer, ["translate English to Romanian: " + p for p in PROMPTS], max_length=9)
+    assert translator(PROMPTS) == [{"translation_text": text} for text in expected]
+    with pytest.raises(ValueError, match="tgt_lang='de'.*pass tgt_lang to pipeline"):
+        translator(PROMPTS[0], tgt_lang="de")
+    with pytest.raises(ValueError, match="max_seq_length=32"):
+        translator("word " * 200)
+    long = "translate English to Romanian: " + "word " * 200
+    cut = {"truncation": True, "max_length": 32}
+    assert translator("word " * 200, truncation=True) == [
+        {"translation_text": _stock(model, tokenizer, [long], tokenizer_kwargs=cut, max_length=9)[0]}
+    ]
+
+
+def test_text2text_generation_returns_v4_outputs(t5):
+    model, tokenizer = t5
+    generator = pipeline("text2text-generation", model=model, tokenizer=tokenizer, max_new_tokens=5, num_beams=2)
+    expected = _stock(model, tokenizer, PROMPTS[:3], max_new_tokens=5, num_beams=2)
+    assert generator(PROMPTS[:3]) == [{"generated_text": text} for text in expected]
+    ids = generator(PROMPTS[0], return_tensors=True)[0]["generated_token_ids"]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == expected[0]
+    assert generator(PROMPTS[0], prefix="question: ") == [
+        {"generated_text": _stock(model, tokenizer, ["question: " + PROMPTS[0]], max_new_tokens=5, num_beams=2)[0]}
+    ]
