@@ -24,6 +24,8 @@ _LAZY: dict[str, str] = {
     "Engine": ".runtime.engine",
     "IPUTrainingArguments": ".trainer.training_args",
     "IPUTrainer": ".trainer.trainer",
+    "IPUSeq2SeqTrainer": ".trainer.seq2seq",
+    "IPUSeq2SeqTrainingArguments": ".trainer.seq2seq",
     "last_complete_checkpoint": ".trainer.checkpoints",
     "pipeline": ".pipelines.factory",
     **{name: ".models.auto" for name in AUTO_CLASSES},

@@ -1,7 +1,14 @@
-"""Training with the `transformers.Trainer` interface: `IPUTrainingArguments` and `IPUTrainer`."""
+"""Training with the `transformers.Trainer` interface: `IPUTrainingArguments`, `IPUTrainer` and their seq2seq twins."""
 
 from .checkpoints import last_complete_checkpoint
+from .seq2seq import IPUSeq2SeqTrainer, IPUSeq2SeqTrainingArguments
 from .trainer import IPUTrainer
 from .training_args import IPUTrainingArguments
 
-__all__ = ["IPUTrainer", "IPUTrainingArguments", "last_complete_checkpoint"]
+__all__ = [
+    "IPUSeq2SeqTrainer",
+    "IPUSeq2SeqTrainingArguments",
+    "IPUTrainer",
+    "IPUTrainingArguments",
+    "last_complete_checkpoint",
+]

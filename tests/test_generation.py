@@ -1,0 +1,102 @@
+"""`generate_static`: a padded batch and padded prompts give the tokens of stock `generate()` row by row."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from transformers.cache_utils import StaticCache
+
+from optimum_ipu import IPUConfig, to_pipelined
+from optimum_ipu.models.generation import generate_static
+
+from .tiny_models import VOCAB, tiny_config
+
+PAD, EOS = 0, VOCAB - 1
+ROWS, PROMPT, BATCH, PROMPT_LENGTH = 3, 7, 5, 11
+
+
+def generating_model(class_name: str) -> transformers.PreTrainedModel:
+    """A tiny random model whose outputs vary from step to step (default init gives one repeated token)."""
+    family = "t5" if class_name.startswith("T5") else "gpt2"
+    config = tiny_config(family)
+    if family == "t5":
+        config.initializer_factor = 8.0
+        config.eos_token_id = EOS
+    else:
+        config.initializer_range = 0.5
+        config.bos_token_id = config.eos_token_id = EOS
+    config.pad_token_id = PAD
+    torch.manual_seed(0)
+    return getattr(transformers, class_name)(config).eval()
+
+
+def prompts(encoder_decoder: bool) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """A batch of prompts of 7, 5 and 3 tokens, padded on the side the model generates with."""
+    g = torch.Generator().manual_seed(3)
+    lengths = [PROMPT, PROMPT - 2, PROMPT - 4]
+    rows = [torch.randint(2, VOCAB - 1, (n,), generator=g) for n in lengths]
+    ids = torch.full((ROWS, PROMPT), PAD)
+    mask = torch.zeros((ROWS, PROMPT), dtype=torch.long)
+    for r, row in enumerate(rows):
+        where = slice(0, len(row)) if encoder_decoder else slice(PROMPT - len(row), PROMPT)
+        ids[r, where], mask[r, where] = row, 1
+    return ids, mask, rows
+
+
+@pytest.mark.parametrize("num_beams", [1, 3], ids=["greedy", "beam3"])
+@pytest.mark.parametrize("class_name", ["GPT2LMHeadModel", "T5ForConditionalGeneration"])
+def test_padded_batch_and_prompts_give_stock_tokens(class_name, num_beams):
+    model = generating_model(class_name)
+    encoder_decoder = model.config.is_encoder_decoder
+    ids, mask, rows = prompts(encoder_decoder)
+    kwargs = {"max_new_tokens": 9, "num_beams": num_beams, "do_sample": False}
+    out = generate_static(model, ids, mask, batch_size=BATCH, prompt_length=PROMPT_LENGTH, **kwargs)
+    assert out.shape[0] == ROWS
+    # the static prompt is part of a decoder-only model's output; T5's output starts with the decoder start token
+    new_tokens = out if encoder_decoder else out[:, PROMPT_LENGTH:]
+    distinct = set()
+    for r, row in enumerate(rows):
+        with torch.no_grad():
+            reference = model.generate(input_ids=row[None], pad_token_id=PAD, **kwargs)[0]
+        reference = reference if encoder_decoder else reference[len(row) :]
+        got = new_tokens[r]
+        assert got[: len(reference)].tolist() == reference.tolist(), (r, got.tolist(), reference.tolist())
+        assert (got[len(reference) :] == PAD).all()  # a row that ended early is padded, as generate() pads it
+        distinct.update(reference.tolist())
+    assert len(distinct) > 4, "the outputs are degenerate: the comparison would prove little"
+
+
+def test_the_kv_cache_is_static_at_full_length():
+    model = generating_model("T5ForConditionalGeneration")
+    ids, mask, _ = prompts(encoder_decoder=True)
+    out = generate_static(
+        model, ids, mask, batch_size=BATCH, prompt_length=PROMPT_LENGTH, max_new_tokens=6,
+        return_dict_in_generate=True,
+    )  # fmt: skip
+    cache = out.cache
+    assert isinstance(cache.self_attention_cache, StaticCache)
+    assert isinstance(cache.cross_attention_cache, StaticCache)
+    # (batch, heads, positions, head size): the padded batch; the full prompt and the full output length
+    assert cache.cross_attention_cache.layers[0].keys.shape[::2] == (BATCH, PROMPT_LENGTH)
+    assert cache.self_attention_cache.layers[0].keys.shape[::2] == (BATCH, 6)
+    assert out.sequences.shape[0] == ROWS
+
+
+def test_a_pipelined_model_generates_through_its_stock_model():
+    model = generating_model("T5ForConditionalGeneration")
+    ids, mask, _ = prompts(encoder_decoder=True)
+    pipelined = to_pipelined(model, IPUConfig(layers_per_ipu=[-1, -1], ipus_per_replica=2)).parallelize()
+    torch.testing.assert_close(
+        generate_static(pipelined, ids, mask, batch_size=4, max_new_tokens=5),
+        generate_static(model, ids, mask, max_new_tokens=5),
+    )
+
+
+def test_bad_sizes_are_clear_errors():
+    model = generating_model("T5ForConditionalGeneration")
+    ids, mask, _ = prompts(encoder_decoder=True)
+    with pytest.raises(ValueError, match="a prompt has 7 tokens but prompt_length is 5: raise prompt_length"):
+        generate_static(model, ids, mask, prompt_length=5, max_new_tokens=2)
+    with pytest.raises(ValueError, match="a batch of 3 prompts is larger than batch_size 2"):
+        generate_static(model, ids, mask, batch_size=2, max_new_tokens=2)
