@@ -177,3 +177,23 @@ def test_nan_loss_stops_training_naming_the_step(tmp_path):
     trainer = IPUTrainer(model, IPUConfig(gradient_accumulation_steps=2), args, train_dataset=dataset(16))
     trainer.train()
     assert any(entry.get("loss") != entry.get("loss") for entry in trainer.state.log_history)  # NaN logged, not hidden
+
+
+def test_projection_serialization_computes_the_loss_in_chunks(tmp_path):
+    """`projection_serialization_factor` through the trainer: the chunked loss runs, with the plain numbers."""
+    from unittest import mock
+
+    from optimum_ipu.models import pipelined
+
+    rows = tiny_inputs("GPT2LMHeadModel", batch=8, seed=0)
+    data = datasets.Dataset.from_dict({k: v.tolist() for k, v in rows.items()})
+    runs = {}
+    for factor in (1, 2):
+        spy = mock.patch.object(pipelined, "chunked_cross_entropy", wraps=pipelined.chunked_cross_entropy)
+        with spy as chunked:
+            trainer = IPUTrainer(tiny_model("GPT2LMHeadModel"), IPUConfig(projection_serialization_factor=factor),
+                                 arguments(tmp_path / str(factor), max_steps=3), train_dataset=data)  # fmt: skip
+            trainer.train()
+        runs[factor] = (losses(trainer), chunked.call_count)
+    assert runs[1][1] == 0 and runs[2][1] == 3  # one chunked loss per micro-batch
+    torch.testing.assert_close(runs[2][0], runs[1][0], atol=1e-5, rtol=0)

@@ -241,7 +241,11 @@ class IPUTrainer(Trainer):
                     "or pass --stop_on_nan false to train on"
                 )
             return loss
-        loss = self.engine.backward(lambda: self.compute_loss(model, inputs), self.current_gradient_accumulation_steps)
+        # In one process, run the pipelined wrapper: with projection_serialization_factor its output projection
+        # and loss run in chunks (full logits never built). Under DDP the wrapped stock model must run, for
+        # DDP's gradient hooks: the projection is then serialized but its logits are built whole.
+        runner = self.pipelined.train() if model is self.model else model
+        loss = self.engine.backward(lambda: self.compute_loss(runner, inputs), self.current_gradient_accumulation_steps)
         # Kept on the device and checked once per optimizer step: no host sync per micro-batch.
         self._nonfinite_loss = self._nonfinite_loss | ~torch.isfinite(loss)
         if self.accelerator.sync_gradients:
