@@ -7,8 +7,10 @@ line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from .config import IPUConfig
 from .errors import IncompatibleIPUConfigError
@@ -49,9 +51,15 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
+    from .config_validation import check_processes, replication_for_devices
     from .models.layout import format_layout, stage_layout
 
-    config = IPUConfig.from_pretrained(args.file, **({"n_ipu": args.n_ipu} if args.n_ipu else {}))
+    pod = {} if args.n_ipu is None else {"n_ipu": args.n_ipu}  # 0 is refused below, not taken as "not given"
+    config = IPUConfig.from_pretrained(args.file, **pod)
+    if args.n_ipu is not None:
+        # as --n_ipu of the training scripts: the pod's devices set the number of replicas
+        config.update_from_string(f"replication_factor={replication_for_devices(config, args.n_ipu)}")
+    check_processes(config, args.nproc_per_node)
     print(f"{args.file}: valid IPUConfig")
     ignored = config.ipu_only_fields_set()
     if ignored:
@@ -98,7 +106,7 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
         report = run_benchmark(
             model=args.model, task=args.task, seq_len=args.seq_len, batch_size=args.batch_size, steps=args.steps,
             warmup=args.warmup, precision=args.precision, compile=args.compile, ipu_config=args.ipu_config,
-            peak_tflops=args.peak_tflops, output_dir=args.output_dir,
+            peak_tflops=args.peak_tflops, output_dir=args.output_dir, mode=args.mode,
         )  # fmt: skip
     except ValueError as err:
         raise IncompatibleIPUConfigError(str(err)) from None
@@ -107,8 +115,15 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
     return 0
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (exit code 2), like every other error of the command."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="optimum-ipu", description="optimum-ipu command line")
+    parser = _OneLineParser(prog="optimum-ipu", description="optimum-ipu command line")
     sub = parser.add_subparsers(dest="command", required=True)
 
     env = sub.add_parser("env", help="versions, devices, and the device slots a config would get here")
@@ -120,15 +135,28 @@ def build_parser() -> argparse.ArgumentParser:
     check = config_sub.add_parser("check", help="validate a config and print its stage layout")
     check.add_argument("file", help="folder holding ipu_config.json, a JSON file, or a config id")
     check.add_argument("--model", help="model folder or cached id whose layer count resolves the wildcards")
-    check.add_argument("--n-ipu", type=int, help="devices of the pod, to resolve per-pod values (pod4, pod16, ...)")
+    check.add_argument(
+        "--n-ipu", type=int, help="devices of the pod, as --n_ipu of the training scripts: resolves per-pod values "
+        "(pod4, pod16, ...) and sets replication_factor = n_ipu / ipus_per_replica",
+    )  # fmt: skip
+    check.add_argument(
+        "--nproc-per-node", type=int, default=1, help="processes of the torchrun job that will train with the "
+        "config (default 1: every device slot runs in turn in one process); checks the slots and micro-batches fit",
+    )  # fmt: skip
     check.set_defaults(func=_cmd_config_check)
 
-    bench = sub.add_parser("benchmark", help="our trainer vs transformers.Trainer vs a plain loop, same batches")
+    bench = sub.add_parser(
+        "benchmark", help="ours vs transformers (Trainer / Trainer.predict) vs a plain loop, on the same batches"
+    )
+    bench.add_argument(
+        "--mode", default="train", choices=["train", "inference"],
+        help="train: IPUTrainer vs Trainer vs a training loop; inference: the engine vs Trainer.predict vs no_grad",
+    )  # fmt: skip
     bench.add_argument("--model", default="bert-base-uncased-config", help="architecture, random weights")
     bench.add_argument("--task", default="question-answering", help="question-answering, causal-lm, translation")
     bench.add_argument("--seq-len", type=int, default=384)
     bench.add_argument("--batch-size", type=int, default=64)
-    bench.add_argument("--steps", type=int, default=20, help="training steps per runner, warm-up included")
+    bench.add_argument("--steps", type=int, default=20, help="steps (batches) per runner, warm-up included")
     bench.add_argument("--warmup", type=int, default=3, help="first steps timed apart (compilation)")
     bench.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     bench.add_argument("--compile", action="store_true", help="torch.compile in every runner")
@@ -142,11 +170,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # The library's warnings (deprecated keys, ...) belong to the report on stdout, so that stderr holds one
+    # line, the error, when there is one. Only while the command runs: main() may be called in a process.
+    notes = logging.StreamHandler(sys.stdout)
+    notes.setFormatter(logging.Formatter("  note: %(message)s"))
+    library = logging.getLogger("optimum_ipu")
+    library.addHandler(notes)
     try:
         return args.func(args)
     except IncompatibleIPUConfigError as err:
         print(f"optimum-ipu: error: {err}", file=sys.stderr)
         return 2
+    finally:
+        library.removeHandler(notes)
 
 
 if __name__ == "__main__":

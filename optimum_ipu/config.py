@@ -329,6 +329,10 @@ class IPUConfig:
             raise IncompatibleIPUConfigError(
                 f"an IPU config must be a JSON object of fields, got {type(config_dict).__name__}: {config_dict!r:.80}"
             )
+        keys = [*config_dict, *kwargs]
+        odd = [k for k in keys if not isinstance(k, str)]
+        if odd:  # Python would stop at `cls(**...)` with a bare TypeError
+            raise IncompatibleIPUConfigError(f"IPUConfig field names must be strings, got {odd[0]!r}")
         return cls(**{**config_dict, **kwargs})
 
     @classmethod

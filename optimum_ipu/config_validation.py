@@ -42,6 +42,7 @@ _BOOLS = (
     "explicit_ir_inference",
 )
 _POD_KEY = re.compile(r"^(pod\d+|default)$")
+MAX_SEED = 2**32 - 1
 
 
 def _fail(field: str, value: Any, allowed: str) -> IncompatibleIPUConfigError:
@@ -74,6 +75,9 @@ def resolve_pod_values(values: dict[str, Any], n_ipu: int | None, pod_type: str 
     """
     if n_ipu is not None and (not _is_int(n_ipu) or n_ipu < 1):
         raise _fail("n_ipu", n_ipu, "expected the number of devices, an integer >= 1")
+    if pod_type is not None and not (isinstance(pod_type, str) and _POD_KEY.match(pod_type)):
+        # checked before use: an unhashable value (a list) would otherwise fail inside the dict lookup below
+        raise _fail("pod_type", pod_type, 'expected null or a pod name such as "pod16"')
     resolved = dict(values)
     for field, value in values.items():
         if not (isinstance(value, dict) and value and all(isinstance(k, str) and _POD_KEY.match(k) for k in value)):
@@ -135,8 +139,9 @@ def check_field_types(values: dict[str, Any], allow_none: bool = False) -> None:
             raise _fail(field, values[field], "expected true or false")
     if values["output_mode"] not in OUTPUT_MODES:
         raise _fail("output_mode", values["output_mode"], f"expected one of {', '.join(map(repr, OUTPUT_MODES))}")
-    if values["seed"] is not None and (not _is_int(values["seed"]) or values["seed"] < 0):
-        raise _fail("seed", values["seed"], "expected null or an integer >= 0")
+    if values["seed"] is not None and (not _is_int(values["seed"]) or not 0 <= values["seed"] <= MAX_SEED):
+        # the range `transformers.set_seed` accepts (numpy's seeds are 32-bit), so the seed can always be used
+        raise _fail("seed", values["seed"], f"expected null or an integer in [0, {MAX_SEED}]")
     if not isinstance(values["executable_cache_dir"], str):
         raise _fail(
             "executable_cache_dir", values["executable_cache_dir"], 'expected a folder path as a string ("" for none)'
@@ -186,6 +191,60 @@ def validate(config: IPUConfig) -> None:
                 _check_per_ipu_list(splits_field, v[splits_field], ipus, ipus_field, minimum=0)
 
 
+def replication_for_devices(config: IPUConfig, n_ipu: int) -> int:
+    """The training `replication_factor` that fills a pod of `n_ipu` devices: `n_ipu / ipus_per_replica`.
+
+    This is the meaning of Graphcore's `n_ipu` (`--n_ipu` of the example scripts, `--n-ipu` of
+    `optimum-ipu config check`). A pod that cannot hold a whole number of replicas is an error naming
+    `ipus_per_replica`.
+    """
+    if not _is_int(n_ipu) or n_ipu < 1:
+        raise _fail("n_ipu", n_ipu, "expected the number of devices, an integer >= 1")
+    ipus = config.value("ipus_per_replica")
+    if n_ipu % ipus:
+        room = (
+            f"n_ipu {n_ipu} is below it (one replica needs {ipus} device slots)"
+            if n_ipu < ipus
+            else f"n_ipu {n_ipu} is not a multiple of it"
+        )
+        raise _fail(
+            "ipus_per_replica",
+            ipus,
+            f"{room}; use an n_ipu that is a multiple of {ipus}, or fewer stages in `layers_per_ipu`",
+        )
+    return n_ipu // ipus
+
+
+def check_processes(config: IPUConfig, processes: int) -> None:
+    """Check that the training layout of `config` can run as a `torchrun` job of `processes` processes.
+
+    One process runs every device slot in turn, so anything fits. Several processes hold one device slot
+    each: their number must be `ipus_per_replica x replication_factor`, and stages on separate processes
+    need at least one micro-batch (`gradient_accumulation_steps`) per stage for the pipeline schedule.
+    The runtime checks the same when the job starts; this says it before anything is launched.
+    """
+    if not _is_int(processes) or processes < 1:
+        raise _fail("processes", processes, "expected the number of processes of the job, an integer >= 1")
+    if processes == 1:
+        return
+    ipus, replicas = config.value("ipus_per_replica"), config.value("replication_factor")
+    if ipus * replicas != processes:
+        fix = f"set `replication_factor` to {processes // ipus}" if processes % ipus == 0 else "run one process"
+        raise IncompatibleIPUConfigError(
+            f"IPUConfig fields `ipus_per_replica` ({ipus}) x `replication_factor` ({replicas}) make "
+            f"{ipus * replicas} device slots, but the job has {processes} processes (one slot each); launch "
+            f"torchrun --nproc_per_node {ipus * replicas}, or {fix}."
+        )
+    micro = config.value("gradient_accumulation_steps")
+    if ipus > 1 and micro < ipus:
+        raise _fail(
+            "gradient_accumulation_steps",
+            micro,
+            f"it is below the {ipus} pipeline stages that run on separate processes (the schedule needs at least "
+            f"one micro-batch per stage); set it to {ipus} or more",
+        )
+
+
 def resolve_layers_per_ipu(layers_per_ipu: list[int], num_layers: int, field: str = "layers_per_ipu") -> list[int]:
     """Resolve `-1` wildcards so that the stages hold exactly `num_layers` layers.
 
@@ -214,14 +273,30 @@ def resolve_layers_per_ipu(layers_per_ipu: list[int], num_layers: int, field: st
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file; invalid JSON is an error that gives the line and column."""
-    text = Path(path).read_text(encoding="utf-8")
+    """Read a JSON file; a file that cannot be read or is not JSON is one error naming the file and the cause.
+
+    Only JSON is read (never pickle or YAML): a config file can hold data, not code. A UTF-8 byte-order mark,
+    as some editors write, is accepted.
+    """
+    name = os.fspath(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:  # a folder named *.json, no permission, a broken link, ...
+        raise IncompatibleIPUConfigError(f"{name}: cannot read the IPU config file ({err.strerror or err})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise IncompatibleIPUConfigError(
+            f"{name} is not valid JSON: it is not UTF-8 text (byte {err.start}); an ipu_config.json is a JSON text file"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise IncompatibleIPUConfigError(
-            f"{os.fspath(path)} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
+            f"{name} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
         ) from None
+    except RecursionError:
+        raise IncompatibleIPUConfigError(f"{name} is not a valid IPU config: its JSON is nested too deeply") from None
 
 
 def bundled_config_ids() -> list[str]:
@@ -245,6 +320,11 @@ def locate_config_file(name_or_path: str | os.PathLike) -> Path:
     """Find `ipu_config.json` for a folder, a file, a cached Hub id or a bundled id (in that order)."""
     from .config import CONFIG_NAME
 
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise IncompatibleIPUConfigError(
+            f"an IPU config is named by a folder, a JSON file or an id (a string); got {type(name_or_path).__name__} "
+            f"{name_or_path!r}"
+        )
     path = Path(name_or_path)
     if path.is_dir():
         if (path / CONFIG_NAME).is_file():
@@ -297,6 +377,10 @@ def parse_update_string(update_str: str) -> dict[str, Any]:
     """Parse `"k=v,k=[1 2 -1]"` into a dict of known fields."""
     from .config import FIELDS
 
+    if not isinstance(update_str, str):
+        raise IncompatibleIPUConfigError(
+            f"IPUConfig update: expected a string of key=value pairs, got {type(update_str).__name__} {update_str!r}"
+        )
     updates: dict[str, Any] = {}
     for item in _split_top_level(update_str):
         if "=" not in item:
@@ -305,7 +389,17 @@ def parse_update_string(update_str: str) -> dict[str, Any]:
                 'e.g. "gradient_accumulation_steps=32,layers_per_ipu=[1 2 -1]"'
             )
         key, value = (s.strip() for s in item.split("=", 1))
+        if not key:
+            raise IncompatibleIPUConfigError(
+                f"IPUConfig update {item!r} has no field name before '='; write key=value, e.g. seed=42"
+            )
         if key not in FIELDS:
             check_unknown_keys([key])
+            # a known key that is no stored field: accepting it silently would ignore what the user asked for
+            raise IncompatibleIPUConfigError(
+                f"IPUConfig update {item!r}: `{key}` is not a field that can be updated "
+                + ("(the pod size is given apart: `n_ipu=` of from_pretrained, or --n_ipu)" if key == "n_ipu"
+                   else "(a deprecated key without effect); leave it out")
+            )  # fmt: skip
         updates[key] = _parse_value(value)
     return updates
