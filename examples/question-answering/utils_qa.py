@@ -100,8 +100,14 @@ def _nested_records(articles: list[Any]) -> list[Any]:
 
 def _read_json_or_lines(path: str) -> Any:
     """Parses a JSON document, or JSON Lines (one record per line) when the file is not a single document."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            text = f.read()
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte {exc.start}); JSON files are UTF-8: re-encode it, e.g. "
+            f"iconv -f latin1 -t utf-8"
+        ) from exc
     if not str(path).endswith(".jsonl"):
         try:
             return json.loads(text)

@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from transformers import TrainerCallback
+from transformers.trainer_utils import rotate_checkpoints
 
 from ..files import write_text_atomic
 
@@ -57,7 +58,8 @@ def write_marker(checkpoint: str, global_step: int) -> None:
 
 
 class MarkCheckpointComplete(TrainerCallback):
-    """After `Trainer` saved `checkpoint-N` (on every process), mark it complete from the main process."""
+    """After `Trainer` saved `checkpoint-N` (on every process), mark it complete from the main process, then
+    delete the checkpoints beyond `save_total_limit` (which `IPUTrainer` keeps `Trainer` from doing earlier)."""
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
@@ -67,3 +69,8 @@ class MarkCheckpointComplete(TrainerCallback):
         self.trainer.accelerator.wait_for_everyone()  # every rank has written its part (RNG states, shards)
         if args.should_save and os.path.isdir(checkpoint):
             write_marker(checkpoint, state.global_step)
+        # Older checkpoints go only now (save_total_limit): a kill before the marker keeps the previous one.
+        rotation, self.trainer.pending_rotation = self.trainer.pending_rotation, None
+        if args.should_save and rotation is not None:
+            run_dir, limit = rotation
+            rotate_checkpoints(run_dir, limit, state.best_model_checkpoint, use_mtime=True)

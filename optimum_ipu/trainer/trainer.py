@@ -186,6 +186,7 @@ class IPUTrainer(Trainer):
             self.offload_optimizer = False
         self.step_timer = StepTimer()
         self.add_callback(self.step_timer)
+        self.pending_rotation: tuple[str, int] | None = None
         self.add_callback(MarkCheckpointComplete(self))
         if args.compile_only:
             if not args.torch_compile:
@@ -256,7 +257,7 @@ class IPUTrainer(Trainer):
                 )
             self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=loss.device)
             if self.engine.loss_scaler.enabled:
-                self.engine.optimizer_steps = self.state.global_step
+                self.engine.optimizer_steps = self.state.global_step + 1  # the step being taken, as logs count
                 self.engine.unscale_and_check()
         return loss
 
@@ -417,7 +418,14 @@ class IPUTrainer(Trainer):
     def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
         if self.process_pipeline is not None:
             self.process_pipeline.synchronize(self.optimizer)  # the checkpoint of a single-process run
-        super()._save_checkpoint(model, trial)
+        # Trainer deletes old checkpoints (save_total_limit) before the new one is marked complete: a kill in
+        # between would leave none. MarkCheckpointComplete rotates once the marker is written.
+        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
+        self.pending_rotation = (self._get_output_dir(trial=trial), limit) if limit else None
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Save the stock model (`transformers` layout) and `ipu_config.json` beside it; in checkpoints also

@@ -123,6 +123,12 @@ class IPUTrainingArguments(TrainingArguments):
             )
         if self.fp32 and (self.fp16 or self.bf16):
             raise ValueError("--fp32 cannot be combined with --fp16 or --bf16; pick one precision")
+        # Values set from Python (not parsed from the command line) are not type-checked by the dataclass.
+        if self.loss_scaling is not None and (isinstance(self.loss_scaling, bool) or
+                                              not isinstance(self.loss_scaling, (int, float))):  # fmt: skip
+            raise ValueError(f"--loss_scaling: got {self.loss_scaling!r}; expected a number such as 64")
+        if self.n_ipu is not None and (isinstance(self.n_ipu, bool) or not isinstance(self.n_ipu, int)):
+            raise ValueError(f"--n_ipu: got {self.n_ipu!r}; expected the number of devices, an integer >= 1")
         if self.loss_scaling is not None and self.loss_scaling <= 0:
             raise ValueError(f"--loss_scaling: got {self.loss_scaling}; expected a positive scale such as 64")
         if self.n_ipu is not None and self.n_ipu < 1:
