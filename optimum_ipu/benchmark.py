@@ -1,10 +1,17 @@
-"""`optimum-ipu benchmark`: our trainer against plain `transformers.Trainer` and a plain PyTorch loop, in one
-run, on the same batches, with random weights of a named architecture (nothing is downloaded).
+"""`optimum-ipu benchmark`: ours against plain `transformers` and a plain PyTorch loop, in one run, on the same
+batches, with random weights of a named architecture (nothing is downloaded).
+
+`--mode train` (the default) times training steps: `IPUTrainer` vs `transformers.Trainer` vs a plain loop.
+`--mode inference` times forward passes: the pipelined model in its inference layout through the engine (its
+precision / autocast, `torch.compile` with `--compile`), as evaluation and `pipeline()` run it, vs
+`transformers.Trainer.predict` vs a plain `torch.no_grad()` loop.
 
 Throughput is measured over the steady steps only: the first `--warmup` steps (compilation included) are timed
-apart and reported as time to first step. FLOPs per sample follow the usual count for transformer training,
-`6 x non-embedding parameters x tokens + 12 x layers x hidden x seq^2` (attention scores and values, forward
-and backward); for inference a third of it.
+apart and reported as time to first step. FLOPs per sample follow the usual counts for transformers (P the
+non-embedding parameters, L layers, h hidden size, s tokens of a sample):
+
+- training: `6 x P x s + 12 x L x h x s^2` (matmuls forward and backward; attention scores and values);
+- inference: `2 x P x s + 4 x L x h x s^2` (the forward pass alone: a third of the training count).
 """
 
 from __future__ import annotations
@@ -23,10 +30,13 @@ from typing import Any
 import torch
 import transformers
 from tqdm.auto import tqdm
+from transformers import TrainerCallback
 
 from . import __version__
 from .config import IPUConfig
 from .models import plan_for_config
+from .models.pipelined import to_pipelined
+from .runtime.engine import Engine
 from .trainer import IPUTrainer, IPUTrainingArguments
 from .trainer.trainer import StepTimer
 
@@ -54,8 +64,9 @@ TASKS = {
     "causal-lm": "AutoModelForCausalLM",
     "translation": "AutoModelForSeq2SeqLM",
 }
-# Published anchors the chart shows beside the measured bars (samples/s).
-ANCHORS = {("bert-base-uncased-config", "question-answering", 384): {"Graphcore IPU-POD16 (published)": 720.9}}
+MODES = ("train", "inference")
+# Published anchors the chart shows beside the measured bars (samples/s), per (model, task, seq, mode).
+ANCHORS = {("bert-base-uncased-config", "question-answering", 384, "train"): {"Graphcore IPU-POD16 (published)": 720.9}}
 
 
 @dataclass
@@ -73,23 +84,37 @@ class RunResult:
 
 
 def flops_per_sample(model: torch.nn.Module, config: Any, seq_len: int, training: bool) -> float:
+    """Model FLOPs of one sample of `seq_len` tokens.
+
+    Training: `6 x P x s + 12 x L x h x s^2`; inference: `2 x P x s + 4 x L x h x s^2`, with P the non-embedding
+    parameters (each does a multiply and an add per token: 2 FLOPs forward, 4 more backward), L the layers, h the
+    hidden size (attention scores `Q K^T` and `softmax V`: `2 x 2 x h x s^2` per layer forward, twice that backward).
+    """
     embeddings = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding))
     params = sum(p.numel() for p in model.parameters()) - embeddings
     layers = plan_for_config(config).num_layers(config)
     hidden = getattr(config, "hidden_size", getattr(config, "d_model", 0))
-    total = 6 * params * seq_len + 12 * layers * hidden * seq_len**2
-    return total if training else total / 3
+    forward = 2 * params * seq_len + 4 * layers * hidden * seq_len**2
+    return 3 * forward if training else forward
 
 
-def synthetic_batches(task: str, config: Any, batch_size: int, seq_len: int, count: int) -> list[dict]:
-    """Fixed random batches shared by every runner (labels included)."""
+def synthetic_batches(
+    task: str, config: Any, batch_size: int, seq_len: int, count: int, mode: str = "train"
+) -> list[dict]:
+    """Fixed random batches shared by every runner: with labels for training; for inference only what a
+    prediction takes (and `decoder_input_ids` for sequence-to-sequence models, which their forward needs)."""
     g = torch.Generator().manual_seed(0)
     vocab = config.vocab_size
     batches = []
     for _ in range(count):
         ids = torch.randint(0, vocab, (batch_size, seq_len), generator=g)
         batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        if task == "question-answering":
+        if mode == "inference":
+            if task == "translation":
+                # teacher-forced decoder inputs: the labels shifted right behind the start token
+                start = torch.full((batch_size, 1), config.decoder_start_token_id)
+                batch["decoder_input_ids"] = torch.cat([start, ids[:, :-1]], dim=1)
+        elif task == "question-answering":
             batch["start_positions"] = torch.randint(0, seq_len, (batch_size,), generator=g)
             batch["end_positions"] = torch.randint(0, seq_len, (batch_size,), generator=g)
         else:
@@ -167,12 +192,111 @@ def _plain_loop(model: torch.nn.Module, batches: list[dict], opts: dict, bar: tq
     return times
 
 
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+class _PredictTimer(TrainerCallback):
+    """Times `Trainer.predict`'s steps: the interval between two prediction steps (the first from the call)."""
+
+    def __init__(self, bar: tqdm) -> None:
+        self.bar = bar
+        self.durations: list[float] = []
+        self._last = 0.0
+
+    def start(self) -> None:
+        self._last = time.perf_counter()
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        _synchronize()
+        now = time.perf_counter()
+        self.durations.append(now - self._last)
+        self._last = now
+        self.bar.update(1)
+
+
+def _engine_inference(model: torch.nn.Module, batches: list[dict], opts: dict, bar: tqdm,
+                      ipu_config: IPUConfig) -> list[float]:  # fmt: skip
+    """Ours: the pipelined model in its inference layout, one engine host call per batch, as `pipeline()` runs it
+    (outputs kept on the device, as `Trainer.predict` keeps them until the end)."""
+    config = ipu_config.copy().eval()
+    pipelined = to_pipelined(model.eval(), config, parallelize=True)
+    engine = Engine(pipelined, config, precision=opts["precision"], compile=opts["compile"])
+    outputs, times = [], []
+    for batch in batches:
+        start = time.perf_counter()
+        outputs.append(engine.eval_step(batch))
+        _synchronize()
+        times.append(time.perf_counter() - start)
+        bar.update(1)
+    return times
+
+
+def _predict_run(model: torch.nn.Module, batches: list[dict], opts: dict, bar: tqdm) -> list[float]:
+    """`transformers.Trainer.predict` on the same batches (rebuilt by its loader from rows)."""
+    timer = _PredictTimer(bar)
+    with tempfile.TemporaryDirectory() as out:
+        args = transformers.TrainingArguments(
+            output_dir=out, per_device_eval_batch_size=opts["batch_size"], report_to=[], disable_tqdm=True,
+            bf16=opts["precision"] == "bf16", torch_compile=opts["compile"], seed=0, dataloader_drop_last=True,
+            dataloader_pin_memory=torch.cuda.is_available(),  # on a CPU there is nothing to pin for: it only warns
+        )  # fmt: skip
+        trainer = transformers.Trainer(model=model.eval(), args=args, callbacks=[timer])
+        timer.start()
+        trainer.predict(_BatchList(batches))
+    return timer.durations
+
+
+def _plain_inference_loop(model: torch.nn.Module, batches: list[dict], opts: dict, bar: tqdm) -> list[float]:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device).eval()
+    step_model = torch.compile(model) if opts["compile"] else model
+    outputs, times = [], []
+    with torch.no_grad():
+        for batch in batches:
+            start = time.perf_counter()
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=opts["precision"] == "bf16"):
+                outputs.append(step_model(**batch))
+            _synchronize()
+            times.append(time.perf_counter() - start)
+            bar.update(1)
+    return times
+
+
+def _runners(mode: str, model: str, task: str, batches: list[dict], opts: dict,
+             config: IPUConfig) -> dict[str, Callable[[tqdm], list[float]]]:  # fmt: skip
+    """Runner name -> a function timing each step; ours first (the ratios are against it)."""
+    if mode == "inference":
+        return {
+            "optimum-ipu engine (inference)": lambda bar: _engine_inference(
+                _make_model(model, task), batches, opts, bar, config
+            ),  # fmt: skip
+            "transformers.Trainer.predict": lambda bar: _predict_run(_make_model(model, task), batches, opts, bar),
+            "plain torch.no_grad loop": lambda bar: _plain_inference_loop(_make_model(model, task), batches, opts, bar),
+        }
+    return {
+        "optimum-ipu IPUTrainer": lambda bar: _trainer_run(
+            IPUTrainer, IPUTrainingArguments, _make_model(model, task), batches, opts, bar, ipu_config=config
+        ),  # fmt: skip
+        "transformers.Trainer": lambda bar: _trainer_run(
+            transformers.Trainer, transformers.TrainingArguments, _make_model(model, task), batches, opts, bar
+        ),  # fmt: skip
+        "plain PyTorch loop": lambda bar: _plain_loop(_make_model(model, task), batches, opts, bar),
+    }
+
+
 def run_benchmark(
     model: str = "bert-base-uncased-config", task: str = "question-answering", seq_len: int = 384,
     batch_size: int = 64, steps: int = 20, warmup: int = 3, precision: str = "auto", compile: bool = False,
     ipu_config: str | None = None, peak_tflops: float | None = None, output_dir: str = "benchmark_results",
+    mode: str = "train",
 ) -> dict[str, Any]:  # fmt: skip
-    """Run every runner on the same batches and write `benchmark.json` and `benchmark.png` to `output_dir`."""
+    """Run every runner of `mode` (`"train"` or `"inference"`) on the same batches and write `benchmark.json` and
+    `benchmark.png` to `output_dir`; returns the report (what the JSON holds)."""
+    if mode not in MODES:
+        raise ValueError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
     if model not in ARCHITECTURES:
         raise ValueError(f"--model {model!r}: expected one of {', '.join(ARCHITECTURES)}")
     if task not in TASKS:
@@ -183,22 +307,20 @@ def run_benchmark(
     if precision == "auto":
         precision = "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"
     opts = {"batch_size": batch_size, "precision": precision, "compile": compile}
-    batches = synthetic_batches(task, ARCHITECTURES[model](), batch_size, seq_len, steps)
     config = IPUConfig.from_pretrained(ipu_config) if ipu_config else IPUConfig()
-    runners: dict[str, Callable[[tqdm], list[float]]] = {
-        "optimum-ipu IPUTrainer": lambda bar: _trainer_run(
-            IPUTrainer, IPUTrainingArguments, _make_model(model, task), batches, opts, bar, ipu_config=config
-        ),  # fmt: skip
-        "transformers.Trainer": lambda bar: _trainer_run(
-            transformers.Trainer, transformers.TrainingArguments, _make_model(model, task), batches, opts, bar
-        ),  # fmt: skip
-        "plain PyTorch loop": lambda bar: _plain_loop(_make_model(model, task), batches, opts, bar),
-    }
+    iterations = config.value("device_iterations", inference=True)
+    if mode == "inference" and batch_size % iterations:
+        raise ValueError(
+            f"--batch-size {batch_size}: one inference host call runs inference_device_iterations={iterations} "
+            f"equal batches; use a multiple of {iterations}"
+        )
+    batches = synthetic_batches(task, ARCHITECTURES[model](), batch_size, seq_len, steps, mode=mode)
+    runners = _runners(mode, model, task, batches, opts, config)
     reference = _make_model(model, task)
-    sample_flops = flops_per_sample(reference, reference.config, seq_len, training=True)
+    sample_flops = flops_per_sample(reference, reference.config, seq_len, training=mode == "train")
     del reference
     results = []
-    with tqdm(total=steps * len(runners), desc="benchmark", unit="step") as bar:
+    with tqdm(total=steps * len(runners), desc=f"benchmark ({mode})", unit="step") as bar:
         for name, runner in runners.items():
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
@@ -215,7 +337,7 @@ def run_benchmark(
             ))  # fmt: skip
     ours = results[0].samples_per_second
     report = {
-        "model": model, "task": task, "seq_len": seq_len, "batch_size": batch_size, "steps": steps,
+        "mode": mode, "model": model, "task": task, "seq_len": seq_len, "batch_size": batch_size, "steps": steps,
         "warmup": warmup, "precision": precision, "compile": compile, "flops_per_sample": sample_flops,
         "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({os.cpu_count()} cores)",
         "versions": {"optimum-ipu": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
@@ -223,7 +345,7 @@ def run_benchmark(
         "date": time.strftime("%Y-%m-%d"),
         "results": [asdict(r) for r in results],
         "ratios": {f"ours / {r.name}": ours / r.samples_per_second for r in results[1:]},
-        "anchors": ANCHORS.get((model, task, seq_len), {}),
+        "anchors": ANCHORS.get((model, task, seq_len, mode), {}),
     }  # fmt: skip
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "benchmark.json"), "w", encoding="utf-8") as f:
@@ -242,27 +364,27 @@ def _chart(report: dict, path: str) -> None:
     fig, ax = plt.subplots(figsize=(8, 3 + 0.3 * len(bars)))
     ax.barh(list(bars), list(bars.values()), color=["tab:blue"] + ["tab:gray"] * (len(bars) - 1))
     ax.invert_yaxis()
-    ax.set_xlabel("training samples / s")
-    ax.set_title(f"{report['model']} {report['task']}, seq {report['seq_len']}, batch {report['batch_size']}, "
-                 f"{report['precision']} on {report['device']}", fontsize=9)  # fmt: skip
+    ax.set_xlabel(f"{'training' if report['mode'] == 'train' else 'inference'} samples / s")
+    ax.set_title(f"{report['model']} {report['task']} ({report['mode']})\nseq {report['seq_len']}, "
+                 f"batch {report['batch_size']}, {report['precision']} on {report['device']}", fontsize=9)  # fmt: skip
     for y, value in enumerate(bars.values()):
-        ax.text(value, y, f" {value:,.1f}", va="center", fontsize=8)
+        ax.text(value, y, f" {value:,.2f}" if value < 10 else f" {value:,.1f}", va="center", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def format_report(report: dict) -> str:
-    lines = [f"{'runner':26s} {'samples/s':>10s} {'tokens/s':>10s} {'1st step s':>10s} {'TFLOP/s':>8s} "
+    lines = [f"{'runner':30s} {'samples/s':>10s} {'tokens/s':>10s} {'1st step s':>10s} {'TFLOP/s':>8s} "
              f"{'MFU':>6s} {'peak GiB':>8s}"]  # fmt: skip
     for r in report["results"]:
         mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
         memory = f"{r['peak_memory_gib']:.1f}" if r["peak_memory_gib"] is not None else "n/a"
-        lines.append(f"{r['name']:26s} {r['samples_per_second']:10.2f} {r['tokens_per_second']:10.0f} "
+        lines.append(f"{r['name']:30s} {r['samples_per_second']:10.2f} {r['tokens_per_second']:10.0f} "
                      f"{r['time_to_first_step_s']:10.2f} {r['tflops']:8.3f} {mfu:>6s} {memory:>8s}")  # fmt: skip
     lines += [f"{name}: {ratio:.3f}" for name, ratio in report["ratios"].items()]
     lines += [f"anchor {name}: {value} samples/s" for name, value in report["anchors"].items()]
     return "\n".join(lines)
 
 
-__all__ = ["run_benchmark", "format_report", "ARCHITECTURES", "TASKS"]
+__all__ = ["run_benchmark", "format_report", "flops_per_sample", "ARCHITECTURES", "TASKS", "MODES"]

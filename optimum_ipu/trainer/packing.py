@@ -1,0 +1,473 @@
+"""Sequence packing: several short tokenized features share one row of `max_seq_length` tokens.
+
+SQuAD or GLUE features tokenized without padding are mostly far shorter than `max_seq_length`; padding each to a
+full row spends most of the compute on padding. Packing puts several features in one row, keeping the static
+shapes every graph here needs, with the numbers of running each feature alone:
+
+- `pack_features` chooses the rows (best-fit decreasing bin packing) and concatenates each row's features:
+  `input_ids`, `token_type_ids`, `position_ids` restarted at 0 for every sequence, and the labels moved to
+  the row: QA `start_positions` / `end_positions` shifted by the sequence's offset in the row, classification
+  `labels` one per sequence. It also records `feature_index` and `sequence_lengths` per row, for `unpack_logits`.
+- `PackedDataCollator` pads rows to `max_seq_length` and builds a block-diagonal 4-D attention mask
+  `(batch, 1, seq, seq)`: a token attends to the tokens of its own sequence only (padding to padding, so that no
+  row of the mask is empty). `transformers`' BERT-family models take such a mask as it is (`masking_utils`
+  returns a 4-D mask unchanged) with the `eager` and `sdpa` attention implementations; it is additive (0 or the
+  minimum of its float type, the model's: float32 by default), which both accept (`eager` adds it to the scores;
+  `sdpa` takes a float mask). `flex_attention` would need a `BlockMask` and flash attention kernels take no 4-D
+  mask: neither is supported (`check_packing_support` says so).
+- The labels of a packed batch are one tensor `labels` of shape `(batch, max_sequences_per_row, columns)`, one
+  slot per sequence: `[start, end, start_position, end_position]` (QA) or `[start, end, label]` (classification),
+  `start:end` being the sequence's tokens in the row; empty slots, and sequences without a label, are all -100.
+  `packed_question_answering_loss` and `PackedSequenceClassificationLoss` read it; both have the signature of
+  `transformers.Trainer`'s `compute_loss_func`, so the stock model's forward runs unchanged (no labels reach it).
+
+Per-sequence losses equal those of each feature run alone at its own length: a QA sequence's cross-entropy is
+taken over its own tokens (the logits of the other sequences and of padding are masked out), a classification
+sequence's logits come from the model's own head applied to the hidden state of its first token ([CLS]).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+IGNORE_INDEX = -100
+QA_COLUMNS = ("start_positions", "end_positions")
+
+
+def pack_sequences(
+    lengths: Sequence[int], max_seq_length: int, max_sequences_per_row: int | None = None
+) -> list[list[int]]:
+    """Choose rows for sequences of the given lengths: best-fit decreasing bin packing.
+
+    Sequences are placed longest first, each in the open row with the least room that still holds it (a new row
+    when none does, or when every such row already holds `max_sequences_per_row` sequences). Best fit with
+    decreasing sizes uses at most 11/9 of the optimal number of rows plus one, like first-fit decreasing, and
+    runs in `O(n log max_seq_length)` here (rows are kept in buckets by the room they have left).
+
+    Args:
+        lengths (`Sequence[int]`): tokens of each sequence, each from 1 to `max_seq_length`.
+        max_seq_length (`int`): tokens of a row.
+        max_sequences_per_row (`int`, *optional*): at most this many sequences in a row (no limit by default).
+
+    Returns:
+        `list[list[int]]`: for each row, the indices (into `lengths`) of its sequences, in the order they are
+        laid out in the row (ascending index); rows in the order they were opened.
+    """
+    if max_seq_length < 1:
+        raise ValueError(f"max_seq_length: got {max_seq_length}; expected a positive number of tokens")
+    if max_sequences_per_row is not None and max_sequences_per_row < 1:
+        raise ValueError(f"max_sequences_per_row: got {max_sequences_per_row}; expected a positive number or None")
+    for index, length in enumerate(lengths):
+        if not 1 <= length <= max_seq_length:
+            raise ValueError(
+                f"feature {index} has {length} tokens; packing takes features of 1 to max_seq_length="
+                f"{max_seq_length} tokens (tokenize with truncation to max_seq_length and without padding)"
+            )
+    rows: list[list[int]] = []
+    by_room: dict[int, list[int]] = {}  # room left -> rows with that much room (that can take more sequences)
+    rooms: list[int] = []  # sorted keys of by_room
+    for index in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        length = lengths[index]
+        at = bisect.bisect_left(rooms, length)
+        if at < len(rooms):
+            room = rooms[at]
+            row = by_room[room].pop()
+            if not by_room[room]:
+                del by_room[room]
+                rooms.pop(at)
+        else:
+            room, row = max_seq_length, len(rows)
+            rows.append([])
+        rows[row].append(index)
+        left = room - length
+        if left > 0 and (max_sequences_per_row is None or len(rows[row]) < max_sequences_per_row):
+            if left not in by_room:
+                by_room[left] = []
+                bisect.insort(rooms, left)
+            by_room[left].append(row)
+    return [sorted(row) for row in rows]
+
+
+def _column(features: Any, name: str) -> list | None:
+    names = getattr(features, "column_names", None) or list(features.keys())
+    return list(features[name]) if name in names else None
+
+
+def pack_features(
+    features: Mapping[str, Sequence] | Any, max_seq_length: int, max_sequences_per_row: int | None = None
+) -> dict[str, list]:
+    """Pack tokenized features (tokenized without padding) into rows of at most `max_seq_length` tokens.
+
+    Args:
+        features (`Mapping[str, Sequence]` or `datasets.Dataset`): columns `input_ids` and optionally
+            `token_type_ids`, `attention_mask` (all ones: padding is not allowed), `start_positions` and
+            `end_positions` (QA, token indices in the feature) or `labels` / `label` (one per feature). Other
+            columns (`offset_mapping`, `example_id`, ...) are left out: post-processing reads them from the
+            unpacked features, which `feature_index` points back to.
+        max_seq_length (`int`): tokens of a row.
+        max_sequences_per_row (`int`, *optional*): at most this many features in a row.
+
+    Returns:
+        `dict[str, list]`: one entry per row: `input_ids`, `token_type_ids`, `position_ids` (restarting at 0 for
+        each feature), `feature_index` and `sequence_lengths` (lists over the row's features), and the labels
+        present: `start_positions` / `end_positions` shifted by each feature's offset in the row, or `labels`.
+        `datasets.Dataset.from_dict` turns it into a dataset for `PackedDataCollator`.
+
+    Example:
+
+    ```python
+    >>> packed = pack_features({"input_ids": [[101, 7, 102], [101, 8, 9, 102], [101, 102]]}, max_seq_length=6)
+    >>> packed["feature_index"], packed["position_ids"]
+    ([[1, 2], [0]], [[0, 1, 2, 3, 0, 1], [0, 1, 2]])
+    ```
+    """
+    input_ids = _column(features, "input_ids")
+    if input_ids is None:
+        raise ValueError("pack_features: the features have no 'input_ids' column")
+    token_type_ids = _column(features, "token_type_ids")
+    attention_mask = _column(features, "attention_mask")
+    if attention_mask is not None:
+        for index, mask in enumerate(attention_mask):
+            if not all(mask):
+                raise ValueError(
+                    f"feature {index} is padded (its attention_mask has zeros); tokenize without padding "
+                    "(padding=False, e.g. --pad_to_max_length false) before packing"
+                )
+    qa = {name: _column(features, name) for name in QA_COLUMNS}
+    if (qa["start_positions"] is None) != (qa["end_positions"] is None):
+        raise ValueError("pack_features: 'start_positions' and 'end_positions' come together; one is missing")
+    labels = _column(features, "labels")
+    if labels is None:
+        labels = _column(features, "label")
+    lengths = [len(ids) for ids in input_ids]
+    if qa["start_positions"] is not None:
+        for index, length in enumerate(lengths):
+            for name in QA_COLUMNS:
+                if not 0 <= qa[name][index] < length:
+                    raise ValueError(
+                        f"feature {index}: {name}={qa[name][index]} is outside its {length} tokens; a packed "
+                        "answer must lie in its own feature (label impossible answers with the [CLS] index)"
+                    )
+    rows = pack_sequences(lengths, max_seq_length, max_sequences_per_row)
+    packed: dict[str, list] = {
+        k: [] for k in ("input_ids", "token_type_ids", "position_ids", "feature_index", "sequence_lengths")
+    }
+    if qa["start_positions"] is not None:
+        packed.update({name: [] for name in QA_COLUMNS})
+    if labels is not None:
+        packed["labels"] = []
+    for row in rows:
+        offsets = np.cumsum([0] + [lengths[i] for i in row[:-1]]).tolist()
+        packed["input_ids"].append([t for i in row for t in input_ids[i]])
+        packed["token_type_ids"].append(
+            [t for i in row for t in (token_type_ids[i] if token_type_ids else [0] * lengths[i])]
+        )
+        packed["position_ids"].append([p for i in row for p in range(lengths[i])])
+        packed["feature_index"].append(list(row))
+        packed["sequence_lengths"].append([lengths[i] for i in row])
+        if qa["start_positions"] is not None:
+            for name in QA_COLUMNS:
+                packed[name].append([qa[name][i] + offset for i, offset in zip(row, offsets, strict=True)])
+        if labels is not None:
+            packed["labels"].append([labels[i] for i in row])
+    return packed
+
+
+# Encoder families whose forward takes `position_ids` and a ready 4-D mask, checked against running each sequence
+# alone (tests/test_packing.py). Decoders are left out: a 4-D mask given to them replaces their causal mask.
+PACKING_MODEL_TYPES = ("bert", "roberta", "distilbert")
+
+
+def check_packing_support(model: nn.Module) -> None:
+    """A clear error when `model` cannot run packed rows: it must be of a family in `PACKING_MODEL_TYPES`, whose
+    forward takes `position_ids` and a 4-D attention mask, with the `eager` or `sdpa` attention (flash attention
+    kernels take no 4-D mask).
+
+    Args:
+        model (`nn.Module`): a `transformers` model (a pipelined model's `.model`).
+    """
+    name, config = type(model).__name__, model.config
+    if config.model_type not in PACKING_MODEL_TYPES:
+        raise ValueError(
+            f"packing: {name} ({config.model_type}) is not supported; packing runs {', '.join(PACKING_MODEL_TYPES)} "
+            "models (encoders that take position_ids and a 4-D attention mask); train it without packing"
+        )
+    attn = getattr(config, "_attn_implementation", None)
+    if attn not in (None, "eager", "sdpa"):
+        raise ValueError(
+            f"packing: {name} uses attn_implementation={attn!r}, which takes no 4-D attention mask; load it with "
+            "attn_implementation='sdpa' (or 'eager')"
+        )
+
+
+def position_offset(config: Any) -> int:
+    """What `PackedDataCollator(position_offset=...)` needs for a model: RoBERTa numbers positions from
+    `pad_token_id + 1`, the others from 0."""
+    return (config.pad_token_id or 0) + 1 if config.model_type in ("roberta", "xlm-roberta") else 0
+
+
+def packed_attention_mask(sequence_ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The block-diagonal additive mask `(batch, 1, seq, seq)` of rows whose tokens carry sequence ids.
+
+    Args:
+        sequence_ids (`torch.Tensor`): `(batch, seq)`, the sequence of each token (any id; padding shares one).
+        dtype (`torch.dtype`, *optional*, defaults to `torch.float32`): the mask's type; masked pairs get its
+            minimum (finite, so that a softmax never sees a row of `-inf`).
+    """
+    same = sequence_ids[:, :, None] == sequence_ids[:, None, :]
+    mask = torch.zeros(same.shape, dtype=dtype, device=sequence_ids.device)
+    return mask.masked_fill_(~same, torch.finfo(dtype).min)[:, None]
+
+
+class PackedDataCollator:
+    """Pads packed rows (from `pack_features`) to `max_seq_length` and builds the model inputs and packed labels.
+
+    Args:
+        max_seq_length (`int`): tokens of every row (static shapes).
+        max_sequences_per_row (`int`): label slots per row (static shapes); a row holding more sequences is an
+            error. `max(map(len, packed["feature_index"]))` is the least that fits a packed set.
+        pad_token_id (`int`, *optional*, defaults to 0): the tokenizer's padding id.
+        position_offset (`int`, *optional*, defaults to 0): added to every position id: RoBERTa numbers
+            positions from `pad_token_id + 1` (`position_offset(model.config)` says what a model needs).
+        mask_dtype (`torch.dtype`, *optional*, defaults to `torch.float32`): the attention mask's type: the
+            model's weights' type (float32 also under autocast; `torch.bfloat16` for a model loaded in bf16, whose
+            `eager` attention adds the mask to bf16 scores).
+
+    Returns (when called on a list of packed rows): `input_ids`, `token_type_ids`, `position_ids`, the 4-D
+    `attention_mask`, and, when the rows have labels, `labels` of shape `(batch, max_sequences_per_row, 4)`
+    (`[start, end, start_position, end_position]`, QA) or `(batch, max_sequences_per_row, 3)` (`[start, end,
+    label]`, classification; float for regression labels), -100 in empty slots.
+    """
+
+    def __init__(
+        self,
+        max_seq_length: int,
+        max_sequences_per_row: int,
+        pad_token_id: int = 0,
+        position_offset: int = 0,
+        mask_dtype: torch.dtype = torch.float32,
+    ) -> None:
+        if max_sequences_per_row < 1:
+            raise ValueError(f"max_sequences_per_row: got {max_sequences_per_row}; expected a positive number")
+        if not mask_dtype.is_floating_point:
+            raise ValueError(f"mask_dtype: got {mask_dtype}; the mask is additive: pass the model's float type")
+        self.max_seq_length, self.max_sequences_per_row = max_seq_length, max_sequences_per_row
+        self.pad_token_id, self.position_offset, self.mask_dtype = pad_token_id, position_offset, mask_dtype
+
+    def __call__(self, rows: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        size, length, slots = len(rows), self.max_seq_length, self.max_sequences_per_row
+        input_ids = torch.full((size, length), self.pad_token_id, dtype=torch.long)
+        token_type_ids = torch.zeros((size, length), dtype=torch.long)
+        position_ids = torch.zeros((size, length), dtype=torch.long)
+        sequence_ids = torch.zeros((size, length), dtype=torch.long)  # 0: padding, 1..k: the row's sequences
+        qa = "start_positions" in rows[0]
+        has_labels = qa or "labels" in rows[0]
+        regression = has_labels and not qa and any(isinstance(v, float) for r in rows for v in r["labels"])
+        labels = torch.full(
+            (size, slots, 4 if qa else 3), IGNORE_INDEX, dtype=torch.float if regression else torch.long
+        )
+        for r, row in enumerate(rows):
+            n = len(row["input_ids"])
+            if n > length:
+                raise ValueError(f"a packed row has {n} tokens, more than max_seq_length={length}")
+            positions = torch.as_tensor(row["position_ids"], dtype=torch.long)
+            starts = (positions == 0).nonzero().flatten().tolist()
+            if len(starts) > slots:
+                raise ValueError(
+                    f"a packed row holds {len(starts)} sequences, more than max_sequences_per_row={slots}; pack "
+                    f"with max_sequences_per_row={slots} or raise it here"
+                )
+            input_ids[r, :n] = torch.as_tensor(row["input_ids"])
+            token_type_ids[r, :n] = torch.as_tensor(row["token_type_ids"])
+            position_ids[r, :n] = positions
+            spans = list(zip(starts, [*starts[1:], n], strict=True))
+            for j, (start, end) in enumerate(spans):
+                sequence_ids[r, start:end] = j + 1
+            if not has_labels:
+                continue
+            for j, (start, end) in enumerate(spans):
+                values = [row[name][j] for name in QA_COLUMNS] if qa else [row["labels"][j]]
+                if any(v is None or v == IGNORE_INDEX for v in values):
+                    continue  # an unlabelled sequence: the whole slot stays -100, so counts stay exact
+                labels[r, j] = torch.as_tensor([start, end, *values], dtype=labels.dtype)
+        batch = {
+            "input_ids": input_ids,
+            "token_type_ids": token_type_ids,
+            "position_ids": position_ids + self.position_offset,
+            "attention_mask": packed_attention_mask(sequence_ids, self.mask_dtype),
+        }
+        if has_labels:
+            batch["labels"] = labels
+        return batch
+
+
+def _present(labels: torch.Tensor) -> torch.Tensor:
+    return labels[..., 0] != IGNORE_INDEX
+
+
+def _sequence_count(labels: torch.Tensor, num_items_in_batch: Any) -> torch.Tensor | int:
+    """The sequences a loss is averaged over: this batch's labelled ones, or, as `Trainer` counts items over the
+    accumulated batches (non -100 entries of `labels`), that count over the entries of a slot."""
+    if num_items_in_batch is None:
+        return _present(labels).sum().clamp(min=1)
+    return num_items_in_batch / labels.shape[-1]
+
+
+def packed_question_answering_loss(
+    outputs: Mapping[str, torch.Tensor], labels: torch.Tensor, num_items_in_batch: Any = None
+) -> torch.Tensor:
+    """The QA loss of packed rows: for each sequence, `(CE(start) + CE(end)) / 2` over its own tokens, averaged
+    over the sequences (the mean over a batch of the same features run alone). A `compute_loss_func`.
+
+    Args:
+        outputs (`Mapping[str, torch.Tensor]`): the model's outputs, with `start_logits` and `end_logits`
+            `(batch, seq)`.
+        labels (`torch.Tensor`): `(batch, slots, 4)` from `PackedDataCollator`.
+        num_items_in_batch (*optional*): `Trainer`'s count of non -100 label entries over the accumulated batches;
+            the sum of losses is divided by the sequences it counts. Without it, the mean over this batch.
+    """
+    positions = torch.arange(outputs["start_logits"].shape[-1], device=labels.device)
+    present = _present(labels)
+    in_span = (positions >= labels[..., :1]) & (positions < labels[..., 1:2])  # (batch, slots, seq)
+    in_span |= ~present[..., None]  # empty slots keep finite logits; their targets are ignored
+    total = 0.0
+    for logits, targets in ((outputs["start_logits"], labels[..., 2]), (outputs["end_logits"], labels[..., 3])):
+        logits = logits.float()[:, None, :].expand(in_span.shape)
+        masked = logits.masked_fill(~in_span, torch.finfo(torch.float32).min)
+        total = total + F.cross_entropy(
+            masked.reshape(-1, masked.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
+        )
+    return total / 2 / _sequence_count(labels, num_items_in_batch)
+
+
+def sequence_classification_logits(model: nn.Module, hidden_states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Logits of every labelled sequence of packed rows: the model's own classification head applied to the
+    last hidden state of each sequence's first token ([CLS]), as the model does for position 0 of a row.
+
+    Args:
+        model (`nn.Module`): a `BertForSequenceClassification`, `RobertaForSequenceClassification` or
+            `DistilBertForSequenceClassification`.
+        hidden_states (`torch.Tensor`): the last hidden states `(batch, seq, hidden)`.
+        labels (`torch.Tensor`): `(batch, slots, 3)` from `PackedDataCollator` (their sequence starts are read).
+
+    Returns:
+        `torch.Tensor`: `(sequences, num_labels)`, labelled slots in row-major order.
+    """
+    rows, slots = _present(labels).nonzero(as_tuple=True)
+    first = hidden_states[rows, labels[rows, slots, 0].long()][:, None, :]  # (sequences, 1, hidden)
+    name = type(model).__name__
+    if name == "BertForSequenceClassification":
+        # BertPooler reads position 0 of what it is given: here each sequence's [CLS] state alone.
+        return model.classifier(model.dropout(model.bert.pooler(first)))
+    if name == "RobertaForSequenceClassification":
+        return model.classifier(first)  # its head reads position 0 likewise
+    if name == "DistilBertForSequenceClassification":
+        # its forward's head, step by step (the ReLU is no module of the model)
+        return model.classifier(model.dropout(torch.relu(model.pre_classifier(first[:, 0]))))
+    raise ValueError(
+        f"sequence classification with packing: {name} is not supported (the BERT, RoBERTa and DistilBERT "
+        "...ForSequenceClassification classes are); train it without packing"
+    )
+
+
+class PackedSequenceClassificationLoss:
+    """The classification loss of packed rows, one label per sequence (a `Trainer` `compute_loss_func`).
+
+    The model runs unchanged with `output_hidden_states=True` (pass it in the batch, or set
+    `model.config.output_hidden_states = True`); `sequence_classification_logits` gives each sequence's logits.
+    Cross-entropy for class labels, mean squared error for regression (`num_labels == 1`), as the model's own
+    loss, averaged over the sequences.
+
+    Args:
+        model (`nn.Module`): the model whose head is applied (the stock model; a pipelined model's `.model`).
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def __call__(self, outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
+        hidden = getattr(outputs, "hidden_states", None)
+        if hidden is None:
+            raise ValueError(
+                "packed classification needs the model's hidden states: call it with output_hidden_states=True"
+            )
+        logits = sequence_classification_logits(self.model, hidden[-1], labels).float()
+        targets = labels[..., 2][_present(labels)]
+        if self.model.config.num_labels == 1:
+            losses = F.mse_loss(logits.squeeze(-1), targets.float(), reduction="sum")
+        else:
+            losses = F.cross_entropy(logits, targets.long(), reduction="sum")
+        return losses / _sequence_count(labels, num_items_in_batch)
+
+
+def unpack_logits(
+    logits: torch.Tensor | np.ndarray,
+    packed: Mapping[str, Sequence],
+    pad_to: int | None = None,
+    fill: float = -100.0,
+) -> list[Any] | torch.Tensor | np.ndarray:
+    """Per-token outputs of packed rows back to one entry per original feature.
+
+    Args:
+        logits (`torch.Tensor` or `np.ndarray`): `(rows, seq, ...)` outputs of the packed rows, in the order of
+            `packed` (e.g. QA `start_logits` from `Trainer.predict`).
+        packed (`Mapping[str, Sequence]`): what `pack_features` returned (or its dataset): `feature_index` and
+            `sequence_lengths` per row.
+        pad_to (`int`, *optional*): return one array `(features, pad_to, ...)`, each feature's values first and
+            `fill` after them (the layout of unpacked, padded features), instead of a list.
+        fill (`float`, *optional*, defaults to -100.0): the value after each feature's tokens with `pad_to`.
+
+    Returns:
+        a list (feature order) of `(length, ...)` slices, or the padded array / tensor with `pad_to`.
+    """
+    index_rows, length_rows = _column(packed, "feature_index"), _column(packed, "sequence_lengths")
+    if index_rows is None or length_rows is None:
+        raise ValueError("unpack_logits: `packed` needs the 'feature_index' and 'sequence_lengths' of pack_features")
+    if len(index_rows) != len(logits):
+        raise ValueError(f"unpack_logits: {len(logits)} rows of logits for {len(index_rows)} packed rows")
+    pieces: dict[int, Any] = {}
+    for row, (indices, lengths) in enumerate(zip(index_rows, length_rows, strict=True)):
+        start = 0
+        for index, length in zip(indices, lengths, strict=True):
+            if index in pieces:
+                raise ValueError(f"unpack_logits: feature {index} appears in two packed rows")
+            pieces[index] = logits[row, start : start + length]
+            start += length
+    if sorted(pieces) != list(range(len(pieces))):
+        missing = sorted(set(range(max(pieces) + 1)) - set(pieces))
+        raise ValueError(f"unpack_logits: features {missing[:10]} are in no packed row")
+    ordered = [pieces[i] for i in range(len(pieces))]
+    if pad_to is None:
+        return ordered
+    shape = (len(ordered), pad_to, *logits.shape[2:])
+    if isinstance(logits, torch.Tensor):
+        out = torch.full(shape, fill, dtype=logits.dtype, device=logits.device)
+    else:
+        out = np.full(shape, fill, dtype=np.asarray(logits).dtype)
+    for i, piece in enumerate(ordered):
+        if len(piece) > pad_to:
+            raise ValueError(f"unpack_logits: feature {i} has {len(piece)} tokens, more than pad_to={pad_to}")
+        out[i, : len(piece)] = piece
+    return out
+
+
+__all__ = [
+    "pack_sequences",
+    "pack_features",
+    "PACKING_MODEL_TYPES",
+    "check_packing_support",
+    "position_offset",
+    "packed_attention_mask",
+    "PackedDataCollator",
+    "packed_question_answering_loss",
+    "sequence_classification_logits",
+    "PackedSequenceClassificationLoss",
+    "unpack_logits",
+]
