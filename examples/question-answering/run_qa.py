@@ -43,6 +43,13 @@ from utils_qa import (
 )
 
 from optimum_ipu import IPUTrainingArguments, last_complete_checkpoint
+from optimum_ipu.trainer.packing import (
+    PackedDataCollator,
+    check_packing_support,
+    pack_features,
+    packed_question_answering_loss,
+    position_offset,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +92,11 @@ class DataTrainingArguments:
     doc_stride: int = field(default=128, metadata={"help": "Tokens shared by consecutive windows of a context."})
     n_best_size: int = field(default=20, metadata={"help": "Start/end candidates kept per feature."})
     max_answer_length: int = field(default=30, metadata={"help": "Longest answer, in tokens."})
+    packing: bool = field(
+        default=False,
+        metadata={"help": "Pack several training features into each max_seq_length row (attention kept per feature)."},
+    )
+    max_sequences_per_pack: int | None = field(default=None, metadata={"help": "At most this many features a row."})
 
     def __post_init__(self) -> None:
         if self.dataset_name is None and self.train_file is None and self.validation_file is None:
@@ -171,7 +183,9 @@ def main() -> None:
     features_kwargs = {"tokenizer": tokenizer, "max_seq_length": max_seq_length, "doc_stride": data_args.doc_stride,
                        "pad_to_max_length": data_args.pad_to_max_length}  # fmt: skip
 
-    def tokenize(split: str, fn, limit: int | None, description: str) -> tuple[datasets.Dataset, datasets.Dataset]:
+    def tokenize(
+        split: str, fn, limit: int | None, description: str, pad: bool | None = None
+    ) -> tuple[datasets.Dataset, datasets.Dataset]:
         if split not in raw:
             raise ValueError(f"--do_{'train' if split == 'train' else 'eval'} needs a {split} dataset")
         examples = raw[split]
@@ -179,7 +193,13 @@ def main() -> None:
             examples = examples.select(range(min(limit, len(examples))))
         with training_args.main_process_first(desc=description):
             features = examples.map(
-                partial(fn, **features_kwargs),
+                partial(
+                    fn,
+                    **{
+                        **features_kwargs,
+                        "pad_to_max_length": features_kwargs["pad_to_max_length"] if pad is None else pad,
+                    },
+                ),
                 batched=True,
                 num_proc=data_args.preprocessing_num_workers,
                 remove_columns=examples.column_names,
@@ -190,7 +210,9 @@ def main() -> None:
 
     train_dataset = eval_examples = eval_dataset = predict_examples = predict_dataset = None
     if training_args.do_train:
-        _, train_dataset = tokenize("train", prepare_train_features, data_args.max_train_samples, "train features")
+        # packed rows are built from unpadded features
+        pad = False if data_args.packing else None
+        _, train_dataset = tokenize("train", prepare_train_features, data_args.max_train_samples, "train features", pad)
         if data_args.max_train_samples is not None:  # one example can give several features
             train_dataset = train_dataset.select(range(min(data_args.max_train_samples, len(train_dataset))))
     if training_args.do_eval:
@@ -203,6 +225,24 @@ def main() -> None:
         )
 
     collator = default_data_collator if data_args.pad_to_max_length else DataCollatorWithPadding(tokenizer)
+    trainer_kwargs = {}
+    train_features = len(train_dataset) if train_dataset is not None else 0
+    if data_args.packing and train_dataset is not None:
+        check_packing_support(model)
+        packed = pack_features(train_dataset, max_seq_length, data_args.max_sequences_per_pack)
+        train_dataset = datasets.Dataset.from_dict(packed)
+        logger.info("packing: %d training features in %d rows of %d tokens (%.2f a row)", train_features,
+                    len(train_dataset), max_seq_length, train_features / len(train_dataset))  # fmt: skip
+        pack_collator = PackedDataCollator(max_seq_length, max(map(len, packed["feature_index"])),
+                                           tokenizer.pad_token_id, position_offset(config))  # fmt: skip
+        unpacked_collator = collator
+
+        def collator(rows):  # packed training rows carry position_ids; evaluation features do not
+            return pack_collator(rows) if "position_ids" in rows[0] else unpacked_collator(rows)
+
+        # one `labels` tensor of per-sequence slots, read by the packed loss (the model gets no labels)
+        training_args.label_names = ["labels"]
+        trainer_kwargs["compute_loss_func"] = packed_question_answering_loss
 
     def post_process(examples, features, predictions, prefix: str = "eval") -> dict[str, str]:
         return postprocess_qa_predictions(
@@ -227,6 +267,7 @@ def main() -> None:
         data_collator=collator,
         post_process_function=post_process,
         compute_metrics=squad_metrics,
+        **trainer_kwargs,
     )
 
     if training_args.do_train:
@@ -238,6 +279,11 @@ def main() -> None:
         trainer.save_model()
         metrics = train_result.metrics
         metrics["train_samples"] = len(train_dataset)
+        if data_args.packing:  # samples are packed rows; SQuAD features per second is the comparable figure
+            metrics["train_features"] = train_features
+            metrics["train_features_per_second"] = round(
+                metrics["train_samples_per_second"] * train_features / len(train_dataset), 3
+            )
         trainer.log_metrics("train", metrics)
         trainer.save_metrics("train", metrics)
         trainer.save_state()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import socket
@@ -139,3 +140,22 @@ def test_torchrun_pipeline_stages_give_the_single_process_results(tmp_path, shar
     assert two["train_samples_per_second"] > 0
     for key in ("train_loss", "eval_exact_match", "eval_f1"):
         assert two[key] == pytest.approx(one[key], abs=1e-4), key
+
+
+def test_packing_trains_on_packed_rows_and_evaluates_unpacked(tmp_path, shared_data, tiny_qa_model_dir):
+    out = tmp_path / "packed"
+    result = run_qa(
+        "--ipu_config_name=./", "--ipu_config_overrides", "gradient_accumulation_steps=1",
+        "--model_name_or_path", str(tiny_qa_model_dir), *squad_files(shared_data), "--output_dir", str(out),
+        "--do_train", "--do_eval", "--packing", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size",
+        "8", "--learning_rate", "1e-3", "--num_train_epochs", "1", "--max_seq_length", "256", "--doc_stride", "128",
+        "--max_train_samples", "120", "--max_eval_samples", "16", "--report_to", "none", "--logging_steps", "1",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((out / "all_results.json").read_text())
+    assert metrics["train_features"] == 120 and metrics["train_samples"] <= 120 / 1.5  # >= 1.5 features a row
+    assert metrics["train_features_per_second"] > metrics["train_samples_per_second"] > 0
+    assert 0 <= metrics["eval_exact_match"] <= metrics["eval_f1"] <= 100
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    logged = [entry["loss"] for entry in history if "loss" in entry]
+    assert all(math.isfinite(loss) for loss in logged) and logged[-1] < logged[0]
