@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import datasets
 import pytest
@@ -132,9 +133,14 @@ def test_compiled_training_reports_compilation_apart(tmp_path):
     metrics = compiled.train().metrics
     eager.train()
     torch.testing.assert_close(losses(compiled), losses(eager), atol=1e-5, rtol=1e-5)
-    assert metrics["train_compile_time"] > 0
+    # The first step minus a typical one. It may be ~0 when an earlier test of the session left inductor's cache
+    # warm and later steps recompile (seen once in CI), so the figure is checked against the step timer.
+    durations = compiled.step_timer.durations
+    assert metrics["train_compile_time"] == pytest.approx(
+        max(0.0, durations[0] - statistics.median(durations[1:])), abs=1e-4
+    )
     wall_clock_rate = 16 / metrics["train_runtime"]
-    assert metrics["train_samples_per_second"] > wall_clock_rate
+    assert metrics["train_samples_per_second"] >= wall_clock_rate
 
 
 def test_lamb_flag_selects_lamb_with_weight_decay_groups(tmp_path):
