@@ -42,7 +42,7 @@ from utils_qa import (
     squad_metrics,
 )
 
-from optimum_ipu import IPUTrainingArguments, last_complete_checkpoint
+from optimum_ipu import IPUTrainingArguments
 from optimum_ipu.trainer.packing import (
     PackedDataCollator,
     check_packing_support,
@@ -152,16 +152,7 @@ def main() -> None:
     logger.info("Training/evaluation parameters %s", training_args)
 
     # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
-    last_checkpoint = None
-    if training_args.do_train and not training_args.output_dir_is_reusable():
-        last_checkpoint = last_complete_checkpoint(training_args.output_dir)
-        if last_checkpoint is None:
-            raise ValueError(
-                f"Output directory ({training_args.output_dir}) already exists and is not empty. "
-                "Use --overwrite_output_dir to overcome."
-            )
-        if training_args.resume_from_checkpoint is None:
-            logger.info("Checkpoint detected, resuming training at %s", last_checkpoint)
+    last_checkpoint = training_args.checkpoint_in_output_dir()
 
     set_seed(training_args.seed)
     raw = load_raw_datasets(data_args, model_args)

@@ -16,6 +16,7 @@ from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..runtime.devices import default_device, supports_bf16
 from ..runtime.distributed import world_size
+from .checkpoints import last_complete_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -185,3 +186,19 @@ class IPUTrainingArguments(TrainingArguments):
         """False when training would write into a non-empty `output_dir` without `overwrite_output_dir`."""
         directory = self.output_dir
         return self.overwrite_output_dir or not (os.path.isdir(directory) and os.listdir(directory))
+
+    def checkpoint_in_output_dir(self) -> str | None:
+        """The checkpoint a training script resumes from, checked before any work: a non-empty `output_dir` is
+        resumed from its newest complete checkpoint, or refused without `--overwrite_output_dir` (nothing in
+        it is touched). None when training starts afresh (or `do_train` is off)."""
+        if not self.do_train or self.output_dir_is_reusable():
+            return None
+        checkpoint = last_complete_checkpoint(self.output_dir)
+        if checkpoint is None:
+            raise ValueError(
+                f"Output directory ({self.output_dir}) already exists and is not empty. "
+                "Use --overwrite_output_dir to overcome."
+            )
+        if self.resume_from_checkpoint is None:
+            logger.info("Checkpoint detected, resuming training at %s", checkpoint)
+        return checkpoint

@@ -6,12 +6,12 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 
 import pytest
 
 from ..conftest import PYTHON, REPO_ROOT
+from ..distributed.test_data_parallel import free_port
 
 QA_DIR = REPO_ROOT / "examples" / "question-answering"
 REFERENCE_FLAGS = (
@@ -32,12 +32,6 @@ def run_qa(*args: str, launcher: list[str] | None = None) -> subprocess.Complete
         [PYTHON, *(launcher or ["run_qa.py"]), *args], cwd=QA_DIR, capture_output=True, text=True, env=env,
         timeout=900,
     )  # fmt: skip
-
-
-def socket_free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def squad_files(shared_data) -> list[str]:
@@ -132,7 +126,7 @@ def test_torchrun_pipeline_stages_give_the_single_process_results(tmp_path, shar
     ]  # fmt: skip
     single = run_qa(*flags, "--output_dir", str(tmp_path / "one"))
     assert single.returncode == 0, single.stderr[-3000:]
-    port = socket_free_port()
+    port = free_port()
     launcher = ["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}", "run_qa.py"]
     pipelined = run_qa(*flags, "--output_dir", str(tmp_path / "two"), launcher=launcher)
     assert pipelined.returncode == 0, pipelined.stderr[-3000:]
