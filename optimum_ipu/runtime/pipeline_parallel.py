@@ -69,11 +69,13 @@ class StageModule(nn.Module):
         self.model, self.index, self.num_stages, self.keys = model, index, num_stages, list(keys)
         self.precision = precision
         self._incoming: torch.Tensor | None = None
+        self._running = False  # inside this stage's forward (the exit hooks fire only then)
         self._micro_batches: deque[dict[str, torch.Tensor]] = deque()
         modules = [model.get_submodule(p) for p in layer_paths]
-        # (parent module, attribute name, own layer) of each layer of another stage: swapped during forward
+        # (layer index, parent module, attribute name, the layer) of each layer of another stage: swapped out
+        # for a pass-through during this stage's forward
         self._foreign = [
-            (model.get_submodule(path.rpartition(".")[0]), path.rpartition(".")[2], modules[i])
+            (i, model.get_submodule(path.rpartition(".")[0]), path.rpartition(".")[2], modules[i])
             for i, path in enumerate(layer_paths)
             if i not in layers
         ]
@@ -96,7 +98,6 @@ class StageModule(nn.Module):
             else:  # a stage of embeddings only: it ends where layer 0 (of another stage) would start
                 self._hooked_pass_through[0] = _PassThrough()
                 self._hooked_pass_through[0].register_forward_pre_hook(self._exit_input, with_kwargs=True)
-        self._foreign_index = [i for i in range(len(layer_paths)) if i not in layers]
 
     def _inject_input(self, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         if self._incoming is None:
@@ -115,8 +116,6 @@ class StageModule(nn.Module):
     def _exit_input(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         if self._running:
             raise _StageExit(args[0] if args else kwargs["hidden_states"])
-
-    _running = False
 
     def reset(self, micro_batches: list[dict[str, torch.Tensor]], first_step: bool = False) -> None:
         """The micro-batches of the next schedule step, in order (the schedules run forwards in order).
@@ -143,7 +142,7 @@ class StageModule(nn.Module):
             return tensors[0]
         self._incoming = None if self.index == 0 else tensors[0]
         self._running = True
-        for i, (parent, name, _) in zip(self._foreign_index, self._foreign, strict=True):
+        for i, parent, name, _ in self._foreign:
             parent._modules[name] = self._hooked_pass_through.get(i, self._pass_through)
         try:
             with autocast(tensors[0].device, self.precision):
@@ -151,7 +150,7 @@ class StageModule(nn.Module):
         except _StageExit as stage_end:
             return stage_end.value
         finally:
-            for parent, name, layer in self._foreign:
+            for _, parent, name, layer in self._foreign:
                 parent._modules[name] = layer
             self._incoming, self._running = None, False
         # Last stage: the model's own loss; shape (1,) because the schedule concatenates micro-batch outputs.
