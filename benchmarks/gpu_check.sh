@@ -1,23 +1,166 @@
 #!/usr/bin/env bash
-# One prepared GPU check (sized for under 8 minutes on one H200): BERT-base QA training at seq 384 / batch 64,
-# eager and compiled, and GPT-2 124M causal LM at seq 1024, each against transformers.Trainer and a plain loop
-# on the same batches; then BERT-base QA inference at seq 384 / batch 128 (the engine in its inference layout vs
-# Trainer.predict vs a plain no_grad loop). Writes JSON, PNG and the log under $OUT (or ./gpu_check when OUT is
-# unset). Not run yet: no figures of it are claimed anywhere until it has been.
-# Needs: torch with CUDA, transformers, and this package importable (pip install -e . or PYTHONPATH=.).
-set -euo pipefail
+# One prepared GPU check, sized for under 8 minutes on one H200. Each run is `optimum-ipu benchmark` in its own
+# process (ours vs transformers vs a plain loop, same batches, random weights, bf16); a run that fails or overruns
+# is recorded and the next one runs. In order (the compiled run last: it costs the most and gets what is left):
+#
+#   run                 what                                                           H200 estimate (s)
+#   preflight           versions, nvidia-smi, imports, `optimum-ipu env`                  10
+#   bert_qa_eager       BERT-base QA training, seq 384, batch 64, 30 steps                 30  (~1,200 samples/s:
+#                       53 ms a step, x 90 steps; process start, imports, 4 model builds)
+#   bert_qa_pipeline2   the same with benchmarks/ipu_config_bert_pipeline2.json: 2 stages   30
+#                       (layers 6 + 6) in turn on the one GPU, 4 micro-batches of 16 per step (global batch 64)
+#   gpt2_clm            GPT-2 124M causal LM training, seq 1024, batch 16, 20 steps         30
+#   bert_qa_inference   BERT-base QA inference (engine vs Trainer.predict vs no_grad),      25
+#                       seq 384, batch 128, 30 steps
+#   bert_qa_compiled    bert_qa_eager under torch.compile, 30 steps (8 warm-up)            250  (~1,500 samples/s;
+#                       compilation 60-120 s per compiled runner, the later ones partly from the caches)
+#   summary             summary.json, summary.png, results.tar.gz                            5
+#   total                                                                                380  (hard stop: below)
+#
+# Budget: GPU_CHECK_BUDGET_S (default 450 s) bounds the whole check: each run has a time limit (`timeout`) of at
+# most what is left, less 20 s kept for the summary; a run with under 30 s left is skipped and recorded so.
+#
+# Writes under $OUT (./gpu_check when unset) four files, within the device tool's 8: gpu_check.log (everything
+# printed), summary.json (date, GPU, versions, and per run its status, exit code, seconds, estimate and whole
+# benchmark.json), summary.png (one panel per run) and results.tar.gz (each run's folder under its name:
+# benchmark.json, benchmark.png, run.log). Exit 0 when every run succeeded, 1 when one did not, 2 when the
+# package cannot be imported (the missing packages named in one line).
+#
+# GPU_CHECK_TINY=1: the same script on a CPU in about a minute (CI: tests/test_gpu_check.py): the benchmark's tiny
+# models, seq 32, batch 8, 4 steps, fp32 (Trainer refuses bf16 on a CPU), no --peak-tflops; bert_qa_compiled then
+# runs without --compile (a cold torch.compile of the tiny model took ~45 s on a 2-core CPU) and says so.
+#
+# Needs: python3 (or $PYTHON) with torch and transformers; this package is taken from this checkout (PYTHONPATH).
+set -uo pipefail # no -e: a failed run is recorded, and the next one runs
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(dirname "$here")
 OUT=${OUT:-gpu_check}
-mkdir -p "$OUT"
-export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-cli="python3 -m optimum_ipu.cli benchmark --precision bf16 --peak-tflops 989"
-{
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-  $cli --model bert-base-uncased-config --task question-answering --seq-len 384 --batch-size 64 \
-       --steps 30 --warmup 5 --output-dir "$OUT/bert_qa_eager"
-  $cli --model bert-base-uncased-config --task question-answering --seq-len 384 --batch-size 64 \
-       --steps 30 --warmup 8 --compile --output-dir "$OUT/bert_qa_compiled"
-  $cli --model gpt2-config --task causal-lm --seq-len 1024 --batch-size 16 \
-       --steps 20 --warmup 5 --output-dir "$OUT/gpt2_clm"
-  $cli --mode inference --model bert-base-uncased-config --task question-answering --seq-len 384 \
-       --batch-size 128 --steps 30 --warmup 5 --output-dir "$OUT/bert_qa_inference"
-} 2>&1 | tee "$OUT/gpu_check.log"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
+cd "$root" || exit 2
+PY=${PYTHON:-python3}
+tiny=${GPU_CHECK_TINY:-0}
+budget=${GPU_CHECK_BUDGET_S:-450}
+reserve=20 # seconds kept for the final summary and chart
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX") || exit 2
+trap 'rm -rf "$work"' EXIT
+# This checkout's package, installed or not (the device machine runs a bare copy of the repository).
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TQDM_DISABLE=1
+
+runs=(bert_qa_eager bert_qa_pipeline2 gpt2_clm bert_qa_inference bert_qa_compiled)
+pipeline_config="$here/ipu_config_bert_pipeline2.json"
+if [[ $tiny == 1 ]]; then
+  bert=tiny-bert-config gpt2=tiny-gpt2-config
+  bert_train=(--seq-len 32 --batch-size 8 --steps 4 --warmup 1)
+  gpt2_train=(--seq-len 32 --batch-size 4 --steps 4 --warmup 1)
+  bert_infer=(--seq-len 32 --batch-size 8 --steps 4 --warmup 1)
+  compiled=(--steps 4 --warmup 1)
+  compile_note="tiny mode: --compile skipped (a cold torch.compile of the tiny model took ~45 s on a 2-core CPU)"
+  common=(--precision fp32) # transformers.Trainer refuses bf16 on a CPU
+  summary_flags=(--tiny)
+  # tiny BERT has 2 layers: one per stage; every other field as on the GPU
+  "$PY" - "$pipeline_config" "$work/ipu_config_pipeline2_tiny.json" <<'EOF' || exit 2
+import json, sys
+config = json.load(open(sys.argv[1]))
+config["layers_per_ipu"] = [1, 1]
+json.dump(config, open(sys.argv[2], "w"))
+EOF
+  pipeline_config="$work/ipu_config_pipeline2_tiny.json"
+else
+  bert=bert-base-uncased-config gpt2=gpt2-config
+  bert_train=(--seq-len 384 --batch-size 64 --steps 30 --warmup 5)
+  gpt2_train=(--seq-len 1024 --batch-size 16 --steps 20 --warmup 5)
+  bert_infer=(--seq-len 384 --batch-size 128 --steps 30 --warmup 5)
+  compiled=(--compile --steps 30 --warmup 8)
+  compile_note=""
+  common=(--precision bf16 --peak-tflops 989) # H200 dense bf16 peak, for MFU
+  summary_flags=()
+fi
+
+summarize() {
+  "$PY" "$here/gpu_check_report.py" summarize --work "$work" --out "$OUT" --runs "$(IFS=,; echo "${runs[*]}")" \
+    ${summary_flags[@]+"${summary_flags[@]}"} "$@"
+}
+
+record() { # record NAME EXIT_CODE START END ESTIMATE NOTE: one line of runs.tsv, read by summarize
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$work/runs.tsv"
+}
+
+limited() { # limited SECONDS COMMAND...: the command, stopped after SECONDS (exit 124) where `timeout` exists
+  if command -v timeout >/dev/null; then timeout -k 15 "$@"; else shift; "$@"; fi
+}
+
+bench() { # bench NAME ESTIMATE_S LIMIT_S NOTE ARGS...: one benchmark run in its own process, never fatal
+  local name=$1 estimate=$2 cap=$3 note=$4
+  shift 4
+  local dir="$work/$name" left=$((budget - reserve - SECONDS)) start rc
+  mkdir -p "$dir"
+  start=$(date +%s.%N)
+  if ((left < 30)); then
+    echo "=== $name: SKIPPED, ${left}s left of the ${budget}s budget"
+    record "$name" 0 "$start" "$start" "$estimate" "skipped: ${left}s left of the ${budget}s budget"
+    summarize >/dev/null
+    return
+  fi
+  ((cap > left)) && cap=$left
+  echo "=== $name (H200 estimate ${estimate}s, limit ${cap}s)${note:+ [$note]}"
+  echo "+ optimum-ipu benchmark ${common[*]} $* --output-dir $name"
+  limited "$cap" "$PY" -m optimum_ipu.cli benchmark "${common[@]}" "$@" --output-dir "$dir" 2>&1 | tee "$dir/run.log"
+  rc=${PIPESTATUS[0]}
+  record "$name" "$rc" "$start" "$(date +%s.%N)" "$estimate" "$note"
+  case $rc in
+  0) echo "=== $name: ok" ;;
+  124 | 137) echo "=== $name: TIMED OUT after ${cap}s (exit $rc); carrying on" ;;
+  *) echo "=== $name: FAILED (exit $rc); carrying on" ;;
+  esac
+  summarize >/dev/null # after every run: a check stopped half-way still leaves what ran
+}
+
+main() {
+  SECONDS=0
+  echo "gpu_check: $(date '+%Y-%m-%d %H:%M:%S %Z'), tiny=$tiny, budget ${budget}s, OUT=$OUT"
+  echo "--- nvidia-smi"
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$work/gpu.txt"
+  else
+    echo "nvidia-smi: not found (no NVIDIA driver here)"
+  fi
+  echo "--- preflight ($PY)"
+  if ! "$PY" "$here/gpu_check_report.py" preflight --work "$work" --ipu-config "$pipeline_config" 2>&1 |
+    tee "$work/preflight.log"; then
+    echo "gpu_check: preflight failed: no benchmark can run (see the line above)"
+    summarize # no chart: matplotlib may be what is missing
+    return 2
+  fi
+  echo "--- pipeline config of bert_qa_pipeline2"
+  "$PY" -m optimum_ipu.cli config check "$pipeline_config"
+
+  bench bert_qa_eager 30 120 "" --model "$bert" --task question-answering "${bert_train[@]}"
+  bench bert_qa_pipeline2 30 120 "2 stages in turn on one device" --model "$bert" --task question-answering \
+    "${bert_train[@]}" --ipu-config "$pipeline_config"
+  bench gpt2_clm 30 120 "" --model "$gpt2" --task causal-lm "${gpt2_train[@]}"
+  bench bert_qa_inference 25 120 "" --mode inference --model "$bert" --task question-answering "${bert_infer[@]}"
+  bench bert_qa_compiled 250 400 "$compile_note" --model "$bert" --task question-answering "${bert_train[@]}" \
+    "${compiled[@]}"
+
+  echo "--- summary (${SECONDS}s so far)"
+  summarize --chart
+  local status=$?
+  "$PY" - "$OUT/summary.json" <<'EOF'
+import json, sys
+summary = json.load(open(sys.argv[1]))
+for name, run in summary["runs"].items():
+    ratios = run.get("benchmark", {}).get("ratios", {})
+    shown = ", ".join(f"{k}: {v:.3f}" for k, v in ratios.items())
+    seconds, estimate = run.get("seconds", 0), run.get("h200_estimate_s", 0)
+    print(f"{name:18s} {run['status']:9s} {seconds:6.1f}s (H200 estimate {estimate}s)  {shown}")
+EOF
+  echo "gpu_check: done in ${SECONDS}s; under $OUT:"
+  ls -l "$OUT"
+  return $status
+}
+
+main 2>&1 | tee "$OUT/gpu_check.log"
+exit "${PIPESTATUS[0]}"

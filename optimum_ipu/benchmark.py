@@ -158,9 +158,12 @@ def _make_model(name: str, task: str, seed: int = 0) -> torch.nn.Module:
 
 def _trainer_run(cls: type, args_cls: type, model: torch.nn.Module, batches: list[dict], opts: dict, bar: tqdm,
                  **extra: Any) -> list[float]:  # fmt: skip
+    """One optimizer step per batch of `batches`, in `opts["micro_batches"]` micro-batches (ours: the IPU config's
+    accumulation x replicas; 1 for the baselines), so that every runner steps on the same samples."""
     timer = _Timer(bar)
+    micro = opts["batch_size"] // opts.get("micro_batches", 1)
     with tempfile.TemporaryDirectory() as out:
-        args = args_cls(output_dir=out, per_device_train_batch_size=opts["batch_size"], max_steps=len(batches),
+        args = args_cls(output_dir=out, per_device_train_batch_size=micro, max_steps=len(batches),
                         report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
                         bf16=opts["precision"] == "bf16", torch_compile=opts["compile"], seed=0,
                         dataloader_drop_last=True, **({"fp32": True} if opts["precision"] == "fp32" and
@@ -265,6 +268,11 @@ def _plain_inference_loop(model: torch.nn.Module, batches: list[dict], opts: dic
     return times
 
 
+def _micro_batches_per_step(config: IPUConfig) -> int:
+    """Micro-batches of one `IPUTrainer` optimizer step in one process: accumulation x replicas (run in turn)."""
+    return config.value("gradient_accumulation_steps") * config.value("replication_factor")
+
+
 def _runners(mode: str, model: str, task: str, batches: list[dict], opts: dict,
              config: IPUConfig) -> dict[str, Callable[[tqdm], list[float]]]:  # fmt: skip
     """Runner name -> a function timing each step; ours first (the ratios are against it)."""
@@ -276,9 +284,10 @@ def _runners(mode: str, model: str, task: str, batches: list[dict], opts: dict,
             "transformers.Trainer.predict": lambda bar: _predict_run(_make_model(model, task), batches, opts, bar),
             "plain torch.no_grad loop": lambda bar: _plain_inference_loop(_make_model(model, task), batches, opts, bar),
         }
+    ours = {**opts, "micro_batches": _micro_batches_per_step(config)}
     return {
         "optimum-ipu IPUTrainer": lambda bar: _trainer_run(
-            IPUTrainer, IPUTrainingArguments, _make_model(model, task), batches, opts, bar, ipu_config=config
+            IPUTrainer, IPUTrainingArguments, _make_model(model, task), batches, ours, bar, ipu_config=config
         ),  # fmt: skip
         "transformers.Trainer": lambda bar: _trainer_run(
             transformers.Trainer, transformers.TrainingArguments, _make_model(model, task), batches, opts, bar
@@ -294,7 +303,9 @@ def run_benchmark(
     mode: str = "train",
 ) -> dict[str, Any]:  # fmt: skip
     """Run every runner of `mode` (`"train"` or `"inference"`) on the same batches and write `benchmark.json` and
-    `benchmark.png` to `output_dir`; returns the report (what the JSON holds)."""
+    `benchmark.png` to `output_dir`; returns the report (what the JSON holds). `batch_size` is the samples of one
+    optimizer step (training) or one host call (inference) in every runner: ours splits a training step into the
+    IPU config's `gradient_accumulation_steps x replication_factor` micro-batches, so that the figures compare."""
     if mode not in MODES:
         raise ValueError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
     if model not in ARCHITECTURES:
@@ -313,6 +324,13 @@ def run_benchmark(
         raise ValueError(
             f"--batch-size {batch_size}: one inference host call runs inference_device_iterations={iterations} "
             f"equal batches; use a multiple of {iterations}"
+        )
+    micro_batches = _micro_batches_per_step(config)
+    if mode == "train" and batch_size % micro_batches:
+        raise ValueError(
+            f"--batch-size {batch_size}: it is the samples of one optimizer step, and one step of the IPU config "
+            f"takes gradient_accumulation_steps x replication_factor = {micro_batches} micro-batches; use a "
+            f"multiple of {micro_batches}"
         )
     batches = synthetic_batches(task, ARCHITECTURES[model](), batch_size, seq_len, steps, mode=mode)
     runners = _runners(mode, model, task, batches, opts, config)
@@ -339,6 +357,7 @@ def run_benchmark(
     report = {
         "mode": mode, "model": model, "task": task, "seq_len": seq_len, "batch_size": batch_size, "steps": steps,
         "warmup": warmup, "precision": precision, "compile": compile, "flops_per_sample": sample_flops,
+        "ipu_config": ipu_config, "micro_batches_per_step": micro_batches if mode == "train" else None,
         "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({os.cpu_count()} cores)",
         "versions": {"optimum-ipu": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},  # fmt: skip

@@ -155,7 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--model", default="bert-base-uncased-config", help="architecture, random weights")
     bench.add_argument("--task", default="question-answering", help="question-answering, causal-lm, translation")
     bench.add_argument("--seq-len", type=int, default=384)
-    bench.add_argument("--batch-size", type=int, default=64)
+    bench.add_argument(
+        "--batch-size",
+        type=int,
+        default=64,
+        help="samples of one optimizer step (training) or one host call (inference), in every runner",
+    )
     bench.add_argument("--steps", type=int, default=20, help="steps (batches) per runner, warm-up included")
     bench.add_argument("--warmup", type=int, default=3, help="first steps timed apart (compilation)")
     bench.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
