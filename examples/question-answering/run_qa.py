@@ -48,6 +48,7 @@ from optimum_ipu.trainer.packing import (
     check_packing_support,
     pack_features,
     packed_question_answering_loss,
+    packing_attention,
     position_offset,
 )
 
@@ -224,8 +225,10 @@ def main() -> None:
         train_dataset = datasets.Dataset.from_dict(packed)
         logger.info("packing: %d training features in %d rows of %d tokens (%.2f a row)", train_features,
                     len(train_dataset), max_seq_length, train_features / len(train_dataset))  # fmt: skip
+        # a dense block-diagonal mask for eager/sdpa attention, sequence ids (a BlockMask on the device) for flex
         pack_collator = PackedDataCollator(max_seq_length, max(map(len, packed["feature_index"])),
-                                           tokenizer.pad_token_id, position_offset(config))  # fmt: skip
+                                           tokenizer.pad_token_id, position_offset(config),
+                                           attention=packing_attention(model))  # fmt: skip
         unpacked_collator = collator
 
         def collator(rows):  # packed training rows carry position_ids; evaluation features do not

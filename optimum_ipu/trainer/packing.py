@@ -8,13 +8,21 @@ shapes every graph here needs, with the numbers of running each feature alone:
   `input_ids`, `token_type_ids`, `position_ids` restarted at 0 for every sequence, and the labels moved to
   the row: QA `start_positions` / `end_positions` shifted by the sequence's offset in the row, classification
   `labels` one per sequence. It also records `feature_index` and `sequence_lengths` per row, for `unpack_logits`.
-- `PackedDataCollator` pads rows to `max_seq_length` and builds a block-diagonal 4-D attention mask
-  `(batch, 1, seq, seq)`: a token attends to the tokens of its own sequence only (padding to padding, so that no
-  row of the mask is empty). `transformers`' BERT-family models take such a mask as it is (`masking_utils`
-  returns a 4-D mask unchanged) with the `eager` and `sdpa` attention implementations; it is additive (0 or the
-  minimum of its float type, the model's: float32 by default), which both accept (`eager` adds it to the scores;
-  `sdpa` takes a float mask). `flex_attention` would need a `BlockMask` and flash attention kernels take no 4-D
-  mask: neither is supported (`check_packing_support` says so).
+- `PackedDataCollator` pads rows to `max_seq_length` and masks attention block-diagonally: a token attends to
+  the tokens of its own sequence only (padding to padding, so that no row of the mask is empty).
+  `transformers`' BERT-family models take a ready 4-D mask as it is (`masking_utils` returns it unchanged):
+  - `attention="dense"` (default; the `eager` and `sdpa` implementations): an additive 4-D `attention_mask`
+    `(batch, 1, seq, seq)`, 0 or the minimum of its float type (the model's: float32 by default), which both
+    accept (`eager` adds it to the scores; `sdpa` takes a float mask).
+  - `attention="flex"` (`flex_attention`): no mask but `packed_sequence_ids` `(batch, seq)`, each token's
+    sequence in its row (0 for padding). A `BlockMask` closes over tensors of the model's device, so it is made
+    there at step time: `IPUTrainer` replaces the ids by `packed_block_mask(ids)` when it moves a batch to the
+    device (`with_packed_block_mask` does the same for a hand-written loop). Flex attention skips the blocks of
+    128 x 128 tokens that lie wholly between two sequences, and no `seq x seq` mask travels from the host.
+    Its backward runs on CUDA (and other accelerators), not on CPU: PyTorch 2.13 has no flex attention backward
+    there, eager or compiled, so flex packing trains on a GPU; on a CPU it evaluates only (forward).
+  Flash attention kernels take no 4-D mask or `BlockMask`: not supported (`check_packing_support` says so).
+  `PackedDataCollator(attention=packing_attention(model))` picks the kind a model takes.
 - The labels of a packed batch are one tensor `labels` of shape `(batch, max_sequences_per_row, columns)`, one
   slot per sequence: `[start, end, start_position, end_position]` (QA) or `[start, end, label]` (classification),
   `start:end` being the sequence's tokens in the row; empty slots, and sequences without a label, are all -100.
@@ -36,6 +44,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
 IGNORE_INDEX = -100
 QA_COLUMNS = ("start_positions", "end_positions")
@@ -185,13 +194,24 @@ def pack_features(
 PACKING_MODEL_TYPES = ("bert", "roberta", "distilbert")
 
 
-def check_packing_support(model: nn.Module) -> None:
+# attn_implementation -> the PackedDataCollator(attention=...) it takes
+PACKING_ATTENTIONS = {"eager": "dense", "sdpa": "dense", "flex_attention": "flex"}
+# attention dropout in the config of each family (flex_attention has none)
+_ATTENTION_DROPOUT = {"bert": "attention_probs_dropout_prob", "roberta": "attention_probs_dropout_prob"}
+
+
+def check_packing_support(model: nn.Module, training: bool = True, attention: str | None = None) -> None:
     """A clear error when `model` cannot run packed rows: it must be of a family in `PACKING_MODEL_TYPES`, whose
-    forward takes `position_ids` and a 4-D attention mask, with the `eager` or `sdpa` attention (flash attention
-    kernels take no 4-D mask).
+    forward takes `position_ids` and a ready 4-D attention mask, with the `eager` or `sdpa` attention (a dense
+    mask) or `flex_attention` (a `BlockMask`). Flash attention kernels take neither: only a 2-D padding mask.
 
     Args:
         model (`nn.Module`): a `transformers` model (a pipelined model's `.model`).
+        training (`bool`, *optional*, defaults to `True`): the model is to be trained: with `flex_attention`
+            its attention dropout must be 0 (transformers' flex attention has none and refuses it in training).
+        attention (`str`, *optional*): the `PackedDataCollator(attention=...)` the batches come from, checked
+            against the model's (`packing_attention(model)`): a flex model given a dense mask runs it through a
+            `score_mod` that reads the mask (no block skipped), which crashes PyTorch 2.13's compiled CPU kernel.
     """
     name, config = type(model).__name__, model.config
     if config.model_type not in PACKING_MODEL_TYPES:
@@ -200,11 +220,34 @@ def check_packing_support(model: nn.Module) -> None:
             "models (encoders that take position_ids and a 4-D attention mask); train it without packing"
         )
     attn = getattr(config, "_attn_implementation", None)
-    if attn not in (None, "eager", "sdpa"):
+    if attn is not None and attn not in PACKING_ATTENTIONS:
         raise ValueError(
-            f"packing: {name} uses attn_implementation={attn!r}, which takes no 4-D attention mask; load it with "
-            "attn_implementation='sdpa' (or 'eager')"
+            f"packing: {name} uses attn_implementation={attn!r}, which takes no 4-D attention mask (flash attention "
+            "kernels take a 2-D padding mask only); load it with attn_implementation='sdpa' (or 'eager', or "
+            "'flex_attention' with PackedDataCollator(attention='flex'))"
         )
+    dropout_field = _ATTENTION_DROPOUT.get(config.model_type, "attention_dropout")
+    dropout = getattr(config, dropout_field, 0.0) or 0.0
+    if training and attn == "flex_attention" and dropout > 0:
+        raise ValueError(
+            f"packing: {name} uses attn_implementation='flex_attention' with {dropout_field}={dropout}; flex "
+            f"attention has no attention dropout: load the model with {dropout_field}=0.0 (a config override of "
+            "from_pretrained) or use attn_implementation='sdpa'"
+        )
+    if attention is not None and attention != packing_attention(model):
+        raise ValueError(
+            f"packing: PackedDataCollator(attention={attention!r}) for {name} with attn_implementation={attn!r}; "
+            f"use PackedDataCollator(attention={packing_attention(model)!r}) (packing_attention(model) says which)"
+        )
+
+
+def packing_attention(model: nn.Module) -> str:
+    """The `PackedDataCollator(attention=...)` a model takes: `"flex"` with `flex_attention`, else `"dense"`.
+
+    Args:
+        model (`nn.Module`): a `transformers` model (a pipelined model's `.model`).
+    """
+    return PACKING_ATTENTIONS.get(getattr(model.config, "_attn_implementation", None) or "eager", "dense")
 
 
 def position_offset(config: Any) -> int:
@@ -226,6 +269,56 @@ def packed_attention_mask(sequence_ids: torch.Tensor, dtype: torch.dtype = torch
     return mask.masked_fill_(~same, torch.finfo(dtype).min)[:, None]
 
 
+PACKED_SEQUENCE_IDS = "packed_sequence_ids"
+
+
+def packed_block_mask(sequence_ids: torch.Tensor) -> BlockMask:
+    """The block-diagonal `BlockMask` of rows whose tokens carry sequence ids, for `flex_attention`.
+
+    A token attends to the tokens of its own id (padding shares one id: it attends to padding, as with
+    `packed_attention_mask`). The mask is made on the ids' device (its `mask_mod` reads them there: move them to
+    the model's device first) with `create_block_mask`'s default blocks of 128 x 128 tokens; blocks wholly
+    between two sequences are skipped by the kernels. A row whose length is no multiple of 128 is fine: the last
+    block is partial (flex attention bounds its indices). It evaluates `mask_mod` on all `batch x seq x seq`
+    pairs once (eagerly, outside any compiled region), which is small at fine-tuning lengths.
+
+    Args:
+        sequence_ids (`torch.Tensor`): `(batch, seq)` long, the sequence of each token (`packed_sequence_ids`).
+
+    Returns:
+        `torch.nn.attention.flex_attention.BlockMask` of shape `(batch, 1, seq, seq)`, the same for every head.
+    """
+    if sequence_ids.dim() != 2:
+        raise ValueError(
+            f"packed_block_mask: sequence_ids has shape {tuple(sequence_ids.shape)}; expected (batch, seq)"
+        )
+    ids = sequence_ids
+
+    def same_sequence(
+        batch: torch.Tensor, head: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+    ) -> torch.Tensor:
+        return ids[batch, q_idx] == ids[batch, kv_idx]
+
+    size, length = ids.shape
+    return create_block_mask(same_sequence, B=size, H=None, Q_LEN=length, KV_LEN=length, device=ids.device)
+
+
+def with_packed_block_mask(inputs: dict[str, Any]) -> dict[str, Any]:
+    """A batch of `PackedDataCollator(attention="flex")`, on the model's device, ready for the model: its
+    `packed_sequence_ids` replaced by `attention_mask=packed_block_mask(ids)`. `IPUTrainer` calls it on every
+    batch; other batches are returned unchanged. Call it outside `torch.compile`d code (the mask is made
+    eagerly; the compiled model takes the `BlockMask` as an input).
+
+    Args:
+        inputs (`dict[str, Any]`): the batch, its tensors on the model's device.
+    """
+    if PACKED_SEQUENCE_IDS not in inputs:
+        return inputs
+    inputs = dict(inputs)
+    inputs["attention_mask"] = packed_block_mask(inputs.pop(PACKED_SEQUENCE_IDS))
+    return inputs
+
+
 class PackedDataCollator:
     """Pads packed rows (from `pack_features`) to `max_seq_length` and builds the model inputs and packed labels.
 
@@ -238,12 +331,18 @@ class PackedDataCollator:
             positions from `pad_token_id + 1` (`position_offset(model.config)` says what a model needs).
         mask_dtype (`torch.dtype`, *optional*, defaults to `torch.float32`): the attention mask's type: the
             model's weights' type (float32 also under autocast; `torch.bfloat16` for a model loaded in bf16, whose
-            `eager` attention adds the mask to bf16 scores).
+            `eager` attention adds the mask to bf16 scores). Unused with `attention="flex"`.
+        attention (`str`, *optional*, defaults to `"dense"`): how attention is kept inside each sequence:
+            `"dense"`, a 4-D additive `attention_mask` (models with `eager` or `sdpa` attention), or `"flex"`,
+            `packed_sequence_ids` from which `IPUTrainer` makes a `BlockMask` on the device (models with
+            `flex_attention`). `packing_attention(model)` says which a model takes.
 
     Returns (when called on a list of packed rows): `input_ids`, `token_type_ids`, `position_ids`, the 4-D
-    `attention_mask`, and, when the rows have labels, `labels` of shape `(batch, max_sequences_per_row, 4)`
-    (`[start, end, start_position, end_position]`, QA) or `(batch, max_sequences_per_row, 3)` (`[start, end,
-    label]`, classification; float for regression labels), -100 in empty slots.
+    `attention_mask` (`"dense"`) or `packed_sequence_ids` `(batch, seq)` long, 0 for padding and 1, 2, ... for
+    the row's sequences (`"flex"`), and, when the rows have labels, `labels` of shape `(batch,
+    max_sequences_per_row, 4)` (`[start, end, start_position, end_position]`, QA) or `(batch,
+    max_sequences_per_row, 3)` (`[start, end, label]`, classification; float for regression labels), -100 in
+    empty slots.
     """
 
     def __init__(
@@ -253,13 +352,20 @@ class PackedDataCollator:
         pad_token_id: int = 0,
         position_offset: int = 0,
         mask_dtype: torch.dtype = torch.float32,
+        attention: str = "dense",
     ) -> None:
+        if attention not in ("dense", "flex"):
+            raise ValueError(
+                f"attention: got {attention!r}; expected 'dense' (eager or sdpa attention) or 'flex' "
+                "(flex_attention); packing_attention(model) says which a model takes"
+            )
         if max_sequences_per_row < 1:
             raise ValueError(f"max_sequences_per_row: got {max_sequences_per_row}; expected a positive number")
         if not mask_dtype.is_floating_point:
             raise ValueError(f"mask_dtype: got {mask_dtype}; the mask is additive: pass the model's float type")
         self.max_seq_length, self.max_sequences_per_row = max_seq_length, max_sequences_per_row
         self.pad_token_id, self.position_offset, self.mask_dtype = pad_token_id, position_offset, mask_dtype
+        self.attention = attention
 
     def __call__(self, rows: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         size, length, slots = len(rows), self.max_seq_length, self.max_sequences_per_row
@@ -301,8 +407,11 @@ class PackedDataCollator:
             "input_ids": input_ids,
             "token_type_ids": token_type_ids,
             "position_ids": position_ids + self.position_offset,
-            "attention_mask": packed_attention_mask(sequence_ids, self.mask_dtype),
         }
+        if self.attention == "flex":
+            batch[PACKED_SEQUENCE_IDS] = sequence_ids  # the BlockMask is made from it on the device
+        else:
+            batch["attention_mask"] = packed_attention_mask(sequence_ids, self.mask_dtype)
         if has_labels:
             batch["labels"] = labels
         return batch
@@ -462,9 +571,14 @@ __all__ = [
     "pack_sequences",
     "pack_features",
     "PACKING_MODEL_TYPES",
+    "PACKING_ATTENTIONS",
     "check_packing_support",
+    "packing_attention",
     "position_offset",
     "packed_attention_mask",
+    "PACKED_SEQUENCE_IDS",
+    "packed_block_mask",
+    "with_packed_block_mask",
     "PackedDataCollator",
     "packed_question_answering_loss",
     "sequence_classification_logits",

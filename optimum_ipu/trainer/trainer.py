@@ -36,6 +36,7 @@ from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
 from ..runtime.sharding import ShardedOptimizer
 from .checkpoints import COMPLETE_MARKER, MarkCheckpointComplete, is_complete, last_complete_checkpoint
+from .packing import PACKED_SEQUENCE_IDS, with_packed_block_mask
 from .stages import ProcessPipeline
 from .training_args import IPUTrainingArguments
 
@@ -260,6 +261,17 @@ class IPUTrainer(Trainer):
                 self.engine.optimizer_steps = self.state.global_step + 1  # the step being taken, as logs count
                 self.engine.unscale_and_check()
         return loss
+
+    def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """`Trainer`'s, then packed rows for flex attention get their `BlockMask`, made on the device (its
+        `mask_mod` reads the sequence ids there) outside any compiled region."""
+        inputs = super()._prepare_inputs(inputs)
+        if PACKED_SEQUENCE_IDS in inputs and self.process_pipeline is not None:
+            raise ValueError(
+                "PackedDataCollator(attention='flex') is not supported with pipeline stages on separate processes; "
+                "run one process per replica (its stages run in turn)"
+            )
+        return with_packed_block_mask(inputs)
 
     def _wrap_model(self, model: nn.Module, training: bool = True, dataloader: Any = None) -> nn.Module:
         if self.process_pipeline is not None and training:
