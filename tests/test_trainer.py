@@ -203,3 +203,21 @@ def test_projection_serialization_computes_the_loss_in_chunks(tmp_path):
         runs[factor] = (losses(trainer), chunked.call_count)
     assert runs[1][1] == 0 and runs[2][1] == 3  # one chunked loss per micro-batch
     torch.testing.assert_close(runs[2][0], runs[1][0], atol=1e-5, rtol=0)
+
+
+def test_pipeline_over_processes_refuses_a_compute_loss_func():
+    """The stages' schedule trains on the model's own loss: a `compute_loss_func` (packing's) would be ignored."""
+    from types import SimpleNamespace
+
+    from optimum_ipu.trainer.packing import packed_question_answering_loss
+    from optimum_ipu.trainer.stages import ProcessPipeline
+
+    trainer = SimpleNamespace(
+        ipu_config=IPUConfig(layers_per_ipu=[1, 1], ipus_per_replica=2, gradient_accumulation_steps=2),
+        pipelined=SimpleNamespace(plan=SimpleNamespace(family="bert")),
+        compute_loss_func=packed_question_answering_loss,
+    )
+    with pytest.raises(ValueError, match="compute_loss_func .* not supported with pipeline stages on separate"):
+        ProcessPipeline(trainer, "1F1B")
+    trainer.compute_loss_func = None
+    assert ProcessPipeline(trainer, "1F1B").stages == 2
