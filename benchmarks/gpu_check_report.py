@@ -161,11 +161,14 @@ def _chart(summary: dict[str, Any], path: Path) -> None:
         compiled = " compiled" if report["compile"] else ""
         micro = report.get("micro_batches_per_step") or 1  # ours' micro-batches per step (a pipeline config)
         split = f" (ours: {micro} x {report['batch_size'] // micro})" if micro > 1 else ""
+        packing = report.get("packing")  # --packing: ours on packed rows, the baselines padded; bars are features/s
+        if packing:
+            split += f", ours packed {packing['packing_factor']:.2f} features a row vs padded, SQuAD features/s"
         ax.set_title(f"{name}: {report['model']} {report['mode']}{compiled}, seq {report['seq_len']} x batch "
                      f"{report['batch_size']}{split}, {report['precision']}\nours vs {ratios}", fontsize=8)  # fmt: skip
         ax.tick_params(labelsize=7)
     device = summary.get("device") or "?"
-    axes[-1, 0].set_xlabel(f"samples / s on {device} ({summary['date']})", fontsize=8)
+    axes[-1, 0].set_xlabel(f"samples (--packing: SQuAD features) / s on {device} ({summary['date']})", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -12,6 +12,10 @@ non-embedding parameters, L layers, h hidden size, s tokens of a sample):
 
 - training: `6 x P x s + 12 x L x h x s^2` (matmuls forward and backward; attention scores and values);
 - inference: `2 x P x s + 4 x L x h x s^2` (the forward pass alone: a third of the training count).
+
+`--packing` (training, question answering) trains every runner on the same real-length SQuAD features: ours on
+rows packed several features to a row, the baselines on the features padded to `--seq-len`; throughput is then
+SQuAD features per second (`benchmark_packing` builds the work).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -33,11 +38,22 @@ from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
 from . import __version__
+from .benchmark_packing import (
+    FEATURE_LENGTHS_FILE,
+    FeatureCountingLoss,
+    PackingWorkload,
+    RowDataset,
+    build_workload,
+    check_packing_arguments,
+    feature_flops,
+    load_feature_lengths,
+)
 from .config import IPUConfig
 from .models import plan_for_config
 from .models.pipelined import to_pipelined
 from .runtime.engine import Engine
 from .trainer import IPUTrainer, IPUTrainingArguments
+from .trainer.packing import PackedDataCollator, check_packing_support, position_offset
 from .trainer.trainer import StepTimer
 
 logger = logging.getLogger(__name__)
@@ -67,6 +83,7 @@ TASKS = {
 MODES = ("train", "inference")
 # Published anchors the chart shows beside the measured bars (samples/s), per (model, task, seq, mode).
 ANCHORS = {("bert-base-uncased-config", "question-answering", 384, "train"): {"Graphcore IPU-POD16 (published)": 720.9}}
+OURS_PACKED = "optimum-ipu IPUTrainer (packed)"
 
 
 @dataclass
@@ -81,6 +98,8 @@ class RunResult:
     peak_memory_gib: float | None = None
     tflops: float | None = None
     mfu: float | None = None
+    # --packing: the layout, steps and features of this runner (samples are SQuAD features, tokens real ones)
+    packing: dict[str, Any] | None = None
 
 
 def flops_per_sample(model: torch.nn.Module, config: Any, seq_len: int, training: bool) -> float:
@@ -156,19 +175,23 @@ def _make_model(name: str, task: str, seed: int = 0) -> torch.nn.Module:
     return getattr(transformers, TASKS[task]).from_config(config)
 
 
-def _trainer_run(cls: type, args_cls: type, model: torch.nn.Module, batches: list[dict], opts: dict, bar: tqdm,
+def _trainer_run(cls: type, args_cls: type, model: torch.nn.Module, batches: list[dict] | torch.utils.data.Dataset,
+                 opts: dict, bar: tqdm, timer: _Timer | None = None, args_extra: dict | None = None,
                  **extra: Any) -> list[float]:  # fmt: skip
-    """One optimizer step per batch of `batches`, in `opts["micro_batches"]` micro-batches (ours: the IPU config's
-    accumulation x replicas; 1 for the baselines), so that every runner steps on the same samples."""
-    timer = _Timer(bar)
+    """One optimizer step per batch of `batches` (or per `opts["batch_size"]` rows of a dataset: one epoch), in
+    `opts["micro_batches"]` micro-batches (ours: the IPU config's accumulation x replicas; 1 for the baselines),
+    so that every runner steps on the same samples."""
+    timer = timer or _Timer(bar)
     micro = opts["batch_size"] // opts.get("micro_batches", 1)
+    dataset = batches if isinstance(batches, torch.utils.data.Dataset) else _BatchList(batches)
     with tempfile.TemporaryDirectory() as out:
-        args = args_cls(output_dir=out, per_device_train_batch_size=micro, max_steps=len(batches),
+        args = args_cls(output_dir=out, per_device_train_batch_size=micro, max_steps=len(dataset) // opts["batch_size"],
                         report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
                         bf16=opts["precision"] == "bf16", torch_compile=opts["compile"], seed=0,
-                        dataloader_drop_last=True, **({"fp32": True} if opts["precision"] == "fp32" and
-                                                      args_cls is IPUTrainingArguments else {}))  # fmt: skip
-        trainer = cls(model=model, args=args, train_dataset=_BatchList(batches), callbacks=[timer], **extra)
+                        dataloader_drop_last=True, **(args_extra or {}),
+                        **({"fp32": True} if opts["precision"] == "fp32" and args_cls is IPUTrainingArguments
+                           else {}))  # fmt: skip
+        trainer = cls(model=model, args=args, train_dataset=dataset, callbacks=[timer], **extra)
         trainer.train()
     return timer.durations
 
@@ -296,16 +319,80 @@ def _runners(mode: str, model: str, task: str, batches: list[dict], opts: dict,
     }
 
 
+def _packed_trainer_run(model: torch.nn.Module, workload: PackingWorkload, opts: dict, bar: tqdm,
+                        config: IPUConfig) -> tuple[list[float], list[int]]:  # fmt: skip
+    """Ours with `--packing`: `IPUTrainer` on the packed rows, through `PackedDataCollator` and the packed QA loss
+    (as `run_qa.py --packing` trains); returns the step times and the features of each step."""
+    check_packing_support(model)
+    timer = _Timer(bar)
+    loss = FeatureCountingLoss(lambda: len(timer.durations))
+    collator = PackedDataCollator(workload.seq_len, workload.max_features_per_row, model.config.pad_token_id or 0,
+                                  position_offset(model.config))  # fmt: skip
+    times = _trainer_run(IPUTrainer, IPUTrainingArguments, model, RowDataset(workload.packed_rows()), opts, bar,
+                         timer=timer, args_extra={"label_names": ["labels"]}, ipu_config=config,
+                         data_collator=collator, compute_loss_func=loss)  # fmt: skip
+    return times, loss.per_step(len(times))
+
+
+def _packing_runners(model: str, workload: PackingWorkload, opts: dict,
+                     config: IPUConfig) -> dict[str, Callable[[tqdm], tuple[list[float], list[int]]]]:  # fmt: skip
+    """`--packing`: runner name -> (step times, features per step); ours on packed rows, the baselines on the same
+    features padded to `--seq-len`, `--batch-size` features a step."""
+    ours = {**opts, "micro_batches": _micro_batches_per_step(config)}
+    task, batches = "question-answering", workload.padded_batches
+    padded = [opts["batch_size"]] * len(batches)
+    return {
+        OURS_PACKED: lambda bar: _packed_trainer_run(
+            _make_model(model, task), workload, ours, bar, config
+        ),
+        "transformers.Trainer (padded)": lambda bar: (_trainer_run(
+            transformers.Trainer, transformers.TrainingArguments, _make_model(model, task), batches, opts, bar
+        ), padded),
+        "plain PyTorch loop (padded)": lambda bar: (_plain_loop(_make_model(model, task), batches, opts, bar), padded),
+    }  # fmt: skip
+
+
+def _packing_result(name: str, times: list[float], features: list[int], warmup: int, workload: PackingWorkload,
+                    sample_flops: float) -> dict[str, Any]:  # fmt: skip
+    """Features per second over the timed steps (after `warmup`): features in them / their time."""
+    timed_s, timed_features = sum(times[warmup:]), sum(features[warmup:])
+    rate = timed_features / timed_s
+    packed = name == OURS_PACKED
+    return {
+        "samples_per_second": rate,
+        "tokens_per_second": rate * workload.mean_length,
+        "tflops": rate * sample_flops / 1e12,
+        "packing": {
+            "layout": "packed rows" if packed else "padded features",
+            "steps": len(times),
+            "rows_per_step" if packed else "features_per_step": workload.batch_size,
+            "features": sum(features),
+            "timed_features": timed_features,
+            "timed_seconds": timed_s,
+            "features_per_second": rate,
+            "real_tokens_per_second": rate * workload.mean_length,
+        },
+    }
+
+
 def run_benchmark(
     model: str = "bert-base-uncased-config", task: str = "question-answering", seq_len: int = 384,
     batch_size: int = 64, steps: int = 20, warmup: int = 3, precision: str = "auto", compile: bool = False,
     ipu_config: str | None = None, peak_tflops: float | None = None, output_dir: str = "benchmark_results",
-    mode: str = "train",
+    mode: str = "train", packing: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """Run every runner of `mode` (`"train"` or `"inference"`) on the same batches and write `benchmark.json` and
     `benchmark.png` to `output_dir`; returns the report (what the JSON holds). `batch_size` is the samples of one
     optimizer step (training) or one host call (inference) in every runner: ours splits a training step into the
-    IPU config's `gradient_accumulation_steps x replication_factor` micro-batches, so that the figures compare."""
+    IPU config's `gradient_accumulation_steps x replication_factor` micro-batches, so that the figures compare.
+
+    With `packing` (training, question answering): every runner trains on the same real-length SQuAD features
+    (`benchmark_packing.build_workload`): ours `steps` steps of `batch_size` packed rows, the baselines the same
+    features padded, `batch_size` a step. Samples are then features: `samples_per_second` is features per second
+    over the steps after `warmup` (features in them / their time), `tokens_per_second` real tokens per second,
+    `flops_per_sample` the mean model FLOPs of a feature at its own length; `packing` holds the workload."""
+    if packing:
+        check_packing_arguments(mode, task)
     if mode not in MODES:
         raise ValueError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
     if model not in ARCHITECTURES:
@@ -332,26 +419,47 @@ def run_benchmark(
             f"takes gradient_accumulation_steps x replication_factor = {micro_batches} micro-batches; use a "
             f"multiple of {micro_batches}"
         )
-    batches = synthetic_batches(task, ARCHITECTURES[model](), batch_size, seq_len, steps, mode=mode)
-    runners = _runners(mode, model, task, batches, opts, config)
     reference = _make_model(model, task)
-    sample_flops = flops_per_sample(reference, reference.config, seq_len, training=mode == "train")
+    workload, packing_info = None, None
+    if packing:
+        check_packing_support(reference)  # before any work: a family that cannot take packed rows is refused
+        lengths = load_feature_lengths()
+        workload = build_workload(lengths["histogram"], seq_len, batch_size, steps, reference.config.vocab_size,
+                                  max_length=lengths["max_length"])  # fmt: skip
+        runners = _packing_runners(model, workload, opts, config)
+        # model FLOPs of each feature at its own length: what both layouts do usefully
+        sample_flops = feature_flops(workload.lengths, partial(flops_per_sample, reference, reference.config,
+                                                               training=True))  # fmt: skip
+        provenance = {key: lengths[key] for key in ("source_file", "source_sha256", "tokenizer", "max_length",
+                                                    "stride", "features")}  # fmt: skip
+        packing_info = {
+            "feature_lengths": {"file": f"optimum_ipu/data/{FEATURE_LENGTHS_FILE.name}", **provenance},
+            "length_scale": min(1.0, seq_len / lengths["max_length"]), "seed": 0, **workload.summary(),
+        }  # fmt: skip
+        total_steps = steps + 2 * workload.padded_steps
+    else:
+        batches = synthetic_batches(task, ARCHITECTURES[model](), batch_size, seq_len, steps, mode=mode)
+        runners = _runners(mode, model, task, batches, opts, config)
+        sample_flops = flops_per_sample(reference, reference.config, seq_len, training=mode == "train")
+        total_steps = steps * len(runners)
     del reference
     results = []
-    with tqdm(total=steps * len(runners), desc=f"benchmark ({mode})", unit="step") as bar:
+    with tqdm(total=total_steps, desc=f"benchmark ({mode}{', packing' if packing else ''})", unit="step") as bar:
         for name, runner in runners.items():
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
-            times = runner(bar)
-            steady = times[warmup:]
-            step = statistics.median(steady)
-            samples = batch_size / step
-            tflops = samples * sample_flops / 1e12
+            if packing:
+                times, features = runner(bar)
+                measured = _packing_result(name, times, features, warmup, workload, sample_flops)
+            else:
+                times = runner(bar)
+                samples = batch_size / statistics.median(times[warmup:])
+                measured = {"samples_per_second": samples, "tokens_per_second": samples * seq_len,
+                            "tflops": samples * sample_flops / 1e12}  # fmt: skip
             results.append(RunResult(
-                name=name, samples_per_second=samples, tokens_per_second=samples * seq_len,
-                time_to_first_step_s=times[0], step_times_s=times,
+                name=name, time_to_first_step_s=times[0], step_times_s=times,
                 peak_memory_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-                tflops=tflops, mfu=tflops / peak_tflops if peak_tflops else None,
+                mfu=measured["tflops"] / peak_tflops if peak_tflops else None, **measured,
             ))  # fmt: skip
     ours = results[0].samples_per_second
     report = {
@@ -364,7 +472,9 @@ def run_benchmark(
         "date": time.strftime("%Y-%m-%d"),
         "results": [asdict(r) for r in results],
         "ratios": {f"ours / {r.name}": ours / r.samples_per_second for r in results[1:]},
+        # the published anchor is samples/s of padded features: with --packing it compares with the baselines
         "anchors": ANCHORS.get((model, task, seq_len, mode), {}),
+        "packing": packing_info,
     }  # fmt: skip
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "benchmark.json"), "w", encoding="utf-8") as f:
@@ -383,9 +493,13 @@ def _chart(report: dict, path: str) -> None:
     fig, ax = plt.subplots(figsize=(8, 3 + 0.3 * len(bars)))
     ax.barh(list(bars), list(bars.values()), color=["tab:blue"] + ["tab:gray"] * (len(bars) - 1))
     ax.invert_yaxis()
-    ax.set_xlabel(f"{'training' if report['mode'] == 'train' else 'inference'} samples / s")
+    packing = report.get("packing")
+    unit = "SQuAD features" if packing else "samples"
+    ax.set_xlabel(f"{'training' if report['mode'] == 'train' else 'inference'} {unit} / s")
+    layout = f", packed {packing['packing_factor']:.2f} features a row (baselines padded)" if packing else ""
     ax.set_title(f"{report['model']} {report['task']} ({report['mode']})\nseq {report['seq_len']}, "
-                 f"batch {report['batch_size']}, {report['precision']} on {report['device']}", fontsize=9)  # fmt: skip
+                 f"batch {report['batch_size']}{layout}, {report['precision']} on {report['device']}",
+                 fontsize=9)  # fmt: skip
     for y, value in enumerate(bars.values()):
         ax.text(value, y, f" {value:,.2f}" if value < 10 else f" {value:,.1f}", va="center", fontsize=8)
     fig.tight_layout()
@@ -394,14 +508,24 @@ def _chart(report: dict, path: str) -> None:
 
 
 def format_report(report: dict) -> str:
-    lines = [f"{'runner':30s} {'samples/s':>10s} {'tokens/s':>10s} {'1st step s':>10s} {'TFLOP/s':>8s} "
-             f"{'MFU':>6s} {'peak GiB':>8s}"]  # fmt: skip
+    packing = report.get("packing")
+    width = 32 if packing else 30
+    samples, tokens = ("features/s", "real tok/s") if packing else ("samples/s", "tokens/s")
+    lines = [f"{'runner':{width}s} {samples:>10s} {tokens:>10s} {'1st step s':>10s} {'TFLOP/s':>8s} "
+             f"{'MFU':>6s} {'peak GiB':>8s}" + (f" {'steps':>5s}" if packing else "")]  # fmt: skip
     for r in report["results"]:
         mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
         memory = f"{r['peak_memory_gib']:.1f}" if r["peak_memory_gib"] is not None else "n/a"
-        lines.append(f"{r['name']:30s} {r['samples_per_second']:10.2f} {r['tokens_per_second']:10.0f} "
-                     f"{r['time_to_first_step_s']:10.2f} {r['tflops']:8.3f} {mfu:>6s} {memory:>8s}")  # fmt: skip
-    lines += [f"{name}: {ratio:.3f}" for name, ratio in report["ratios"].items()]
+        steps = f" {r['packing']['steps']:5d}" if packing else ""
+        lines.append(f"{r['name']:{width}s} {r['samples_per_second']:10.2f} {r['tokens_per_second']:10.0f} "
+                     f"{r['time_to_first_step_s']:10.2f} {r['tflops']:8.3f} {mfu:>6s} {memory:>8s}{steps}")  # fmt: skip
+    if packing:
+        padding = packing["padding_fraction"]
+        lines.append(f"packing: {packing['features']} SQuAD features ({packing['mean_feature_length']:.1f} tokens "
+                     f"on average) in {packing['rows']} rows of {report['seq_len']}: {packing['packing_factor']:.2f} "
+                     f"features a row; padding {padding['packed']:.1%} packed, {padding['padded']:.1%} "
+                     "padded")  # fmt: skip
+    lines += [f"{name}{' (features/s)' if packing else ''}: {ratio:.3f}" for name, ratio in report["ratios"].items()]
     lines += [f"anchor {name}: {value} samples/s" for name, value in report["anchors"].items()]
     return "\n".join(lines)
 

@@ -106,7 +106,7 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
         report = run_benchmark(
             model=args.model, task=args.task, seq_len=args.seq_len, batch_size=args.batch_size, steps=args.steps,
             warmup=args.warmup, precision=args.precision, compile=args.compile, ipu_config=args.ipu_config,
-            peak_tflops=args.peak_tflops, output_dir=args.output_dir, mode=args.mode,
+            peak_tflops=args.peak_tflops, output_dir=args.output_dir, mode=args.mode, packing=args.packing,
         )  # fmt: skip
     except ValueError as err:
         raise IncompatibleIPUConfigError(str(err)) from None
@@ -165,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--warmup", type=int, default=3, help="first steps timed apart (compilation)")
     bench.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     bench.add_argument("--compile", action="store_true", help="torch.compile in every runner")
+    bench.add_argument(
+        "--packing", action="store_true", help="question-answering training on real SQuAD feature lengths: ours on "
+        "packed rows (--batch-size rows a step), the baselines on the same features padded; reports features/s",
+    )  # fmt: skip
     bench.add_argument("--ipu-config", help="IPU config of our runner (default: one device slot)")
     bench.add_argument("--peak-tflops", type=float, help="the device's peak, for model FLOPs utilisation")
     bench.add_argument("--output-dir", default="benchmark_results")

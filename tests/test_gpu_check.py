@@ -19,7 +19,7 @@ from optimum_ipu.config import IPUConfig
 from .conftest import PYTHON, REPO_ROOT
 
 SCRIPT = REPO_ROOT / "benchmarks" / "gpu_check.sh"
-RUNS = ["bert_qa_eager", "bert_qa_pipeline2", "gpt2_clm", "bert_qa_inference", "bert_qa_compiled"]
+RUNS = ["bert_qa_eager", "bert_qa_pipeline2", "gpt2_clm", "bert_qa_inference", "bert_qa_packed", "bert_qa_compiled"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # what the device tool returns from $OUT: at most 8 files, 16 MiB each, 2 folders down, plain names
 MAX_FILES, MAX_BYTES, MAX_FOLDERS = 8, 16 * 2**20, 2
@@ -69,6 +69,12 @@ def test_tiny_gpu_check_end_to_end(tmp_path):
     # 2 stages, 4 micro-batches per optimizer step: the same global batch as bert_qa_eager
     assert pipeline["micro_batches_per_step"] == 4 and pipeline["ipu_config"].endswith(".json")
     assert pipeline["batch_size"] == runs["bert_qa_eager"]["benchmark"]["batch_size"]
+    # --packing: ours on packed rows, the baselines on the same features padded; ratios in features/s
+    packed = runs["bert_qa_packed"]["benchmark"]
+    assert packed["packing"]["packing_factor"] > 1 and packed["batch_size"] == 8
+    assert {r["packing"]["features"] for r in packed["results"]} == {packed["packing"]["features"]}
+    assert set(packed["ratios"]) == {"ours / transformers.Trainer (padded)", "ours / plain PyTorch loop (padded)"}
+    assert all(runs[name]["benchmark"]["packing"] is None for name in RUNS if name != "bert_qa_packed")
     # tiny mode skips --compile, and says so
     assert runs["bert_qa_compiled"]["benchmark"]["compile"] is False
     assert "--compile skipped" in runs["bert_qa_compiled"]["note"]
