@@ -120,6 +120,25 @@ def test_packed_classification_takes_each_cls_and_equals_alone(family):
     _assert_same_grads(packed_grads, _grads(model))
 
 
+def test_rows_without_token_type_ids_and_unpacked_labels():
+    """`Trainer` drops the columns a forward does not name (DistilBERT: token_type_ids): the collator then sends
+    none; and the packed classification loss gives unpacked (evaluation) batches the model's own loss."""
+    features = _features(seed=2)
+    packed = pack_features({k: features[k] for k in ("input_ids", "labels")}, MAX_LEN, max_sequences_per_row=3)
+    rows = [{k: v for k, v in row.items() if k != "token_type_ids"} for row in _rows(packed)]
+    model = tiny_model("DistilBertForSequenceClassification").eval()
+    batch = PackedDataCollator(MAX_LEN, 3)(rows)
+    assert "token_type_ids" not in batch
+    labels = batch.pop("labels")
+    assert torch.isfinite(PackedSequenceClassificationLoss(model)(model(**batch, output_hidden_states=True), labels))
+
+    alone = _alone(features, 0)
+    alone.pop("token_type_ids", None)
+    label = torch.tensor([features["labels"][0]])
+    out = model(**alone, labels=label)
+    torch.testing.assert_close(PackedSequenceClassificationLoss(model)(out, label), out.loss)
+
+
 def test_bf16_weights_take_a_mask_of_their_type():
     features = _features()
     packed = pack_features({k: features[k] for k in ("input_ids", "token_type_ids")}, MAX_LEN)

@@ -12,7 +12,9 @@ Offline, give local files instead of the Hub's `nyu-mll/glue`: `--train_file` / 
 columns are renamed to the Hub's: `#1 String` -> `sentence1`, `Quality` -> `label`, ...). With `--task_name`,
 the task decides the text columns, the label names and the metric (`nyu-mll/glue`'s); without it, the first one
 or two non-label columns are the text and the metric is accuracy (mse for float labels).
-Writes `train_results.json`, `eval_results.json` and `all_results.json` (`eval_accuracy`, `eval_f1`, ...).
+`--packing` packs several training examples into each `max_seq_length` row (attention kept inside each example,
+positions restarted; evaluation unpacked) and adds `train_features` / `train_features_per_second` to the train
+metrics. Writes `train_results.json`, `eval_results.json` and `all_results.json` (`eval_accuracy`, `eval_f1`, ...).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import random
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import datasets
 import numpy as np
@@ -51,6 +54,14 @@ from transformers import (
 )
 
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
+from optimum_ipu.trainer.packing import (
+    PackedDataCollator,
+    PackedSequenceClassificationLoss,
+    check_packing_support,
+    pack_features,
+    packing_attention,
+    position_offset,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +133,24 @@ class DataTrainingArguments:
     train_file: str | None = field(default=None, metadata={"help": "Training data: CSV, JSON(L) or GLUE TSV."})
     validation_file: str | None = field(default=None, metadata={"help": "Evaluation data, same formats."})
     test_file: str | None = field(default=None, metadata={"help": "Prediction data, same formats."})
+    packing: bool = field(
+        default=False,
+        metadata={"help": "Pack several training examples into each max_seq_length row (attention kept per example)."},
+    )
+    max_sequences_per_pack: int | None = field(default=None, metadata={"help": "At most this many examples a row."})
 
     def __post_init__(self) -> None:
+        if self.max_sequences_per_pack is not None:
+            if not self.packing:
+                raise ValueError(
+                    f"--max_sequences_per_pack {self.max_sequences_per_pack} is given without --packing; add "
+                    "--packing or leave it out"
+                )
+            if self.max_sequences_per_pack < 1:
+                raise ValueError(
+                    f"--max_sequences_per_pack {self.max_sequences_per_pack}: expected a positive number of "
+                    "examples a row (or leave it out: no limit)"
+                )
         if self.task_name is not None:
             self.task_name = self.task_name.lower()
             if self.task_name not in TASK_TO_KEYS:
@@ -264,6 +291,47 @@ def glue_metrics(task: str | None, is_regression: bool, num_labels: int) -> Call
     return compute
 
 
+def packed_training(
+    train_dataset: datasets.Dataset,
+    model: transformers.PreTrainedModel,
+    pad_token_id: int,
+    max_seq_length: int,
+    max_sequences_per_pack: int | None,
+    collator: Callable[[list[dict]], dict],
+) -> tuple[datasets.Dataset, Callable[[list[dict]], dict], PackedSequenceClassificationLoss]:
+    """`--packing`: the training examples (tokenized without padding) packed into rows of `max_seq_length`
+    tokens, a collator for those rows that hands unpacked evaluation / prediction examples to `collator`, and the
+    packed loss (cross-entropy, or mean squared error when `num_labels == 1`)."""
+    check_packing_support(model)  # a clear error for families whose attention takes no block-diagonal mask
+    if model.config.problem_type == "multi_label_classification":
+        raise ValueError(
+            f"--packing: {model.config.problem_type=} is not supported (the packed loss is cross-entropy over one "
+            "class a sequence, or mean squared error for a regression); train without --packing"
+        )
+    packed = pack_features(train_dataset, max_seq_length, max_sequences_per_pack)
+    rows = datasets.Dataset.from_dict(packed)
+    features = len(train_dataset)
+    logger.info("packing: %d training features in %d rows of %d tokens (%.2f a row)", features, len(rows),
+                max_seq_length, features / len(rows))  # fmt: skip
+    pack_collator = PackedDataCollator(
+        max_seq_length,
+        max(map(len, packed["feature_index"])),
+        pad_token_id=pad_token_id,
+        position_offset=position_offset(model.config),
+        mask_dtype=model.dtype,
+        attention=packing_attention(model),  # a dense mask (eager, sdpa) or a BlockMask (flex_attention)
+    )
+
+    def collate(batch: list[dict]) -> dict:
+        if "position_ids" not in batch[0]:  # evaluation and prediction examples are not packed
+            return collator(batch)
+        # the packed loss applies the model's head to each sequence's first token: it reads the hidden states
+        return {**pack_collator(batch), "output_hidden_states": True}
+
+    # evaluation batches (unpacked labels) get the model's own loss from it
+    return rows, collate, PackedSequenceClassificationLoss(model)
+
+
 def main() -> None:
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUTrainingArguments))
     if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
@@ -358,12 +426,12 @@ def main() -> None:
     max_seq_length = min(data_args.max_seq_length, tokenizer.model_max_length)
     if data_args.max_seq_length > tokenizer.model_max_length:
         logger.warning("max_seq_length %d > the model's %d: using the latter", data_args.max_seq_length, max_seq_length)
-    padding = "max_length" if data_args.pad_to_max_length else False
 
-    def preprocess(examples: dict[str, list]) -> dict[str, list]:
+    def preprocess(examples: dict[str, list], pad: bool) -> dict[str, list]:
         texts = (
             (examples[sentence1_key],) if sentence2_key is None else (examples[sentence1_key], examples[sentence2_key])
         )
+        padding = "max_length" if pad else False
         result = tokenizer(*texts, padding=padding, max_length=max_seq_length, truncation=True)
         if "label" in examples:
             # Written as `labels` (the model's argument): a new column, so `map` cannot keep the old string type.
@@ -371,7 +439,7 @@ def main() -> None:
             result["labels"] = [label_to_id[v] for v in labels] if label_to_id is not None else labels
         return result
 
-    def tokenized(split: str, limit: int | None, flag: str) -> datasets.Dataset:
+    def tokenized(split: str, limit: int | None, flag: str, pad: bool | None = None) -> datasets.Dataset:
         if split not in raw:
             raise ValueError(f"{flag} needs a {split} dataset: give --{split.split('_')[0]}_file")
         examples = raw[split]
@@ -379,7 +447,7 @@ def main() -> None:
             examples = examples.select(range(min(limit, len(examples))))
         with training_args.main_process_first(desc=f"tokenize {split}"):
             return examples.map(
-                preprocess,
+                partial(preprocess, pad=data_args.pad_to_max_length if pad is None else pad),
                 batched=True,
                 num_proc=data_args.preprocessing_num_workers,
                 remove_columns=examples.column_names,
@@ -389,7 +457,9 @@ def main() -> None:
 
     train_dataset = eval_dataset = predict_dataset = None
     if training_args.do_train:
-        train_dataset = tokenized("train", data_args.max_train_samples, "--do_train")
+        # packed rows are built from unpadded examples; evaluation keeps --pad_to_max_length
+        pad = False if data_args.packing else None
+        train_dataset = tokenized("train", data_args.max_train_samples, "--do_train", pad)
         for index in random.sample(range(len(train_dataset)), min(3, len(train_dataset))):
             logger.info("Sample %d of the training set: %s.", index, train_dataset[index])
     matched = "validation_matched" if task == "mnli" and "validation_matched" in raw else "validation"
@@ -403,6 +473,14 @@ def main() -> None:
         collator = default_data_collator
     else:
         collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if training_args.fp16 else None)
+    trainer_kwargs = {}
+    train_features = len(train_dataset) if train_dataset is not None else 0
+    if data_args.packing and train_dataset is not None:
+        train_dataset, collator, trainer_kwargs["compute_loss_func"] = packed_training(
+            train_dataset, model, tokenizer.pad_token_id, max_seq_length, data_args.max_sequences_per_pack, collator
+        )
+        # one `labels` tensor of per-sequence slots, read by the packed loss (the model gets no labels)
+        training_args.label_names = ["labels"]
 
     trainer = IPUTrainer(
         model=model,
@@ -412,6 +490,7 @@ def main() -> None:
         compute_metrics=glue_metrics(task, is_regression, num_labels),
         processing_class=tokenizer,
         data_collator=collator,
+        **trainer_kwargs,
     )
 
     if training_args.do_train:
@@ -422,6 +501,11 @@ def main() -> None:
             return
         metrics = train_result.metrics
         metrics["train_samples"] = len(train_dataset)
+        if data_args.packing:  # samples are packed rows; examples per second is the comparable figure
+            metrics["train_features"] = train_features
+            metrics["train_features_per_second"] = round(
+                metrics["train_samples_per_second"] * train_features / len(train_dataset), 3
+            )
         trainer.save_model()
         trainer.log_metrics("train", metrics)
         trainer.save_metrics("train", metrics)

@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
+from transformers.loss.loss_utils import ForSequenceClassificationLoss
 
 IGNORE_INDEX = -100
 QA_COLUMNS = ("start_positions", "end_positions")
@@ -391,7 +392,8 @@ class PackedDataCollator:
                     f"with max_sequences_per_row={slots} or raise it here"
                 )
             input_ids[r, :n] = torch.as_tensor(row["input_ids"])
-            token_type_ids[r, :n] = torch.as_tensor(row["token_type_ids"])
+            if "token_type_ids" in row:
+                token_type_ids[r, :n] = torch.as_tensor(row["token_type_ids"])
             position_ids[r, :n] = positions
             spans = list(zip(starts, [*starts[1:], n], strict=True))
             for j, (start, end) in enumerate(spans):
@@ -403,11 +405,10 @@ class PackedDataCollator:
                 if any(v is None or v == IGNORE_INDEX for v in values):
                     continue  # an unlabelled sequence: the whole slot stays -100, so counts stay exact
                 labels[r, j] = torch.as_tensor([start, end, *values], dtype=labels.dtype)
-        batch = {
-            "input_ids": input_ids,
-            "token_type_ids": token_type_ids,
-            "position_ids": position_ids + self.position_offset,
-        }
+        batch = {"input_ids": input_ids, "position_ids": position_ids + self.position_offset}
+        # `Trainer` drops the columns its model's forward does not name (DistilBERT has no token_type_ids)
+        if "token_type_ids" in rows[0]:
+            batch["token_type_ids"] = token_type_ids
         if self.attention == "flex":
             batch[PACKED_SEQUENCE_IDS] = sequence_ids  # the BlockMask is made from it on the device
         else:
@@ -492,7 +493,8 @@ class PackedSequenceClassificationLoss:
     The model runs unchanged with `output_hidden_states=True` (pass it in the batch, or set
     `model.config.output_hidden_states = True`); `sequence_classification_logits` gives each sequence's logits.
     Cross-entropy for class labels, mean squared error for regression (`num_labels == 1`), as the model's own
-    loss, averaged over the sequences.
+    loss, averaged over the sequences. Unpacked batches (labels of one value per example, as in evaluation) get
+    the model's own loss.
 
     Args:
         model (`nn.Module`): the model whose head is applied (the stock model; a pipelined model's `.model`).
@@ -502,6 +504,10 @@ class PackedSequenceClassificationLoss:
         self.model = model
 
     def __call__(self, outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
+        if labels.dim() != 3:
+            # Unpacked examples (evaluation): `Trainer` hands every batch's labels to its `compute_loss_func`,
+            # so those get the model's own loss, computed from its logits
+            return ForSequenceClassificationLoss(labels, outputs["logits"], self.model.config)
         hidden = getattr(outputs, "hidden_states", None)
         if hidden is None:
             raise ValueError(

@@ -1,9 +1,11 @@
-"""run_glue.py end to end on the shared GLUE TSV files: a tiny BERT on SST-2 (4 stages), a tiny GPT-2 on MRPC."""
+"""run_glue.py end to end on the shared GLUE TSV files: a tiny BERT on SST-2 (4 stages, and packed), a tiny GPT-2 on
+MRPC."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -86,6 +88,31 @@ def test_mrpc_tsv_with_gpt2_and_predict(tmp_path, shared_data, tiny_pretrained):
     lines = (out / "predict_results_mrpc.txt").read_text().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 9
     assert {line.split("\t")[1] for line in lines[1:]} <= {"equivalent", "not_equivalent"}
+
+
+def test_sst2_packing_trains_on_rows_and_evaluates_unpacked(tmp_path, shared_data, tiny_pretrained):
+    model = tiny_pretrained("BertForSequenceClassification", num_labels=2)
+    out = tmp_path / "packed"
+    sst2 = shared_data / "glue" / "SST-2"
+    result = run_glue(
+        "--ipu_config_name=./", "--ipu_config_overrides", "gradient_accumulation_steps=1",
+        "--model_name_or_path", str(model), "--task_name", "sst2", "--train_file", str(sst2 / "train.tsv"),
+        "--validation_file", str(sst2 / "dev.tsv"), "--do_train", "--do_eval", "--packing",
+        "--max_sequences_per_pack", "6", "--max_train_samples", "192", "--max_eval_samples", "64",
+        "--max_seq_length", "64", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "16",
+        "--learning_rate", "3e-3", "--num_train_epochs", "3", "--logging_steps", "1", "--seed", "0",
+        "--output_dir", str(out), "--report_to", "none", "--disable_tqdm", "true", "--log_level", "info",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    everything = json.loads((out / "all_results.json").read_text())
+    rows = everything["train_samples"]
+    assert everything["train_features"] == 192 and 192 / 6 <= rows <= 192 / 2  # 2 to 6 sentences a row
+    assert f"packing: 192 training features in {rows} rows of 64 tokens" in result.stdout
+    assert everything["train_features_per_second"] > everything["train_samples_per_second"] > 0
+    assert everything["eval_samples"] == 64 and 0.0 <= everything["eval_accuracy"] <= 1.0  # evaluated unpacked
+    losses = logged_losses(out)
+    assert len(losses) == 3 * (rows // 4) and all(math.isfinite(loss) for loss in losses)  # full batches of rows
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5  # the packed loss trains the model
 
 
 @pytest.fixture(scope="module")
