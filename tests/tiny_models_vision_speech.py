@@ -1,0 +1,134 @@
+"""Tiny random-weight models of the vision and speech classes, with inputs and labels, for CPU tests.
+
+The same interface as `tests/tiny_models.py` (`tiny_config(family)`, `tiny_model(class_name)`,
+`tiny_inputs(class_name)`, `scalar_objective(outputs)`) for the plans of `optimum_ipu.models.families.vision` and
+`.speech`. Dropout, layer drop, drop path and SpecAugment masking are off, so two runs of the same model give the
+same numbers. Every family has 4 pipeline layers (ConvNeXt: 4 stages; Whisper: 2 encoder + 2 decoder layers).
+`Wav2Vec2ForPreTraining` draws Gumbel noise in its quantizer while training: seed torch (`torch.manual_seed`)
+before each forward that is compared.
+"""
+
+from __future__ import annotations
+
+import torch
+import transformers
+
+VOCAB, BATCH, LABELS = 12, 2, 3
+AUDIO_SAMPLES = 400  # 48 frames after the tiny feature encoder below
+IMAGE = 32  # ConvNeXt: a 4x4 patch embedding, then 3 downsamplings by 2: 8, 4, 2, 1
+MEL_BINS, MEL_FRAMES = 16, 40  # Whisper: input frames = 2 x max_source_positions
+WHISPER_VOCAB = 99
+
+FAMILY_OF = {"ConvNext": "convnext", "Wav2Vec2": "wav2vec2", "Hubert": "hubert", "Whisper": "whisper"}
+CLASSES = (
+    "ConvNextModel",
+    "ConvNextForImageClassification",
+    "Wav2Vec2Model",
+    "Wav2Vec2ForPreTraining",
+    "Wav2Vec2ForCTC",
+    "Wav2Vec2ForSequenceClassification",
+    "HubertModel",
+    "HubertForCTC",
+    "HubertForSequenceClassification",
+    "WhisperForConditionalGeneration",
+)
+
+
+def family_of(class_name: str) -> str:
+    """The `model_type` of a class name of this module (`"Wav2Vec2ForCTC"` -> `"wav2vec2"`)."""
+    for prefix, family in FAMILY_OF.items():
+        if class_name.startswith(prefix):
+            return family
+    raise KeyError(class_name)
+
+
+def tiny_config(family: str) -> transformers.PretrainedConfig:
+    """A config of `family` with 4 pipeline layers, tiny widths and no randomness in training."""
+    if family == "convnext":
+        return transformers.ConvNextConfig(
+            num_channels=3, hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1], image_size=IMAGE,
+            drop_path_rate=0.0, layer_scale_init_value=1.0, num_labels=LABELS,
+        )  # fmt: skip
+    if family in ("wav2vec2", "hubert"):
+        config_class = transformers.Wav2Vec2Config if family == "wav2vec2" else transformers.HubertConfig
+        return config_class(
+            hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=37, conv_dim=(16, 16),
+            conv_kernel=(8, 4), conv_stride=(4, 2), num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2,
+            hidden_dropout=0.0, activation_dropout=0.0, attention_dropout=0.0, feat_proj_dropout=0.0,
+            final_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0, mask_feature_prob=0.0, vocab_size=VOCAB,
+            pad_token_id=0, ctc_loss_reduction="mean", ctc_zero_infinity=True, classifier_proj_size=8,
+            num_labels=LABELS, codevector_dim=16, proj_codevector_dim=16, num_codevectors_per_group=8,
+            num_codevector_groups=2, num_negatives=4, attn_implementation="eager",
+        )  # fmt: skip
+    if family == "whisper":
+        return transformers.WhisperConfig(
+            vocab_size=WHISPER_VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, num_mel_bins=MEL_BINS,
+            max_source_positions=MEL_FRAMES // 2, max_target_positions=32, dropout=0.0, attention_dropout=0.0,
+            activation_dropout=0.0, encoder_layerdrop=0.0, decoder_layerdrop=0.0, pad_token_id=1, bos_token_id=2,
+            eos_token_id=2, decoder_start_token_id=3, suppress_tokens=None, begin_suppress_tokens=None,
+            attn_implementation="eager",
+        )  # fmt: skip
+    raise KeyError(family)
+
+
+def tiny_model(class_name: str, seed: int = 0) -> transformers.PreTrainedModel:
+    """A tiny random model of `class_name` (a name of `CLASSES`), in eval mode."""
+    torch.manual_seed(seed)
+    config = tiny_config(family_of(class_name))
+    if class_name.endswith("PreTraining"):
+        config.mask_time_prob = 0.4  # creates `masked_spec_embed`; the masked frames are the inputs' own
+    return getattr(transformers, class_name)(config).eval()
+
+
+def _ctc_labels(batch: int, g: torch.Generator) -> torch.Tensor:
+    labels = torch.randint(1, VOCAB, (batch, 6), generator=g)
+    labels[1:, -2:] = -100  # shorter transcriptions are padded with -100
+    return labels
+
+
+def _pretraining_targets(batch: int, frames: int) -> dict[str, torch.Tensor]:
+    """The masked frames and the sampled negatives `Wav2Vec2ForPreTraining` computes its loss on (as transformers'
+    pre-training example builds them), drawn with a fixed seed."""
+    import numpy as np
+    from transformers.models.wav2vec2.modeling_wav2vec2 import _compute_mask_indices, _sample_negative_indices
+
+    np.random.seed(0)
+    mask = _compute_mask_indices((batch, frames), mask_prob=0.4, mask_length=2, min_masks=2)
+    negatives = _sample_negative_indices((batch, frames), 4, mask_time_indices=mask)
+    return {
+        "mask_time_indices": torch.as_tensor(mask, dtype=torch.bool),
+        "sampled_negative_indices": torch.as_tensor(negatives, dtype=torch.long),
+    }
+
+
+def tiny_inputs(class_name: str, batch: int = BATCH, seed: int = 1) -> dict[str, torch.Tensor]:
+    """Inputs with labels for the class's loss (no labels for base models: the test reduces the output)."""
+    g = torch.Generator().manual_seed(seed)
+    family = family_of(class_name)
+    if family == "convnext":
+        inputs = {"pixel_values": torch.randn(batch, 3, IMAGE, IMAGE, generator=g)}
+        if class_name.endswith("ImageClassification"):
+            inputs["labels"] = torch.randint(0, LABELS, (batch,), generator=g)
+        return inputs
+    if family == "whisper":
+        return {
+            "input_features": torch.randn(batch, MEL_BINS, MEL_FRAMES, generator=g),
+            "labels": torch.randint(4, WHISPER_VOCAB, (batch, 5), generator=g),
+        }
+    inputs = {"input_values": torch.randn(batch, AUDIO_SAMPLES, generator=g)}
+    if class_name.endswith("ForCTC"):
+        inputs["labels"] = _ctc_labels(batch, g)
+    elif class_name.endswith("SequenceClassification"):
+        inputs["labels"] = torch.randint(0, LABELS, (batch,), generator=g)
+    elif class_name.endswith("PreTraining"):
+        frames = int(tiny_model(class_name)._get_feat_extract_output_lengths(AUDIO_SAMPLES))
+        inputs.update(_pretraining_targets(batch, frames))
+    return inputs
+
+
+def scalar_objective(outputs) -> torch.Tensor:
+    """The loss, or for base models a fixed reduction of the hidden states, to compare gradients."""
+    if getattr(outputs, "loss", None) is not None:
+        return outputs.loss
+    return outputs.last_hidden_state.pow(2).mean()
