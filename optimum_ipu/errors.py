@@ -1,4 +1,15 @@
-"""Errors raised by optimum-ipu. Imports nothing heavy, so every layer can use them."""
+"""Errors raised by optimum-ipu, and how scripts report them. Imports nothing heavy, so every layer can use them."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+MAX_ECHO = 200  # characters of a user's value an error message repeats
+DEBUG_ENV = "OPTIMUM_IPU_DEBUG"
 
 
 class IncompatibleIPUConfigError(ValueError):
@@ -6,3 +17,77 @@ class IncompatibleIPUConfigError(ValueError):
 
     The message names the field, the value given and what is allowed.
     """
+
+
+class SkippedStepsError(FloatingPointError):
+    """fp16 training skipped so many optimizer steps in a row (or every step) that it trains nothing.
+
+    The message names the loss scale, the steps and the bound (`--max_consecutive_skipped_steps`).
+    """
+
+
+def short_repr(value: Any, limit: int = MAX_ECHO) -> str:
+    """`repr(value)` cut to about `limit` characters, so that an error never echoes a huge value back."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an int over Python's 4,300 digits, a self-nested list
+        text = f"<{type(value).__name__}>"
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 30]}... ({len(text)} characters)"
+
+
+def _one_line(err: BaseException, limit: int = 1000) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _debug_requested(argv: list[str]) -> bool:
+    """`OPTIMUM_IPU_DEBUG=1`, or a bare `--debug` flag (removed from `argv`: `--debug VALUE` is transformers')."""
+    for i, arg in enumerate(argv):
+        if arg == "--debug" and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
+            del argv[i]
+            return True
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0", "false", "False")
+
+
+_BAD_INPUT = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+
+
+def _exit_code(err: BaseException) -> int | None:
+    """2 for a bad input, 1 for a run that stopped for a reason it names, None for a bug (traceback)."""
+    if isinstance(err, FloatingPointError):
+        return 1
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return 1
+    if isinstance(err, _BAD_INPUT):
+        return 2
+    if any(cls.__name__ in ("DistError", "DistBackendError") for cls in type(err).__mro__):
+        return 1  # a collective failed or timed out (torch.distributed): another rank stopped or died
+    return None
+
+
+def run_script(main: Callable[[], Any], prog: str | None = None) -> None:
+    """Run an example script's `main()`: a bad input ends in one line on stderr and exit code 2, a run stopped
+    for a reason it names (an fp16 run that trains nothing, a full disk, a dead rank) in one line and exit code
+    1, with no traceback unless `--debug` or `OPTIMUM_IPU_DEBUG=1` asks for one. Other exceptions (bugs) keep
+    their traceback.
+    """
+    prog = prog or os.path.basename(sys.argv[0])
+    debug = _debug_requested(sys.argv)
+    try:
+        main()
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as err:
+        code = _exit_code(err)
+        if debug or code is None:
+            raise
+        rank = os.environ.get("RANK")
+        who = f"{prog} (rank {rank})" if rank is not None and os.environ.get("WORLD_SIZE", "1") != "1" else prog
+        message = _one_line(err)
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC and "No space left" not in message:
+            message = f"No space left on device: {message}"
+        print(f"{who}: error: {message} (set {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)
+        sys.exit(code)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import atexit
+import datetime
 import functools
+import hashlib
 import os
 
 import torch.distributed as dist
@@ -28,6 +30,36 @@ def release_process_group_at_exit() -> None:
     successful run. The handler does nothing if the group is gone already.
     """
     atexit.register(_destroy_process_group)
+
+
+def init_cpu_process_group(backend: str, timeout_s: int) -> None:
+    """Create the default process group of a CPU job (`torchrun`) with a timeout of `timeout_s` seconds.
+
+    `transformers` builds accelerate's state without `ddp_timeout` on CPUs, so gloo would wait 30 minutes on a
+    rank that died or stopped; a group that exists already is adopted by accelerate as it is.
+    """
+    if dist.is_available() and not dist.is_initialized():
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def check_ranks_agree(text: str, what: str = "the resolved IPU config and training arguments") -> None:
+    """Compare a hash of `text` across the processes of the job: ranks started with different configs would
+    otherwise fail later in a collective (a gloo abort), or train different things.
+
+    Raises:
+        ValueError: naming the ranks whose hash differs from rank 0's.
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    digests: list[str | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(digests, digest)
+    differ = [rank for rank, d in enumerate(digests) if d != digests[0]]
+    if differ:
+        raise ValueError(
+            f"ranks {', '.join(map(str, differ))} were started with other {what} than rank 0 (hash "
+            f"{digests[differ[0]]} vs {digests[0]}); launch every process with the same arguments and config files"
+        )
 
 
 def _destroy_process_group() -> None:

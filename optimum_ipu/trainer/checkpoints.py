@@ -1,60 +1,273 @@
-"""Crash-safe checkpoints: a `checkpoint-N/` folder counts only once it is marked complete.
+"""Crash-safe checkpoints: a `checkpoint-N/` folder is resumed from only once it is marked complete and whole.
 
 `transformers.Trainer` writes `checkpoint-N/` file by file; a run killed meanwhile leaves a folder that
 `get_last_checkpoint` would pick up and fail on (or silently resume from a mix of steps). `IPUTrainer` writes
 `checkpoint_complete.json` into the folder once every process has finished writing it (atomically: a
-temporary file, then a rename), and resumes only from marked folders.
+temporary file, then a rename). The marker lists every file of the folder with its size and SHA-256, and
+records the run: a run id and the arguments that shape training (its identity). A resume:
+
+- takes only marked folders whose files all have the listed sizes and hashes; a folder that fails is named
+  and skipped for the previous whole one (or refused, when it was asked for by path);
+- refuses a folder that holds whole checkpoints of several runs (an earlier run's left beside this one's);
+- refuses a checkpoint written with other training arguments, naming them.
+
+A folder about to be rewritten loses its marker first, so a kill in the middle never leaves a marked,
+half-written folder.
 """
 
 from __future__ import annotations
 
+import enum
+import hashlib
 import json
 import logging
 import os
 import re
+import shutil
+import uuid
 from typing import Any
 
 from transformers import TrainerCallback
 from transformers.trainer_utils import rotate_checkpoints
 
+from ..errors import short_repr
 from ..files import write_text_atomic
 
 logger = logging.getLogger(__name__)
 
 COMPLETE_MARKER = "checkpoint_complete.json"
+MARKER_VERSION = 2
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+# The arguments whose change makes a resumed run differ from the one interrupted (data order, schedule, update).
+IDENTITY_ARGS = (
+    "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "optim", "lamb",
+    "lr_scheduler_type", "warmup_steps", "seed", "data_seed", "per_device_train_batch_size", "num_train_epochs",
+    "max_steps", "label_smoothing_factor", "loss_scaling",
+)  # fmt: skip
+IDENTITY_CONFIG = ("gradient_accumulation_steps", "replication_factor", "device_iterations", "auto_loss_scaling")
+
+
+def new_run_id() -> str:
+    """A fresh id for a training run started from scratch (a resumed run keeps its checkpoint's)."""
+    return uuid.uuid4().hex[:12]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def run_identity(args: Any, ipu_config: Any, precision: str, train_samples: int | None) -> dict[str, Any]:
+    """What shapes a training run: the arguments of `IDENTITY_ARGS`, the config's `IDENTITY_CONFIG` fields, the
+    precision and the number of training samples. Two runs with equal identities take the same steps."""
+    identity = {name: _jsonable(getattr(args, name, None)) for name in IDENTITY_ARGS}
+    identity.update({name: _jsonable(ipu_config.value(name)) for name in IDENTITY_CONFIG})
+    identity["precision"] = precision
+    identity["train_samples"] = train_samples
+    return identity
 
 
 def is_complete(checkpoint: str) -> bool:
+    """Whether `checkpoint` has its completion marker (its files are checked by `checkpoint_problem`)."""
     return os.path.isfile(os.path.join(checkpoint, COMPLETE_MARKER))
 
 
-def last_complete_checkpoint(folder: str) -> str | None:
-    """The `checkpoint-N` folder of `folder` with the highest N that is marked complete (None if there is none).
+def file_sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
-    Newer unmarked folders (a save cut short) are skipped, with a warning naming them.
-    """
-    if not os.path.isdir(folder):
+
+def _checkpoint_files(checkpoint: str) -> list[str]:
+    """Files of the folder, relative to it, without the marker and temporary files of atomic writes."""
+    found = []
+    for root, _, names in os.walk(checkpoint):
+        for name in names:
+            rel = os.path.relpath(os.path.join(root, name), checkpoint)
+            if rel != COMPLETE_MARKER and ".tmp-" not in name:
+                found.append(rel)
+    return sorted(found)
+
+
+def write_marker(checkpoint: str, global_step: int, run: dict[str, Any] | None = None) -> None:
+    """Mark `checkpoint` complete: its files with their sizes and hashes, the step and the run (atomically)."""
+    files = {}
+    for rel in _checkpoint_files(checkpoint):
+        path = os.path.join(checkpoint, rel)
+        files[rel] = {"size": os.path.getsize(path), "sha256": file_sha256(path)}
+    marker = {"version": MARKER_VERSION, "global_step": global_step, "run": run, "files": files}
+    write_text_atomic(os.path.join(checkpoint, COMPLETE_MARKER), json.dumps(marker, indent=1))
+
+
+def read_marker(checkpoint: str) -> dict[str, Any] | None:
+    """The marker of `checkpoint` (None when it has none or it cannot be read as one)."""
+    try:
+        with open(os.path.join(checkpoint, COMPLETE_MARKER), encoding="utf-8") as f:
+            marker = json.load(f)
+    except (OSError, ValueError):
         return None
-    steps = sorted(
-        ((int(m.group(1)), name) for name in os.listdir(folder) if (m := _CHECKPOINT.match(name))), reverse=True
-    )
-    skipped = []
-    for _, name in steps:
-        path = os.path.join(folder, name)
-        if is_complete(path):
-            if skipped:
-                logger.warning("skipping incomplete checkpoint(s) %s (a save was cut short)", ", ".join(skipped))
-            return path
-        skipped.append(name)
-    if skipped:
-        logger.warning("no complete checkpoint in %s; incomplete: %s", folder, ", ".join(skipped))
+    return marker if isinstance(marker, dict) and "files" in marker else None
+
+
+def checkpoint_problem(checkpoint: str) -> str | None:
+    """Why `checkpoint` cannot be resumed from, in a few words; None when it is marked complete and whole.
+
+    Every file the marker lists must be there with its size (all sizes are checked first, cheaply) and its
+    SHA-256. Markers of earlier versions list names only: those files must exist.
+    """
+    if not is_complete(checkpoint):
+        return "no completion marker: a save cut short"
+    marker = read_marker(checkpoint)
+    if marker is None:
+        return f"its {COMPLETE_MARKER} is unreadable"
+    files = marker["files"]
+    if isinstance(files, list):  # version 1: names only
+        missing = [name for name in files if not os.path.isfile(os.path.join(checkpoint, name))]
+        return f"{missing[0]} is missing" if missing else None
+    for rel, entry in files.items():
+        path = os.path.join(checkpoint, rel)
+        if not os.path.isfile(path):
+            return f"{rel} is missing"
+        size = os.path.getsize(path)
+        if size != entry.get("size"):
+            return f"{rel} has {size} bytes, the marker says {entry.get('size')} (truncated or rewritten)"
+    for rel, entry in files.items():
+        if file_sha256(os.path.join(checkpoint, rel)) != entry.get("sha256"):
+            return f"{rel} does not match its SHA-256 in the marker (changed after the save)"
     return None
 
 
-def write_marker(checkpoint: str, global_step: int) -> None:
-    marker = {"global_step": global_step, "files": sorted(os.listdir(checkpoint))}
-    write_text_atomic(os.path.join(checkpoint, COMPLETE_MARKER), json.dumps(marker))
+def _checkpoints_newest_first(folder: str) -> list[tuple[int, str]]:
+    if not os.path.isdir(folder):
+        return []
+    found = ((int(m.group(1)), name) for name in os.listdir(folder) if (m := _CHECKPOINT.match(name)))
+    return sorted(((step, os.path.join(folder, name)) for step, name in found), reverse=True)
+
+
+def _run_id(checkpoint: str) -> str | None:
+    marker = read_marker(checkpoint) or {}
+    run = marker.get("run")
+    return run.get("id") if isinstance(run, dict) else None
+
+
+def last_complete_checkpoint(folder: str) -> str | None:
+    """The `checkpoint-N` folder of `folder` with the highest N that is marked complete and whole (None if none).
+
+    Newer folders that fail (unmarked: a save cut short; a listed file missing, truncated or changed) are
+    skipped, with one warning naming each and why.
+
+    Raises:
+        ValueError: the whole checkpoints of `folder` come from more than one run (an earlier run's were left
+            beside this one's): which one to continue is not guessed.
+    """
+    skipped, chosen = [], None
+    for _, path in _checkpoints_newest_first(folder):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            chosen = path
+            break
+        skipped.append(f"{os.path.basename(path)} ({problem})")
+    if skipped:
+        where = "" if chosen else f"; no whole checkpoint left in {folder}"
+        logger.warning("skipping checkpoint(s) that cannot be resumed from: %s%s", "; ".join(skipped), where)
+    if chosen is not None:
+        _refuse_mixed_runs(folder, chosen)
+    return chosen
+
+
+def _refuse_mixed_runs(folder: str, chosen: str) -> None:
+    """Complete checkpoints of another run than `chosen`'s (by the run ids in their markers) make a resume
+    ambiguous: an earlier run's `checkpoint-12` beside this run's `checkpoint-4` would silently win."""
+    mine = _run_id(chosen)
+    complete = [path for _, path in _checkpoints_newest_first(folder) if is_complete(path)]
+    others = [os.path.basename(path) for path in complete if _run_id(path) != mine]
+    if others:
+        raise ValueError(
+            f"{folder} holds checkpoints of more than one training run ({os.path.basename(chosen)} and "
+            f"{', '.join(others[:3])} come from different runs); pass --resume_from_checkpoint with the folder to "
+            "continue, or --overwrite_output_dir to start afresh"
+        )
+
+
+def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str) -> str | None:
+    """The checkpoint folder a run resumes from, checked; None for a fresh start.
+
+    `True` (or the string `"true"`) takes `last_complete_checkpoint(output_dir)`, which must exist. A folder
+    given by path must be complete and whole; a folder without a marker but with `trainer_state.json` (written
+    by a plain `transformers.Trainer`) is resumed from with a warning.
+
+    Raises:
+        ValueError: one line naming the folder and why it cannot be resumed from.
+    """
+    if resume_from_checkpoint is None or resume_from_checkpoint is False:
+        return None
+    if resume_from_checkpoint is True or str(resume_from_checkpoint).lower() == "true":
+        checkpoint = last_complete_checkpoint(output_dir)
+        if checkpoint is None:
+            raise ValueError(
+                f"--resume_from_checkpoint True: no complete checkpoint in {output_dir}; train without it to start "
+                "afresh, or give a checkpoint folder"
+            )
+        return checkpoint
+    path = os.fspath(resume_from_checkpoint)
+    if not os.path.isdir(path):
+        raise ValueError(
+            f"--resume_from_checkpoint {short_repr(path)}: no such folder; give a checkpoint-N folder, or True for "
+            "the newest complete one in --output_dir"
+        )
+    if not is_complete(path) and os.path.isfile(os.path.join(path, "trainer_state.json")):
+        logger.warning("%s has no %s: not written by IPUTrainer, resuming anyway", path, COMPLETE_MARKER)
+        return path
+    problem = checkpoint_problem(path)
+    if problem is not None:
+        raise ValueError(
+            f"--resume_from_checkpoint {path}: cannot resume from it ({problem}); pass True to take the newest "
+            "whole checkpoint of --output_dir, or an earlier folder"
+        )
+    return path
+
+
+def check_run_identity(checkpoint: str, identity: dict[str, Any]) -> str | None:
+    """Compare the run recorded in `checkpoint`'s marker with `identity`; return the run id to continue.
+
+    Returns None for a checkpoint without a recorded run (a plain `transformers` one, or an older marker).
+
+    Raises:
+        ValueError: one line naming the arguments that differ, their recorded and current values.
+    """
+    run = (read_marker(checkpoint) or {}).get("run")
+    if not isinstance(run, dict):
+        return None
+    recorded = run.get("identity") or {}
+    changed = [key for key in sorted(set(recorded) | set(identity)) if recorded.get(key) != identity.get(key)]
+    if changed:
+        diffs = ", ".join(
+            f"{key} {short_repr(recorded.get(key), 40)} -> {short_repr(identity.get(key), 40)}" for key in changed[:4]
+        )
+        raise ValueError(
+            f"{checkpoint} was written by a run with other training arguments ({diffs}); resume with the arguments "
+            "it was trained with, or start afresh with --overwrite_output_dir"
+        )
+    return run.get("id")
+
+
+def discard_checkpoint(checkpoint: str) -> None:
+    """Delete a checkpoint folder, its marker first: a kill in the middle leaves an unmarked (skipped) folder."""
+    marker = os.path.join(checkpoint, COMPLETE_MARKER)
+    if os.path.exists(marker):
+        os.remove(marker)
+    shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+def discard_checkpoints(folder: str) -> list[str]:
+    """Delete every `checkpoint-N` folder of `folder` (what an earlier run left); returns their names."""
+    removed = []
+    for _, path in sorted(_checkpoints_newest_first(folder)):
+        discard_checkpoint(path)
+        removed.append(os.path.basename(path))
+    return removed
 
 
 class MarkCheckpointComplete(TrainerCallback):
@@ -68,7 +281,7 @@ class MarkCheckpointComplete(TrainerCallback):
         checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         self.trainer.accelerator.wait_for_everyone()  # every rank has written its part (RNG states, shards)
         if args.should_save and os.path.isdir(checkpoint):
-            write_marker(checkpoint, state.global_step)
+            write_marker(checkpoint, state.global_step, getattr(self.trainer, "run_record", None))
         # Older checkpoints go only now (save_total_limit): a kill before the marker keeps the previous one.
         rotation, self.trainer.pending_rotation = self.trainer.pending_rotation, None
         if args.should_save and rotation is not None:

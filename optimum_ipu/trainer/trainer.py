@@ -27,15 +27,24 @@ from torch import nn
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from ..config import IPUConfig
+from ..errors import SkippedStepsError
 from ..files import write_text_atomic
 from ..models.pipelined import to_pipelined
 from ..runtime.devices import default_device
-from ..runtime.distributed import release_process_group_at_exit, replicas_per_process, world_size
+from ..runtime.distributed import check_ranks_agree, release_process_group_at_exit, replicas_per_process, world_size
 from ..runtime.engine import Engine, configure_compile_cache
 from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
 from ..runtime.sharding import ShardedOptimizer
-from .checkpoints import COMPLETE_MARKER, MarkCheckpointComplete, is_complete, last_complete_checkpoint
+from .checkpoints import (
+    MarkCheckpointComplete,
+    check_run_identity,
+    discard_checkpoint,
+    discard_checkpoints,
+    new_run_id,
+    resolve_resume,
+    run_identity,
+)
 from .packing import PACKED_SEQUENCE_IDS, with_packed_block_mask
 from .stages import ProcessPipeline
 from .training_args import IPUTrainingArguments
@@ -170,8 +179,11 @@ class IPUTrainer(Trainer):
             device=self.args.device,
         )
         self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=self.engine.device)
+        self.engine.loss_scaler.max_consecutive_overflows = args.max_consecutive_skipped_steps
+        self.run_record: dict[str, Any] | None = None  # the run id and identity written into checkpoint markers
         if world_size() > 1:
             release_process_group_at_exit()
+            check_ranks_agree(self.ipu_config.to_json_string() + json.dumps(self._run_identity(), sort_keys=True))
         self.process_pipeline = (
             ProcessPipeline(self, args.pipeline_schedule) if ProcessPipeline.wanted(self.ipu_config) else None
         )
@@ -348,33 +360,60 @@ class IPUTrainer(Trainer):
             self.args.dataloader_drop_last = drop_last
         return self.process_pipeline.shard_loader(loader) if self.process_pipeline is not None else loader
 
-    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
-        """`Trainer.train`, resuming only from complete checkpoints and restoring the fp16 loss scale.
+    def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        logged = self._globalstep_last_logged
+        super()._maybe_log_save_evaluate(tr_loss, *args, **kwargs)
+        if self._globalstep_last_logged != logged:
+            # Trainer resets its running loss with `tr_loss -= tr_loss`, which leaves a NaN: one NaN loss (with
+            # --stop_on_nan false, its fp16 step skipped) would make every later logged loss NaN.
+            tr_loss.zero_()
 
-        `resume_from_checkpoint=True` takes the newest `checkpoint-N` of `output_dir` marked complete (a save cut
-        short by a crash is skipped); a folder given by path must be complete too (or come from a plain
-        `transformers.Trainer`, with a warning).
+    def _run_identity(self) -> dict[str, Any]:
+        dataset = self.train_dataset
+        samples = len(dataset) if dataset is not None and hasattr(dataset, "__len__") else None
+        return run_identity(self.user_args, self.ipu_config, self.engine.precision, samples)
+
+    def _start_run(self, resume_from_checkpoint: str | bool | None) -> str | None:
+        """Resolve and check the checkpoint to resume from (None: a fresh run, whose `--overwrite_output_dir`
+        discards an earlier run's checkpoints now, before the first step) and set the run recorded in markers."""
+        checkpoint = resolve_resume(resume_from_checkpoint, self.args.output_dir)
+        identity = self._run_identity()
+        run_id = check_run_identity(checkpoint, identity) if checkpoint is not None else None
+        if checkpoint is None and self.user_args.overwrite_output_dir and self.args.should_save:
+            removed = discard_checkpoints(self.args.output_dir)
+            if removed:
+                logger.warning("--overwrite_output_dir: removed %s of an earlier run", ", ".join(removed))
+        self.accelerator.wait_for_everyone()  # nobody saves before the earlier run's checkpoints are gone
+        self.run_record = {"id": run_id or new_run_id(), "identity": identity}
+        if checkpoint is not None and os.path.isfile(os.path.join(checkpoint, LOSS_SCALER_FILE)):
+            path = os.path.join(checkpoint, LOSS_SCALER_FILE)
+            with open(path, encoding="utf-8") as f:
+                self.engine.loss_scaler.load_state_dict(json.load(f), source=path)
+        return checkpoint
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
+        """`Trainer.train`, resuming only from complete, whole checkpoints of the same run, restoring the fp16 loss
+        scale, and refusing to exit normally from an fp16 run that skipped every step.
+
+        `resume_from_checkpoint=True` takes the newest `checkpoint-N` of `output_dir` that is marked complete and
+        whose files match their sizes and hashes (others are named and skipped); a folder given by path must be
+        whole too (or come from a plain `transformers.Trainer`, with a warning). The arguments that shape training
+        must be those recorded in the checkpoint (`checkpoints.run_identity`).
 
         With `torch_compile`, `train_samples_per_second` and `train_steps_per_second` exclude the compilation
         of the first step, reported as `train_compile_time`; `train_runtime` stays the wall-clock time.
         """
-        checkpoint = resume_from_checkpoint
-        if checkpoint is True:
-            checkpoint = last_complete_checkpoint(self.args.output_dir)
-            if checkpoint is None:
-                raise ValueError(f"resume_from_checkpoint=True: no complete checkpoint in {self.args.output_dir}")
-            resume_from_checkpoint = checkpoint
-        elif isinstance(checkpoint, str) and not is_complete(checkpoint):
-            if not os.path.isfile(os.path.join(checkpoint, "trainer_state.json")):
-                raise ValueError(
-                    f"{checkpoint} is an incomplete checkpoint (a save cut short); resume from an earlier one, or "
-                    "with resume_from_checkpoint=True, which picks the newest complete one"
-                )
-            logger.warning("%s has no %s: not written by IPUTrainer, resuming anyway", checkpoint, COMPLETE_MARKER)
-        if isinstance(checkpoint, str) and os.path.isfile(os.path.join(checkpoint, LOSS_SCALER_FILE)):
-            with open(os.path.join(checkpoint, LOSS_SCALER_FILE), encoding="utf-8") as f:
-                self.engine.loss_scaler.load_state_dict(json.load(f))
+        resume_from_checkpoint = self._start_run(resume_from_checkpoint)
+        scaler = self.engine.loss_scaler
+        steps_before, overflows_before = scaler.steps, scaler.overflows
         output = super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        steps, skipped = scaler.steps - steps_before, scaler.overflows - overflows_before
+        if scaler.enabled and steps and skipped == steps:
+            raise SkippedStepsError(
+                f"fp16: every optimizer step of this run ({steps}) overflowed and was skipped "
+                f"(loss scale now {scaler.scale:g}): no weight changed. Lower --loss_scaling, use --auto_loss_scaling, "
+                "check the data and learning rate for inf/NaN, or train in bf16/fp32"
+            )
         compile_seconds = self.step_timer.compile_seconds() if self.args.torch_compile else None
         metrics = output.metrics
         if compile_seconds is not None and metrics.get("train_runtime", 0) > compile_seconds:
@@ -433,6 +472,12 @@ class IPUTrainer(Trainer):
         # Trainer deletes old checkpoints (save_total_limit) before the new one is marked complete: a kill in
         # between would leave none. MarkCheckpointComplete rotates once the marker is written.
         limit, self.args.save_total_limit = self.args.save_total_limit, None
+        # A folder of this step left by an earlier run is deleted first, its marker first: never rewritten in
+        # place under a marker that would still call it complete.
+        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+        if self.args.should_save and os.path.isdir(folder):
+            discard_checkpoint(folder)
+        self.accelerator.wait_for_everyone()
         try:
             super()._save_checkpoint(model, trial)
         finally:

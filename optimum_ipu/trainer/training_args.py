@@ -9,14 +9,16 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from transformers import TrainingArguments
 
 from ..config import IPUConfig
-from ..errors import IncompatibleIPUConfigError
+from ..errors import IncompatibleIPUConfigError, short_repr
 from ..runtime.devices import default_device, supports_bf16
-from ..runtime.distributed import world_size
-from .checkpoints import last_complete_checkpoint
+from ..runtime.distributed import init_cpu_process_group, world_size
+from ..runtime.precision import check_loss_scale
+from .checkpoints import last_complete_checkpoint, resolve_resume
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +74,13 @@ class IPUTrainingArguments(TrainingArguments):
             Same numbers either way. With one process the stages run in turn and this has no effect.
         ddp_timeout (`int`, *optional*, defaults to 120):
             Seconds a process waits in a collective before it gives up: a rank that died or hangs ends the job
-            within this bound (`transformers` waits 1,800 s by default).
+            within this bound (`transformers` waits 1,800 s by default). Applies to gloo on CPUs too.
+        max_consecutive_skipped_steps (`int`, *optional*, defaults to 50):
+            Stop fp16 training with an error naming the loss scale after this many optimizer steps in a row were
+            skipped for an overflow (0: no bound). A run whose every step was skipped also ends in that error.
+        resume_from_checkpoint (`str` or `bool`, *optional*):
+            A checkpoint folder, or `True` (also `"true"` on the command line) for the newest complete one in
+            `output_dir`. The folder must be complete and whole, written with the same training arguments.
     """
 
     ipu_config_name: str | None = field(default=None, metadata={"help": "Folder, JSON file or id of the IPUConfig."})
@@ -101,8 +109,12 @@ class IPUTrainingArguments(TrainingArguments):
     ddp_timeout: int = field(
         default=120, metadata={"help": "Seconds a process waits on the others (a dead rank ends the job after it)."}
     )
+    max_consecutive_skipped_steps: int = field(
+        default=50, metadata={"help": "Stop fp16 training after this many skipped (overflowed) steps in a row; 0: off."}
+    )
 
     def __post_init__(self) -> None:
+        self._check_counts()
         if not 0.0 <= self.warmup_ratio <= 1.0:
             raise ValueError(f"--warmup_ratio: got {self.warmup_ratio}; expected a share of the steps in [0, 1]")
         if self.warmup_ratio > 0:
@@ -129,17 +141,47 @@ class IPUTrainingArguments(TrainingArguments):
                                               not isinstance(self.loss_scaling, (int, float))):  # fmt: skip
             raise ValueError(f"--loss_scaling: got {self.loss_scaling!r}; expected a number such as 64")
         if self.n_ipu is not None and (isinstance(self.n_ipu, bool) or not isinstance(self.n_ipu, int)):
-            raise ValueError(f"--n_ipu: got {self.n_ipu!r}; expected the number of devices, an integer >= 1")
-        if self.loss_scaling is not None and self.loss_scaling <= 0:
-            raise ValueError(f"--loss_scaling: got {self.loss_scaling}; expected a positive scale such as 64")
+            raise ValueError(f"--n_ipu: got {short_repr(self.n_ipu)}; expected the number of devices, an integer >= 1")
+        if self.loss_scaling is not None:
+            check_loss_scale(self.loss_scaling)  # NaN, inf, <= 0 or absurd scales train nothing
         if self.n_ipu is not None and self.n_ipu < 1:
             raise ValueError(f"--n_ipu: got {self.n_ipu}; expected the number of devices, >= 1")
+        self._check_resume()
         if default_device().type == "cpu":
             # accelerate sets up CPU processes (gloo) under torchrun only when told the job is CPU-only.
             self.use_cpu = True
             if world_size() > 1 and self.ddp_backend is None:
                 self.ddp_backend = "gloo"
         super().__post_init__()
+
+    def _check_counts(self) -> None:
+        """Integers that `transformers` does not check (0 accumulation steps is a ZeroDivisionError mid-run)."""
+        minimum = {"gradient_accumulation_steps": 1, "per_device_train_batch_size": 1, "per_device_eval_batch_size": 1,
+                   "ddp_timeout": 1, "max_consecutive_skipped_steps": 0}  # fmt: skip
+        for name, low in minimum.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"--{name}: got {short_repr(value)}; expected an integer >= {low}")
+
+    def _check_resume(self) -> None:
+        """`--resume_from_checkpoint True` means the newest complete checkpoint (as the README says), not a folder
+        named "True"; combined with `--overwrite_output_dir` (which discards checkpoints) it is refused."""
+        resume = self.resume_from_checkpoint
+        if isinstance(resume, str) and resume.strip().lower() in ("true", "false", ""):
+            resume = self.resume_from_checkpoint = True if resume.strip().lower() == "true" else None
+        if resume is not None and resume is not False and self.overwrite_output_dir and self.do_train:
+            raise ValueError(
+                "--resume_from_checkpoint and --overwrite_output_dir: the first continues a run, the second discards "
+                "its checkpoints and starts afresh; pass only one"
+            )
+
+    @cached_property
+    def _setup_devices(self) -> object:
+        # transformers' CPU branch drops `ddp_timeout`: the gloo group would wait 30 minutes on a dead rank.
+        # Created first with the timeout, accelerate then adopts it.
+        if self.use_cpu and world_size() > 1:
+            init_cpu_process_group(self.ddp_backend or "gloo", self.ddp_timeout)
+        return TrainingArguments._setup_devices.func(self)
 
     def load_ipu_config(self, ipu_config: IPUConfig | None = None) -> IPUConfig:
         """The `IPUConfig` these arguments describe: `ipu_config_name` (or `ipu_config`), then the overrides,
@@ -152,6 +194,13 @@ class IPUTrainingArguments(TrainingArguments):
             config = ipu_config.copy()
         if self.ipu_config_overrides:
             config.update_from_string(self.ipu_config_overrides)
+        if self.gradient_accumulation_steps not in (1, config.gradient_accumulation_steps):
+            logger.info(
+                "--gradient_accumulation_steps %d overrides the IPU config's %d",
+                self.gradient_accumulation_steps,
+                config.gradient_accumulation_steps,
+            )
+            config.update_from_string(f"gradient_accumulation_steps={int(self.gradient_accumulation_steps)}")
         if self.n_ipu:
             ipus = config.__dict__["ipus_per_replica"]
             if self.n_ipu % ipus:
@@ -188,10 +237,16 @@ class IPUTrainingArguments(TrainingArguments):
         return self.overwrite_output_dir or not (os.path.isdir(directory) and os.listdir(directory))
 
     def checkpoint_in_output_dir(self) -> str | None:
-        """The checkpoint a training script resumes from, checked before any work: a non-empty `output_dir` is
-        resumed from its newest complete checkpoint, or refused without `--overwrite_output_dir` (nothing in
-        it is touched). None when training starts afresh (or `do_train` is off)."""
-        if not self.do_train or self.output_dir_is_reusable():
+        """The checkpoint a training script resumes from, checked before any work: `--resume_from_checkpoint`
+        (a folder, or True: the newest complete one) must be complete and whole; else a non-empty `output_dir`
+        is resumed from its newest complete checkpoint, or refused without `--overwrite_output_dir` (with it,
+        `IPUTrainer.train` discards the earlier run's checkpoints before the first step). None when training
+        starts afresh (or `do_train` is off)."""
+        if not self.do_train:
+            return None
+        if self.resume_from_checkpoint is not None:
+            return resolve_resume(self.resume_from_checkpoint, self.output_dir)
+        if self.output_dir_is_reusable():
             return None
         checkpoint = last_complete_checkpoint(self.output_dir)
         if checkpoint is None:

@@ -80,6 +80,26 @@ def reliability(request: pytest.FixtureRequest) -> Reliability:
     return Reliability(counts)
 
 
+def unaccounted_faults(counts: Counter) -> str | None:
+    """Why the counts do not add up (None when they do): every injected fault must be checked and survived, and
+    every bad input tried must have given a clear error."""
+    problems = []
+    if counts["faults injected"] != counts["faults survived"]:
+        problems.append(f"{counts['faults injected']} faults injected but {counts['faults survived']} survived")
+    if counts["bad inputs tried"] != counts["clear errors"]:
+        problems.append(f"{counts['bad inputs tried']} bad inputs tried but {counts['clear errors']} clear errors")
+    return "; ".join(problems) or None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A run whose tests all passed fails anyway when its counts do not add up: a fault counted and never checked
+    (or a check missing) would otherwise pass unseen."""
+    counts = session.config.stash.get(_COUNTS, None)
+    if counts is not None and exitstatus == 0 and unaccounted_faults(counts):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     counts = config.stash.get(_COUNTS, None)
     if counts is None:  # no reliability test ran
@@ -92,3 +112,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         f"bad inputs tried / clear errors: {counts['bad inputs tried']} / {counts['clear errors']}"
     )
     terminalreporter.write_line(f"checkpoints verified: {counts['checkpoints verified']}")
+    problem = unaccounted_faults(counts)
+    if problem:
+        terminalreporter.write_line(f"FAILED: the counts do not add up: {problem}", red=True)

@@ -3,6 +3,7 @@ on from the newest complete checkpoint and ends with the weights of an uninterru
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -20,7 +21,7 @@ from safetensors.torch import load_file
 from transformers.trainer_pt_utils import safe_globals
 
 from optimum_ipu import last_complete_checkpoint
-from optimum_ipu.trainer.checkpoints import COMPLETE_MARKER, is_complete
+from optimum_ipu.trainer.checkpoints import COMPLETE_MARKER, checkpoint_problem, is_complete
 
 from ..conftest import PYTHON, REPO_ROOT
 
@@ -46,12 +47,18 @@ def step_of(checkpoint: str | Path) -> int:
 
 
 def verify_checkpoint(checkpoint: str | Path, reliability) -> None:
-    """A complete checkpoint is whole: the marker lists exactly the files there, at the folder's step; the weights
-    load with safetensors and every other tensor file with `torch.load(weights_only=True)` (no pickled code)."""
+    """A complete checkpoint is whole: the marker lists exactly the files there with their sizes and SHA-256
+    (computed here, apart from the code under test), at the folder's step, and records the run (id and identity);
+    the weights load with safetensors and every other tensor file with `torch.load(weights_only=True)`."""
     checkpoint = Path(checkpoint)
     marker = json.loads((checkpoint / COMPLETE_MARKER).read_text())
     files = sorted(p.name for p in checkpoint.iterdir() if p.name != COMPLETE_MARKER)
-    assert marker == {"global_step": step_of(checkpoint), "files": files}, checkpoint
+    assert marker["global_step"] == step_of(checkpoint) and sorted(marker["files"]) == files, checkpoint
+    for name in files:
+        data = (checkpoint / name).read_bytes()
+        assert marker["files"][name] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, name
+    assert len(marker["run"]["id"]) == 12 and marker["run"]["identity"]["learning_rate"] == 1e-3, marker["run"]
+    assert checkpoint_problem(str(checkpoint)) is None
     assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == step_of(checkpoint)
     # weights in safetensors only (`training_args.bin` is transformers' pickled arguments record: never read back)
     assert "model.safetensors" in files and "pytorch_model.bin" not in files, files
@@ -122,7 +129,7 @@ def test_killed_mid_checkpoint_and_at_a_random_moment_resumes_as_uninterrupted(
     code, stderr = finish(process)
     assert code == -signal.SIGKILL, f"the run ended before the kill {delay:.2f} s in"
     reliability.fault_injected()
-    assert "skipping incomplete checkpoint(s) checkpoint-4" in stderr
+    assert "skipping checkpoint(s) that cannot be resumed from: checkpoint-4 (no completion marker" in stderr
     survivor = last_complete_checkpoint(str(tmp_path))
     assert survivor is not None and step_of(survivor) >= 6, (survivor, delay)
     verify_checkpoint(survivor, reliability)
@@ -135,7 +142,7 @@ def test_killed_mid_checkpoint_and_at_a_random_moment_resumes_as_uninterrupted(
     # 3. Resumed to the end: the weights of a run that was never interrupted.
     code, stderr = finish(worker(tmp_path, "--resume"))
     assert code == 0, stderr[-3000:]
-    assert re.search(r"skipping incomplete checkpoint\(s\) [-\w, ]*checkpoint-999", stderr), stderr[-3000:]
+    assert re.search(r"cannot be resumed from: [^\n]*checkpoint-999 \(no completion marker", stderr), stderr[-3000:]
     final, reference = load_file(tmp_path / "final.safetensors"), uninterrupted.weights()
     assert final.keys() == reference.keys()
     for key, value in reference.items():
