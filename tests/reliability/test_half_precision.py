@@ -4,15 +4,22 @@ logs never hide it by default. (The engine-level cases are in tests/test_engine.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 
 import datasets
 import pytest
 import torch
 import transformers
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers import HfArgumentParser
 
 from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments
+from optimum_ipu.errors import SkippedStepsError
+from optimum_ipu.runtime.precision import LossScaler
+from optimum_ipu.trainer.checkpoints import write_marker
 
 from ..tiny_models import tiny_inputs, tiny_model
 
@@ -26,9 +33,10 @@ def dataset() -> datasets.Dataset:
 
 
 def trainer_for(out, model, config: IPUConfig, **kwargs) -> IPUTrainer:
+    kwargs = {"save_strategy": "no", **kwargs}
     args = IPUTrainingArguments(
         output_dir=str(out), per_device_train_batch_size=2, num_train_epochs=1, learning_rate=1e-3, logging_steps=1,
-        report_to=[], seed=7, save_strategy="no", disable_tqdm=True, **kwargs,
+        report_to=[], seed=7, disable_tqdm=True, **kwargs,
     )  # fmt: skip
     return IPUTrainer(model, config, args, train_dataset=dataset())
 
@@ -51,10 +59,16 @@ class WeightsAroundStep(transformers.TrainerCallback):
             self.after = self._copy()
 
 
-def overflow_at(trainer: IPUTrainer, step: int) -> None:
-    """Make every gradient of the classifier infinite during optimizer step `step` (1-based): an fp16 overflow."""
+def overflow_at(trainer: IPUTrainer, step: int, every_step_from: bool = False) -> None:
+    """Make every gradient of the classifier infinite during optimizer step `step` (1-based), or during every step
+    from it on: an fp16 overflow."""
     weight = trainer.model.classifier.weight
-    weight.register_hook(lambda grad: grad * float("inf") if trainer.state.global_step + 1 == step else grad)
+
+    def hook(grad):
+        now = trainer.state.global_step + 1
+        return grad * float("inf") if now == step or (every_step_from and now >= step) else grad
+
+    weight.register_hook(hook)
 
 
 def nan_loss_at(model: torch.nn.Module, micro_batch: int) -> None:
@@ -90,7 +104,7 @@ def test_fp16_overflow_skips_the_step_and_training_goes_on(tmp_path, reliability
     around = WeightsAroundStep(model, step=2)
     trainer.add_callback(around)
     reliability.fault_injected()
-    with caplog.at_level(logging.INFO, logger="optimum_ipu"):
+    with caplog.at_level(logging.WARNING, logger="optimum_ipu"):  # skipped steps are WARNINGs: the scripts show them
         trainer.train()  # stop_on_nan is on: an overflow in the gradients is not a NaN loss
     scaler = trainer.engine.loss_scaler
     assert trainer.state.global_step == STEPS and scaler.overflows == 1
@@ -162,3 +176,88 @@ def test_nan_filter_is_off_unless_asked(tmp_path):
         ["--output_dir", str(tmp_path), "--logging_nan_inf_filter", "true"]
     )
     assert args.logging_nan_inf_filter is True  # hiding NaN is possible, only when asked for
+
+
+# Loss scales that train nothing in fp16: not finite, <= 0, so small that gradients underflow, so large that every
+# step overflows. Generated beyond the issue's instances (nan, inf, 1e-30, an auto scale starting at 1e30).
+ABSURD_SCALES = st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -1.0, 1e-30, 0.5, 2.0**25, 1e30]) | st.floats(
+    allow_nan=True, allow_infinity=True
+).filter(lambda x: not 1.0 <= x <= 2.0**24)
+
+
+@settings(max_examples=40, deadline=None)
+@given(scale=ABSURD_SCALES, auto=st.booleans(), route=st.sampled_from(["python", "command line", "engine"]))
+def test_absurd_loss_scales_are_refused_at_start(scale, auto, route, reliability):
+    if route == "python":
+        call = lambda: IPUTrainingArguments(output_dir="o", fp16=True, loss_scaling=scale, auto_loss_scaling=auto)  # noqa: E731
+        names = ("--loss_scaling",)
+    elif route == "command line":
+        # --flag=value: a value such as -inf would otherwise read as a flag
+        argv = ["--output_dir", "o", "--fp16", f"--loss_scaling={scale!r}", *(["--auto_loss_scaling"] * auto)]
+        call = lambda: HfArgumentParser(IPUTrainingArguments).parse_args_into_dataclasses(argv)  # noqa: E731
+        names = ("--loss_scaling",)
+    else:  # the engine's own scaler, as Engine(precision="fp16", loss_scaling=...) builds it
+        call = lambda: LossScaler(scale, dynamic=auto)  # noqa: E731
+        names = ("loss scale",)
+    reliability.expect_clear_error(call, names)
+
+
+@pytest.mark.parametrize("dynamic", [True, False], ids=["dynamic-scale", "static-scale"])
+def test_a_run_of_skipped_steps_stops_naming_the_scale(tmp_path, reliability, dynamic):
+    model = tiny_model(CLASS)
+    config = IPUConfig(gradient_accumulation_steps=2, auto_loss_scaling=dynamic)
+    trainer = trainer_for(tmp_path, model, config, fp16=True, loss_scaling=1024.0, max_consecutive_skipped_steps=3)
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    overflow_at(trainer, step=1, every_step_from=True)
+    reliability.fault_injected()
+    last_scale = "256" if dynamic else "1024"  # dynamic: 1024, 512, 256 for steps 1-3
+    with pytest.raises(SkippedStepsError, match=f"3 optimizer steps in a row .*loss scale {last_scale}.*"
+                       "--max_consecutive_skipped_steps 3"):  # fmt: skip
+        trainer.train()
+    assert trainer.state.global_step == 2 and all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    reliability.fault_survived()
+
+
+def test_a_run_that_skipped_every_step_does_not_end_normally(tmp_path, reliability):
+    """Below the bound (4 steps, bound 50), every step skipped: the run ends in an error, not with unchanged
+    weights and exit 0."""
+    trainer = trainer_for(tmp_path, tiny_model(CLASS), IPUConfig(gradient_accumulation_steps=2, auto_loss_scaling=True),
+                          fp16=True, loss_scaling=1024.0)  # fmt: skip
+    overflow_at(trainer, step=1, every_step_from=True)
+    reliability.fault_injected()
+    with pytest.raises(SkippedStepsError, match=f"every optimizer step of this run \\({STEPS}\\)"):
+        trainer.train()
+    reliability.fault_survived()
+
+
+@pytest.fixture(scope="module")
+def fp16_checkpoint(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fp16-run")
+    trainer = trainer_for(out, tiny_model(CLASS), IPUConfig(gradient_accumulation_steps=2, auto_loss_scaling=True),
+                          fp16=True, loss_scaling=1024.0, save_strategy="steps", save_steps=2)  # fmt: skip
+    trainer.train()
+    return out / "checkpoint-2"
+
+
+@pytest.mark.parametrize(
+    "saved",
+    [{"scale": math.nan}, {"scale": math.inf}, {"scale": 0.0}, {"scale": -4.0}, {"scale": 1e30}, {"scale": "64"},
+     {"scale": 1024.0, "overflows": -1}, {"scale": 1024.0, "good_steps": 0.5}, {}],
+    ids=["nan", "inf", "zero", "negative", "huge", "string", "negative-count", "float-count", "no-scale"],
+)  # fmt: skip
+def test_a_checkpoint_with_an_unusable_saved_scale_is_refused_on_resume(fp16_checkpoint, tmp_path, saved, reliability):
+    """The scale was already bad when saved (the marker's hashes match it): the resume refuses, naming the file."""
+    import shutil
+
+    checkpoint = tmp_path / "checkpoint-2"
+    shutil.copytree(fp16_checkpoint, checkpoint)
+    state = {**json.loads((checkpoint / "loss_scaler.json").read_text()), **saved}
+    if not saved:
+        del state["scale"]
+    (checkpoint / "loss_scaler.json").write_text(json.dumps(state))
+    write_marker(str(checkpoint), 2, json.loads((checkpoint / "checkpoint_complete.json").read_text())["run"])
+    trainer = trainer_for(tmp_path / "out", tiny_model(CLASS),
+                          IPUConfig(gradient_accumulation_steps=2, auto_loss_scaling=True), fp16=True,
+                          loss_scaling=1024.0, save_strategy="steps", save_steps=2)  # fmt: skip
+    reliability.expect_clear_error(lambda: trainer.train(resume_from_checkpoint=str(checkpoint)), "loss_scaler.json")
+    assert trainer.state.global_step == 0
