@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import IncompatibleIPUConfigError
+from .errors import IncompatibleIPUConfigError, short_repr
 from .files import write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -235,6 +235,10 @@ class IPUConfig:
         for name, value in _fill_defaults(values).items():
             self.__dict__[name] = copy.deepcopy(value)
         validate(self)
+        for field in ("parallelize_kwargs", "inference_parallelize_kwargs"):
+            for key in self.__dict__[field]:
+                # no model's parallelize() takes keyword arguments here: said once, not silently ignored
+                _warn_once(f"{field}:{key}", f"IPUConfig: `{field}` key {short_repr(key, 60)} has no effect here.")
 
     # ------------------------------------------------------------------ modes
     def train(self, mode: bool = True) -> IPUConfig:
@@ -315,7 +319,7 @@ class IPUConfig:
         directory = Path(save_directory)
         if directory.is_file():
             raise IncompatibleIPUConfigError(
-                f"save_pretrained: {str(directory)!r} is a file; give a folder to hold {CONFIG_NAME}."
+                f"save_pretrained: {short_repr(str(directory))} is a file; give a folder to hold {CONFIG_NAME}."
             )
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / CONFIG_NAME
@@ -327,12 +331,17 @@ class IPUConfig:
         """Build from a dict (as read from `ipu_config.json`); `kwargs` override its values."""
         if not isinstance(config_dict, dict):
             raise IncompatibleIPUConfigError(
-                f"an IPU config must be a JSON object of fields, got {type(config_dict).__name__}: {config_dict!r:.80}"
+                f"an IPU config must be a JSON object of fields, got {type(config_dict).__name__}: "
+                f"{short_repr(config_dict, 80)}"
             )
         keys = [*config_dict, *kwargs]
         odd = [k for k in keys if not isinstance(k, str)]
         if odd:  # Python would stop at `cls(**...)` with a bare TypeError
-            raise IncompatibleIPUConfigError(f"IPUConfig field names must be strings, got {odd[0]!r}")
+            raise IncompatibleIPUConfigError(f"IPUConfig field names must be strings, got {short_repr(odd[0])}")
+        from .config_validation import check_unknown_keys, known_keys
+
+        # before `cls(**...)`: a key "self" would be a TypeError (two values for the argument `self`)
+        check_unknown_keys([k for k in keys if k not in known_keys()])
         return cls(**{**config_dict, **kwargs})
 
     @classmethod

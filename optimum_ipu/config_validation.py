@@ -10,10 +10,11 @@ import difflib
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import IncompatibleIPUConfigError
+from .errors import IncompatibleIPUConfigError, short_repr
 
 if TYPE_CHECKING:
     from .config import IPUConfig
@@ -43,10 +44,21 @@ _BOOLS = (
 )
 _POD_KEY = re.compile(r"^(pod\d+|default)$")
 MAX_SEED = 2**32 - 1
+# Upper bounds of counts: far above any pod, low enough that nothing built from them (a list per device slot,
+# a loop per micro-batch) can exhaust memory. `{"ipus_per_replica": 1000000000}` built an 8 GB list.
+MAX_IPUS_PER_REPLICA = 1024
+MAX_COUNT = 2**20
+MAX_LAYERS = 2**16
+MAX_CONFIG_BYTES = 1 << 20  # an ipu_config.json is a few hundred bytes
+MAX_KWARGS_DEPTH, MAX_KWARGS_ITEMS = 8, 1000
 
 
 def _fail(field: str, value: Any, allowed: str) -> IncompatibleIPUConfigError:
-    return IncompatibleIPUConfigError(f"IPUConfig field `{field}`: got {value!r}; {allowed}.")
+    return IncompatibleIPUConfigError(f"IPUConfig field `{field}`: got {short_repr(value)}; {allowed}.")
+
+
+def _count_limit(field: str) -> int:
+    return MAX_IPUS_PER_REPLICA if field.endswith("ipus_per_replica") else MAX_COUNT
 
 
 def _is_int(value: Any) -> bool:
@@ -99,7 +111,8 @@ def check_exclusive_serialization(values: dict[str, Any]) -> None:
             factor, splits = f"{prefix}{kind}_serialization_factor", f"{prefix}serialized_{kind}_splits_per_ipu"
             if values.get(factor) is not None and values.get(splits) is not None:
                 raise IncompatibleIPUConfigError(
-                    f"IPUConfig fields `{factor}` ({values[factor]!r}) and `{splits}` ({values[splits]!r}) are "
+                    f"IPUConfig fields `{factor}` ({short_repr(values[factor])}) and `{splits}` "
+                    f"({short_repr(values[splits])}) are "
                     f"both given; give only `{splits}` (the factor is then their sum) or only `{factor}`."
                 )
 
@@ -107,6 +120,8 @@ def check_exclusive_serialization(values: dict[str, Any]) -> None:
 def _check_per_ipu_list(field: str, value: Any, ipus: int, ipus_field: str, minimum: int) -> None:
     if not isinstance(value, list) or not value or not all(_is_int(v) for v in value):
         raise _fail(field, value, f"expected a non-empty list of integers, one per IPU ({ipus_field}={ipus})")
+    if any(v > MAX_LAYERS for v in value):
+        raise _fail(field, value, f"every entry must be <= {MAX_LAYERS}")
     if any(v < minimum for v in value):
         raise _fail(
             field, value, f"every entry must be >= {minimum}" + (" (-1 is the wildcard)" if minimum < 0 else "")
@@ -131,9 +146,13 @@ def check_field_types(values: dict[str, Any], allow_none: bool = False) -> None:
         layers = values[field]
         if given(field) and (not isinstance(layers, list) or not layers or not all(_is_int(n) for n in layers)):
             raise _fail(field, layers, "expected a non-empty list of integers, one per IPU (-1 is the wildcard)")
+        if given(field) and (len(layers) > MAX_IPUS_PER_REPLICA or max(layers) > MAX_LAYERS):
+            raise _fail(field, layers, f"expected at most {MAX_IPUS_PER_REPLICA} entries, each <= {MAX_LAYERS}")
     for field in _POSITIVE_INTS:
         if given(field) and (not _is_int(values[field]) or values[field] < 1):
             raise _fail(field, values[field], "expected an integer >= 1")
+        if given(field) and values[field] > _count_limit(field):
+            raise _fail(field, values[field], f"expected at most {_count_limit(field)}, far above any pod")
     for field in _BOOLS:
         if not isinstance(values[field], bool):
             raise _fail(field, values[field], "expected true or false")
@@ -168,6 +187,27 @@ def check_field_types(values: dict[str, Any], allow_none: bool = False) -> None:
         field = f"{prefix}parallelize_kwargs"
         if given(field) and not isinstance(values[field], dict):
             raise _fail(field, values[field], "expected a JSON object of keyword arguments")
+        if given(field):
+            _check_json_value(field, values[field])
+
+
+def _check_json_value(field: str, value: Any) -> None:
+    """A value that is plain JSON, at most `MAX_KWARGS_DEPTH` deep and `MAX_KWARGS_ITEMS` items in all: deeper
+    nesting made copying the config a RecursionError."""
+    items, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        items += 1
+        if depth > MAX_KWARGS_DEPTH or items > MAX_KWARGS_ITEMS:
+            raise _fail(field, "...", f"nested deeper than {MAX_KWARGS_DEPTH} or over {MAX_KWARGS_ITEMS} items")
+        if isinstance(item, dict):
+            if not all(isinstance(k, str) for k in item):
+                raise _fail(field, item, "expected a JSON object (string keys)")
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        elif not (item is None or isinstance(item, (bool, int, float, str))):
+            raise _fail(field, item, "expected JSON values (numbers, strings, booleans, null, lists, objects)")
 
 
 def validate(config: IPUConfig) -> None:
@@ -280,9 +320,18 @@ def read_json(path: str | os.PathLike) -> Any:
     """
     name = os.fspath(path)
     try:
-        data = Path(path).read_bytes()
+        # A FIFO would block forever and /dev/zero read until memory runs out: a regular file only, and only
+        # up to the cap (read one byte more to know it is over, whatever stat said).
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise IncompatibleIPUConfigError(f"{name} is not a regular file; an IPU config is a JSON text file")
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as err:  # a folder named *.json, no permission, a broken link, ...
         raise IncompatibleIPUConfigError(f"{name}: cannot read the IPU config file ({err.strerror or err})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise IncompatibleIPUConfigError(
+            f"{name} is over {MAX_CONFIG_BYTES // 1024} KiB; an ipu_config.json holds a few fields (the wrong file?)"
+        )
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -297,6 +346,8 @@ def read_json(path: str | os.PathLike) -> Any:
         ) from None
     except RecursionError:
         raise IncompatibleIPUConfigError(f"{name} is not a valid IPU config: its JSON is nested too deeply") from None
+    except ValueError as err:  # Python's limit on integer digits (4,300): no field needs such a number
+        raise IncompatibleIPUConfigError(f"{name} is not a valid IPU config: {str(err).split(';')[0]}") from None
 
 
 def bundled_config_ids() -> list[str]:
@@ -323,7 +374,7 @@ def locate_config_file(name_or_path: str | os.PathLike) -> Path:
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise IncompatibleIPUConfigError(
             f"an IPU config is named by a folder, a JSON file or an id (a string); got {type(name_or_path).__name__} "
-            f"{name_or_path!r}"
+            f"{short_repr(name_or_path)}"
         )
     path = Path(name_or_path)
     if path.is_dir():
@@ -335,6 +386,8 @@ def locate_config_file(name_or_path: str | os.PathLike) -> Path:
         )
     if path.is_file():
         return path
+    if path.exists():  # a FIFO, a device: refused by read_json with the reason, not searched for as an id
+        return path
     name = os.fspath(name_or_path)
     cached = _from_hf_cache(name)
     if cached:
@@ -343,8 +396,8 @@ def locate_config_file(name_or_path: str | os.PathLike) -> Path:
     if name.startswith("Graphcore/") and bundled.is_file():
         return bundled
     raise IncompatibleIPUConfigError(
-        f"no IPU config found for {name!r}: it is not a folder or a file, not in the local Hugging Face cache "
-        f"(nothing is downloaded), and not a bundled id ({', '.join(bundled_config_ids())})"
+        f"no IPU config found for {short_repr(name)}: it is not a folder or a file, not in the local Hugging Face "
+        f"cache (nothing is downloaded), and not a bundled id ({', '.join(bundled_config_ids())})"
     )
 
 
@@ -379,25 +432,26 @@ def parse_update_string(update_str: str) -> dict[str, Any]:
 
     if not isinstance(update_str, str):
         raise IncompatibleIPUConfigError(
-            f"IPUConfig update: expected a string of key=value pairs, got {type(update_str).__name__} {update_str!r}"
+            f"IPUConfig update: expected a string of key=value pairs, got {type(update_str).__name__} "
+            f"{short_repr(update_str)}"
         )
     updates: dict[str, Any] = {}
     for item in _split_top_level(update_str):
         if "=" not in item:
             raise IncompatibleIPUConfigError(
-                f"IPUConfig update {item!r} has no '='; write key=value pairs separated by commas, "
+                f"IPUConfig update {short_repr(item)} has no '='; write key=value pairs separated by commas, "
                 'e.g. "gradient_accumulation_steps=32,layers_per_ipu=[1 2 -1]"'
             )
         key, value = (s.strip() for s in item.split("=", 1))
         if not key:
             raise IncompatibleIPUConfigError(
-                f"IPUConfig update {item!r} has no field name before '='; write key=value, e.g. seed=42"
+                f"IPUConfig update {short_repr(item)} has no field name before '='; write key=value, e.g. seed=42"
             )
         if key not in FIELDS:
             check_unknown_keys([key])
             # a known key that is no stored field: accepting it silently would ignore what the user asked for
             raise IncompatibleIPUConfigError(
-                f"IPUConfig update {item!r}: `{key}` is not a field that can be updated "
+                f"IPUConfig update {short_repr(item)}: `{key}` is not a field that can be updated "
                 + ("(the pod size is given apart: `n_ipu=` of from_pretrained, or --n_ipu)" if key == "n_ipu"
                    else "(a deprecated key without effect); leave it out")
             )  # fmt: skip

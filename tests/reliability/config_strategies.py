@@ -31,6 +31,10 @@ MODE_MANAGED_FIELDS = (
 )  # fmt: skip
 POD_FIELDS = ("replication_factor", "inference_replication_factor", "gradient_accumulation_steps", "device_iterations")
 MAX_SEED = 2**32 - 1
+# Counts far above any pod are refused before anything is built from them (a list per device slot...).
+MAX_IPUS_PER_REPLICA, MAX_COUNT = 1024, 2**20
+# Names Python itself would trip over in `IPUConfig(**fields)`, or that are no field.
+RESERVED_KEYS = ("self", "kwargs", "cls", "__init__", "__dict__", "mode")
 
 Malformed = tuple[dict[str, Any], tuple[str, ...], dict[str, Any]]  # fields, names the error must contain, kwargs
 
@@ -101,7 +105,8 @@ def malformed_configs(draw) -> Malformed:
         st.sampled_from(
             ["wrong_type", "not_positive", "bool", "layers_below", "layers_length", "inference_layers_length",
              "matmul", "splits", "both_serializations", "output_mode", "seed", "unknown_key", "pod_missing",
-             "parallelize", "cache_dir", "n_ipu", "pod_type"]
+             "parallelize", "cache_dir", "n_ipu", "pod_type", "too_large", "reserved_key", "deep_kwargs",
+             "huge_value"]
         )
     )  # fmt: skip
     if kind == "wrong_type":
@@ -175,6 +180,22 @@ def malformed_configs(draw) -> Malformed:
         )
     if kind == "n_ipu":
         return d, ("`n_ipu`",), {"n_ipu": draw(st.sampled_from([0, -2, "4", 2.5, True]))}
+    if kind == "too_large":
+        field = draw(st.sampled_from(POSITIVE_INT_FIELDS))
+        limit = MAX_IPUS_PER_REPLICA if field.endswith("ipus_per_replica") else MAX_COUNT
+        return _with(d, **{field: draw(st.integers(limit + 1, 10**40) | st.just(1_000_000_000))}), (f"`{field}`",), {}
+    if kind == "reserved_key":
+        key = draw(st.sampled_from(RESERVED_KEYS))
+        return _with(d, **{key: draw(st.sampled_from([1, "x", None]))}), (f"`{key}`",), {}
+    if kind == "deep_kwargs":
+        value: Any = draw(st.sampled_from([1, "x", [1]]))
+        for _ in range(draw(st.integers(9, 60))):
+            value = {"k": value} if draw(st.booleans()) else [value]
+        return _with(d, parallelize_kwargs={"cache": value}), ("`parallelize_kwargs`",), {}
+    if kind == "huge_value":  # echoed back at most ~200 characters (the test checks the message's length)
+        field = draw(st.sampled_from(["output_mode", "gradient_accumulation_steps", "seed", "layers_per_ipu"]))
+        text = draw(st.sampled_from(string.ascii_letters)) * draw(st.integers(1_000, 200_000))
+        return _with(d, **{field: text}), (f"`{field}`",), {}
     assert kind == "pod_type"
     return _with(d, pod_type=draw(st.sampled_from([["pod4"], 4, "pod", {"a": 1}]))), ("`pod_type`",), {}
 

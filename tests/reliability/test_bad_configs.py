@@ -7,7 +7,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -53,7 +55,8 @@ def cli_gives_one_line(reliability, argv: list[str], names: tuple[str, ...]) -> 
 @given(bad=malformed_configs())
 def test_malformed_config_is_one_clear_error_naming_the_field(bad, reliability, folder):
     fields, names, kwargs = bad
-    reliability.expect_clear_error(lambda: IPUConfig.from_dict(fields, **kwargs), names, CONFIG_ERRORS)
+    err = reliability.expect_clear_error(lambda: IPUConfig.from_dict(fields, **kwargs), names, CONFIG_ERRORS)
+    assert len(str(err)) < 600, f"the error echoes {len(str(err))} characters"  # values cut to ~200
     # the same file through the command line
     n_ipu = kwargs.get("n_ipu")
     if n_ipu is None or (isinstance(n_ipu, int) and not isinstance(n_ipu, bool)):
@@ -198,3 +201,42 @@ def test_config_check_subprocess_exits_2_with_one_line(tmp_path, reliability):
         clear = run.returncode == 2 and run.stderr.count("\n") == 1 and all(n in run.stderr for n in names)
         reliability.bad_input(clear)
         assert clear and "Traceback" not in run.stdout + run.stderr, (run.returncode, run.stderr)
+
+
+FILE_CASES = {
+    "int over 4300 digits": ('{"replication_factor": 1' + "0" * 5000 + "}", ("4300 digits",)),
+    "nested 100000 deep": ("[" * 100_000 + "]" * 100_000, ("nested too deeply",)),
+    "8 GB list from 35 bytes": ('{"ipus_per_replica": 1000000000}', ("`ipus_per_replica`", "1000000000")),
+    "key self": ('{"self": 1}', ("`self`",)),
+    "over 1 MiB": ('{"output_mode": "' + "x" * (2 << 20) + '"}', ("over 1024 KiB",)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FILE_CASES))
+def test_hostile_config_files_are_one_clear_error(tmp_path, case, reliability):
+    text, names = FILE_CASES[case]
+    path = tmp_path / "ipu_config.json"
+    path.write_text(text)
+    err = reliability.expect_clear_error(lambda: IPUConfig.from_json_file(path), names, CONFIG_ERRORS)
+    assert len(str(err)) < 600
+    cli_gives_one_line(reliability, ["config", "check", str(path)], names)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "folder"])
+def test_config_paths_that_are_no_regular_file(tmp_path, kind, reliability):
+    """A FIFO blocked forever and /dev/zero read until memory ran out: run in a subprocess, bounded by its timeout
+    (a hang fails the test instead of the suite)."""
+    if kind == "fifo":
+        path = tmp_path / "ipu_config.json"
+        os.mkfifo(path)
+    elif kind == "folder":
+        path = tmp_path / "config.json"
+        path.mkdir()
+    else:
+        path = Path(kind)
+    code = f"from optimum_ipu import IPUConfig; IPUConfig.from_json_file({str(path)!r})"
+    run = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
+    last = run.stderr.strip().splitlines()[-1]
+    clear = run.returncode != 0 and str(path) in last and ("regular file" in last or "cannot read" in last)
+    assert reliability.bad_input(clear), run.stderr[-2000:]
+    cli_gives_one_line(reliability, ["config", "check", str(path)], (str(path),))
