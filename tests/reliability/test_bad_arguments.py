@@ -95,3 +95,31 @@ def test_layer_counts_that_do_not_match_the_model(tmp_path, reliability, config,
 )
 def test_python_values_of_the_wrong_type_name_the_flag(tmp_path, reliability, kwargs, names):
     reliability.expect_clear_error(lambda: arguments(tmp_path, **kwargs).load_ipu_config(), names)
+
+
+# Integers transformers does not check: 0 accumulation steps was a ZeroDivisionError mid-run, -2 trained zero steps
+# and saved a config that `config check` then rejected. (flag, lowest valid value)
+COUNT_FLAGS = {
+    "gradient_accumulation_steps": 1, "per_device_train_batch_size": 1, "per_device_eval_batch_size": 1,
+    "ddp_timeout": 1, "max_consecutive_skipped_steps": 0,
+}  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(flag=st.sampled_from(sorted(COUNT_FLAGS)), data=st.data(), route=st.sampled_from(["python", "command line"]))
+def test_counts_below_their_minimum_name_the_flag(flag, data, route, reliability):
+    value = data.draw(st.integers(-(10**6), COUNT_FLAGS[flag] - 1), label="value")
+    if route == "python":
+        call = lambda: IPUTrainingArguments(output_dir="o", report_to=[], **{flag: value})  # noqa: E731
+    else:
+        argv = ["--output_dir", "o", f"--{flag}={value}"]
+        call = lambda: HfArgumentParser(IPUTrainingArguments).parse_args_into_dataclasses(argv)  # noqa: E731
+    reliability.expect_clear_error(call, (f"--{flag}", str(value)))
+
+
+def test_accumulation_override_goes_through_the_config_validation(tmp_path, reliability):
+    """`--gradient_accumulation_steps` overrides the config's, with the config's checks (here: its upper bound)."""
+    args = arguments(tmp_path, gradient_accumulation_steps=3)
+    assert args.load_ipu_config(IPUConfig(gradient_accumulation_steps=2)).gradient_accumulation_steps == 3
+    args = arguments(tmp_path, gradient_accumulation_steps=2**21)
+    reliability.expect_clear_error(lambda: args.load_ipu_config(), "`gradient_accumulation_steps`")
