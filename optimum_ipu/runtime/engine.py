@@ -109,6 +109,7 @@ class Engine:
             self.forward = torch.compile(self.model)
         self.optimizer_steps = 0
         self.last_step_skipped = False
+        self.last_grad_norm = math.nan  # of the last optimizer step, before clipping
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The autocast context of this engine's precision (nothing for fp32)."""
@@ -132,24 +133,39 @@ class Engine:
     def _optimizer_step(self, batch: Batch) -> torch.Tensor:
         # Replicas of this process run in turn: their micro-batches accumulate into the same step.
         parts = self.ipu_config.gradient_accumulation_steps * replicas_per_process(self.ipu_config)
-        micro_batches = split_batch(batch, parts)
-        total = sum(self.backward(lambda m=m: self.forward(**m).loss, len(micro_batches)) for m in micro_batches)
+        # Equal-size micro-batches: the mean of their mean losses is the full batch's mean loss.
+        total = sum(
+            self.micro_batch_step(lambda m=m: self.forward(**m).loss, 1 / parts) for m in split_batch(batch, parts)
+        )
         self.optimizer_step()
         return total
 
-    def backward(self, compute_loss: Callable[[], torch.Tensor], accumulation_steps: int) -> torch.Tensor:
-        """Forward and backward of one micro-batch; returns its share of the step's loss (detached)."""
+    def micro_batch_step(self, compute_loss: Callable[[], torch.Tensor], weight: float | torch.Tensor) -> torch.Tensor:
+        """Forward and backward of one micro-batch, the step that `train_step` and `IPUTrainer` both run.
+
+        Args:
+            compute_loss (`Callable[[], torch.Tensor]`): runs the forward and returns the micro-batch's mean loss.
+            weight (`float` or `torch.Tensor`): the micro-batch's share of its optimizer step's loss:
+                `1 / micro_batches`, or its labelled items over the step's (token-level losses, uneven padding).
+
+        Returns:
+            `torch.Tensor`: the weighted loss (detached, fp32); a step's micro-batches sum to its loss.
+        """
         with self.autocast():
-            # Equal-size micro-batches: the mean of their mean losses is the full batch's mean loss.
-            loss = compute_loss().float() / accumulation_steps
+            loss = compute_loss().float() * weight
+        if isinstance(weight, torch.Tensor):
+            # No labelled item: the mean is 0/0 = NaN, but the micro-batch adds nothing, as its token sum would.
+            loss = torch.where(weight > 0, loss, torch.zeros_like(loss))
         self.loss_scaler.scale_loss(loss).backward()
         return loss.detach()
 
-    def unscale_and_check(self) -> bool:
-        """Unscale the accumulated gradients, clip them, and drop them if they overflowed.
+    def prepare_gradients(self) -> float:
+        """The engine's part of every optimizer step, before `optimizer.step()`: unscale the accumulated
+        gradients, clip them to `max_grad_norm`, and drop them if they overflowed.
 
-        Returns whether the step must be skipped. Dropped gradients (`None`) make any torch optimizer's
-        `step()` leave those parameters and their state untouched.
+        Returns the gradient norm before clipping (`inf` or NaN on an overflow: the step is then skipped,
+        `last_step_skipped`). Dropped gradients (`None`) make any torch optimizer's `step()` leave those
+        parameters and their state untouched.
         """
         params = [p for p in self.model.parameters() if p.grad is not None]
         self.loss_scaler.unscale_(params)
@@ -161,11 +177,13 @@ class Engine:
         if self.last_step_skipped:
             for p in params:
                 p.grad = None
-        return self.last_step_skipped
+        return self.last_grad_norm
 
     def optimizer_step(self) -> None:
-        """Unscale, clip, step the optimizer and the LR schedule unless the gradients overflowed, zero grads."""
-        if not self.unscale_and_check():
+        """`prepare_gradients`, then step the optimizer and the LR schedule unless the gradients overflowed, and
+        zero the gradients. (`IPUTrainer` runs `prepare_gradients` and leaves the rest to `Trainer`'s loop.)"""
+        self.prepare_gradients()
+        if not self.last_step_skipped:
             self.optimizer.step()
             if self.lr_scheduler is not None:
                 self.lr_scheduler.step()

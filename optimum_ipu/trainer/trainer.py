@@ -242,37 +242,59 @@ class IPUTrainer(Trainer):
     def training_step(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None = None
     ) -> torch.Tensor:
-        """One micro-batch through the engine: autocast, mean loss over the step, scaled backward. After the
-        last micro-batch of a step, fp16 gradients are unscaled and an overflow drops them (step skipped)."""
+        """One micro-batch through `Engine.micro_batch_step` (autocast, weighted loss, scaled backward), the step
+        `Engine.train_step` runs too. After the last micro-batch of an optimizer step, `Engine.prepare_gradients`
+        unscales, clips and checks the gradients (an fp16 overflow drops them: the step is skipped); `Trainer`'s
+        loop then steps the optimizer and the LR schedule.
+
+        With `num_items_in_batch` (`Trainer`'s count of labelled items over the step's micro-batches), each
+        micro-batch weighs its mean loss by its own items over that count: a token-level loss under accumulation
+        with uneven padding is the step's token mean, as `transformers.Trainer` computes it, and a loss that is a
+        mean over examples (which `Trainer` would not divide by the accumulation) gets one big batch's weights.
+        """
         model.train()
         self.ipu_config.train()
         inputs = self._prepare_inputs(inputs)
         if self.process_pipeline is not None:
             loss = self.process_pipeline.training_step(inputs, last_of_step=self.accelerator.sync_gradients)
-            if self.user_args.stop_on_nan and self.accelerator.sync_gradients and not bool(torch.isfinite(loss)):
-                raise FloatingPointError(
-                    f"the loss is NaN or infinite at step {self.state.global_step + 1}; lower the learning rate, "
-                    "or pass --stop_on_nan false to train on"
-                )
+            if self.accelerator.sync_gradients:
+                self._check_finite_loss(~torch.isfinite(loss))
             return loss
         # In one process, run the pipelined wrapper: with projection_serialization_factor its output projection
         # and loss run in chunks (full logits never built). Under DDP the wrapped stock model must run, for
         # DDP's gradient hooks: the projection is then serialized but its logits are built whole.
         runner = self.pipelined.train() if model is self.model else model
-        loss = self.engine.backward(lambda: self.compute_loss(runner, inputs), self.current_gradient_accumulation_steps)
+        weight = self._micro_batch_weight(inputs, num_items_in_batch)  # before compute_loss, which may pop labels
+        loss = self.engine.micro_batch_step(lambda: self.compute_loss(runner, inputs), weight)
         # Kept on the device and checked once per optimizer step: no host sync per micro-batch.
         self._nonfinite_loss = self._nonfinite_loss | ~torch.isfinite(loss)
         if self.accelerator.sync_gradients:
-            if self.user_args.stop_on_nan and bool(self._nonfinite_loss):
-                raise FloatingPointError(
-                    f"the loss is NaN or infinite at step {self.state.global_step + 1} (epoch {self.state.epoch:.2f}); "
-                    "lower the learning rate, use bf16 or loss scaling, or pass --stop_on_nan false to train on"
-                )
+            self._check_finite_loss(self._nonfinite_loss)
             self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=loss.device)
-            if self.engine.loss_scaler.enabled:
-                self.engine.optimizer_steps = self.state.global_step + 1  # the step being taken, as logs count
-                self.engine.unscale_and_check()
+            self.engine.optimizer_steps = self.state.global_step + 1  # the step being taken, as logs count
+            self.engine.prepare_gradients()
         return loss
+
+    def _micro_batch_weight(self, inputs: dict[str, Any], num_items_in_batch: Any) -> float | torch.Tensor:
+        """This micro-batch's share of its optimizer step's loss (see `training_step`)."""
+        if num_items_in_batch is None:
+            return 1 / self.current_gradient_accumulation_steps
+        # Trainer's count (`_get_num_items_in_batch`) for one micro-batch, written out: across processes Trainer's
+        # function all-gathers the count, which would be a collective per micro-batch.
+        labels = inputs.get("shift_labels")
+        if labels is None:
+            labels = inputs["labels"][..., 1:] if self._loss_shifts_labels else inputs["labels"]
+        weight = labels.ne(-100).sum() / num_items_in_batch
+        if self.args.average_tokens_across_devices and self.accelerator.num_processes > 1:
+            weight = weight * self.accelerator.num_processes  # the count is over every process; DDP averages
+        return weight
+
+    def _check_finite_loss(self, nonfinite: torch.Tensor) -> None:
+        if self.user_args.stop_on_nan and bool(nonfinite):
+            raise FloatingPointError(
+                f"the loss is NaN or infinite at step {self.state.global_step + 1} (epoch {self.state.epoch:.2f}); "
+                "lower the learning rate, use bf16 or loss scaling, or pass --stop_on_nan false to train on"
+            )
 
     def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """`Trainer`'s, then packed rows for flex attention get their `BlockMask`, made on the device (its
@@ -293,7 +315,7 @@ class IPUTrainer(Trainer):
     def _clip_grad_norm(self, model: nn.Module) -> Any:
         if self.process_pipeline is not None:
             return self.process_pipeline.clip_grad_norm(self.args.max_grad_norm)  # the norm over every stage
-        return super()._clip_grad_norm(model)
+        return self.engine.last_grad_norm  # clipped by Engine.prepare_gradients at the end of training_step
 
     def get_total_train_batch_size(self, args: TrainingArguments) -> int:
         total = super().get_total_train_batch_size(args)
