@@ -34,6 +34,9 @@ _LAZY: dict[str, str] = {
     "IPUText2TextGenerationPipeline": ".generation",
     "IPUSummarizationPipeline": ".generation",
     "IPUTranslationPipeline": ".generation",
+    "IPUImageClassificationPipeline": ".vision",
+    "IPUAudioClassificationPipeline": ".speech",
+    "IPUAutomaticSpeechRecognitionPipeline": ".speech",
 }
 
 

@@ -340,8 +340,9 @@ def supported_classes(mapping_name: str) -> list[str]:
     from transformers.models.auto import modeling_auto
 
     names = set()
-    for value in getattr(modeling_auto, mapping_name).values():
-        names.update(value if isinstance(value, tuple) else (value,))
+    for mapping in mapping_name.split("|"):  # "A|B": the classes of either mapping
+        for value in getattr(modeling_auto, mapping).values():
+            names.update(value if isinstance(value, tuple) else (value,))
     return [name for name in registered_classes() if name in names]
 
 

@@ -27,7 +27,10 @@ from .generation import (
     IPUTextGenerationPipeline,
     IPUTranslationPipeline,
 )
+from .processing import load_processors, processors_of
 from .question_answering import IPUQuestionAnsweringPipeline
+from .speech import IPUAudioClassificationPipeline, IPUAutomaticSpeechRecognitionPipeline
+from .vision import IPUImageClassificationPipeline
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +40,7 @@ class TaskSpec:
     """A task of `pipeline()`: the class that runs it and the `transformers` auto class that loads its models."""
 
     impl: type[StaticBatchingPipeline]
-    auto_class: str
+    auto_class: str  # "A|B": the first whose mapping has the model's type (speech recognition: CTC or seq2seq)
 
 
 SUPPORTED_TASKS: dict[str, TaskSpec] = {
@@ -50,6 +53,11 @@ SUPPORTED_TASKS: dict[str, TaskSpec] = {
     "summarization": TaskSpec(IPUSummarizationPipeline, "AutoModelForSeq2SeqLM"),
     "translation": TaskSpec(IPUTranslationPipeline, "AutoModelForSeq2SeqLM"),
     "zero-shot-classification": TaskSpec(IPUZeroShotClassificationPipeline, "AutoModelForSequenceClassification"),
+    "image-classification": TaskSpec(IPUImageClassificationPipeline, "AutoModelForImageClassification"),
+    "audio-classification": TaskSpec(IPUAudioClassificationPipeline, "AutoModelForAudioClassification"),
+    "automatic-speech-recognition": TaskSpec(
+        IPUAutomaticSpeechRecognitionPipeline, "AutoModelForCTC|AutoModelForSpeechSeq2Seq"
+    ),
 }
 TASK_ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification"}
 
@@ -80,14 +88,25 @@ def _check_config(task: str, spec: TaskSpec, path: str) -> None:
     """Refuse a model folder whose family has no registered class for the task, before its weights are read."""
     config = transformers.AutoConfig.from_pretrained(path)
     supported = supported_classes(spec.impl.model_mapping)
-    mapping = getattr(transformers.models.auto.modeling_auto, spec.impl.model_mapping)
-    name = mapping.get(config.model_type)
+    mappings = [getattr(transformers.models.auto.modeling_auto, m) for m in spec.impl.model_mapping.split("|")]
+    name = next((m[config.model_type] for m in mappings if config.model_type in m), None)
     if name not in supported:
         what = f"its class for this task would be {name}" if name else "transformers has no class of it for this task"
         raise IncompatibleIPUConfigError(
             f"{task}: {path} holds a {config.model_type!r} model and {what}, which has no stage plan here; "
             f"use a model of one of: {', '.join(supported)}"
         )
+
+
+def _auto_class(spec: TaskSpec, path: str) -> type:
+    """The `transformers` auto class of the task that maps the model folder's type."""
+    names = spec.auto_class.split("|")
+    if len(names) > 1:
+        model_type = transformers.AutoConfig.from_pretrained(path).model_type
+        for name in names:
+            if model_type in getattr(transformers, name)._model_mapping._model_mapping:
+                return getattr(transformers, name)
+    return getattr(transformers, names[0])
 
 
 def pipeline(
@@ -118,11 +137,15 @@ def pipeline(
     Args:
         task (`str`): `"text-classification"` (`"sentiment-analysis"`), `"token-classification"` (`"ner"`),
             `"question-answering"`, `"fill-mask"`, `"text-generation"`, `"text2text-generation"`,
-            `"summarization"`, `"translation"` or `"translation_xx_to_yy"`, `"zero-shot-classification"`.
+            `"summarization"`, `"translation"` or `"translation_xx_to_yy"`, `"zero-shot-classification"`,
+            `"image-classification"`, `"audio-classification"`, `"automatic-speech-recognition"` (CTC models and
+            Whisper; see `optimum_ipu.pipelines.speech`).
         model (`str`, `os.PathLike` or `transformers.PreTrainedModel`): a model folder (or an id in the local
             Hugging Face cache), loaded with the task's `transformers` auto class, or a model object (also a
             `PipelinedModel`). Nothing is downloaded, so there is no default model.
-        tokenizer (`str`, `os.PathLike` or tokenizer, *optional*): defaults to the model folder's tokenizer.
+        tokenizer (`str`, `os.PathLike` or tokenizer, *optional*): defaults to the model folder's tokenizer. Image
+            and audio tasks load the folder's image processor / feature extractor instead (or take them as
+            `image_processor=` / `feature_extractor=`).
         ipu_config (`IPUConfig`, `str` or `dict`, *optional*): a config, a folder / JSON file / bundled id such as
             `"Graphcore/bert-base-ipu"`, or a dict of fields. Defaults to the model folder's `ipu_config.json`,
             else `IPUConfig()` (one stage, one replica).
@@ -160,19 +183,21 @@ def pipeline(
         _check_config(task, spec, model)
         if tokenizer is None:
             tokenizer = model
-        model = getattr(transformers, spec.auto_class).from_pretrained(model, **(model_kwargs or {}))
+        model = _auto_class(spec, model).from_pretrained(model, **(model_kwargs or {}))
     elif not isinstance(model, nn.Module):
         raise TypeError(f"model: got a {type(model).__name__}; pass a model folder or a transformers model")
     elif model_kwargs:
         raise ValueError("model_kwargs apply when the model is loaded from a path; this model is already built")
-    if tokenizer is None:
+    needed = processors_of(spec.impl)
+    if tokenizer is None and not all(kwargs.get(name) is not None for name in needed if name != "tokenizer"):
         stock = model.model if isinstance(model, PipelinedModel) else model
         source = getattr(stock.config, "_name_or_path", "") or getattr(stock, "name_or_path", "")
         if not (source and os.path.isdir(source)):
             raise ValueError(f"pipeline({task!r}): the model object has no tokenizer folder; pass tokenizer=")
         tokenizer = source
-    if isinstance(tokenizer, (str, os.PathLike)):
-        tokenizer = transformers.AutoTokenizer.from_pretrained(os.fspath(tokenizer))
+    if isinstance(tokenizer, (str, os.PathLike)):  # the folder's tokenizer, image processor or feature extractor
+        kwargs.update(load_processors(os.fspath(tokenizer), needed, kwargs))
+        tokenizer = kwargs.pop("tokenizer", None)
     if not isinstance(model, PipelinedModel):
         ipu_config = resolve_ipu_config(ipu_config)
     cls = pipeline_class or spec.impl
