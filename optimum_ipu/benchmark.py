@@ -401,6 +401,12 @@ def run_benchmark(
         raise ValueError(f"--task {task!r}: expected one of {', '.join(TASKS)}")
     if steps <= warmup:
         raise ValueError(f"--steps {steps} must exceed --warmup {warmup}: the timed window would be empty")
+    # checked here too (not only by the command line): run_benchmark is called from Python as well
+    for flag, value, low in (("--seq-len", seq_len, 1), ("--batch-size", batch_size, 1), ("--warmup", warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{flag} {value!r}: expected an integer >= {low}")
+    if peak_tflops is not None and not peak_tflops > 0:
+        raise ValueError(f"--peak-tflops {peak_tflops!r}: expected the device's peak, a positive number")
     cuda = torch.cuda.is_available()
     if precision == "auto":
         precision = "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"

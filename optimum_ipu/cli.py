@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from .config import IPUConfig
@@ -115,6 +115,19 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
     return 0
 
 
+def _at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `low` (so `--seq-len 0` is a usage error naming the flag, exit code 2)."""
+
+    def parse(text: str) -> int:
+        value = int(text)  # a ValueError is argparse's "invalid ... value"
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """argparse, with a usage error on one line (exit code 2), like every other error of the command."""
 
@@ -154,15 +167,15 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     bench.add_argument("--model", default="bert-base-uncased-config", help="architecture, random weights")
     bench.add_argument("--task", default="question-answering", help="question-answering, causal-lm, translation")
-    bench.add_argument("--seq-len", type=int, default=384)
+    bench.add_argument("--seq-len", type=_at_least(1), default=384)
     bench.add_argument(
         "--batch-size",
-        type=int,
+        type=_at_least(1),
         default=64,
         help="samples of one optimizer step (training) or one host call (inference), in every runner",
     )
-    bench.add_argument("--steps", type=int, default=20, help="steps (batches) per runner, warm-up included")
-    bench.add_argument("--warmup", type=int, default=3, help="first steps timed apart (compilation)")
+    bench.add_argument("--steps", type=_at_least(1), default=20, help="steps (batches) per runner, warm-up included")
+    bench.add_argument("--warmup", type=_at_least(0), default=3, help="first steps timed apart (compilation)")
     bench.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     bench.add_argument("--compile", action="store_true", help="torch.compile in every runner")
     bench.add_argument(

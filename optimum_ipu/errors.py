@@ -51,7 +51,8 @@ def _debug_requested(argv: list[str]) -> bool:
     return os.environ.get(DEBUG_ENV, "") not in ("", "0", "false", "False")
 
 
-_BAD_INPUT = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+# OSError: a model or file that cannot be found or read (transformers reports a missing model as an OSError)
+_BAD_INPUT = (ValueError, OSError)
 
 
 def _exit_code(err: BaseException) -> int | None:

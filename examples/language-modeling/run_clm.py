@@ -42,6 +42,7 @@ from utils_lm import (
 )
 
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
+from optimum_ipu.errors import run_script
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ def main() -> None:
 
     # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
     last_checkpoint = training_args.checkpoint_in_output_dir()
+    training_args.load_ipu_config()  # a bad config or override is refused now, before any data or model is loaded
 
     set_seed(training_args.seed)
     raw = load_raw_datasets(data_args, model_args)
@@ -179,4 +181,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)  # a bad input: one line on stderr, exit code 2 (OPTIMUM_IPU_DEBUG=1 for the traceback)

@@ -43,6 +43,7 @@ from utils_qa import (
 )
 
 from optimum_ipu import IPUTrainingArguments
+from optimum_ipu.errors import run_script
 from optimum_ipu.trainer.packing import (
     PackedDataCollator,
     check_packing_support,
@@ -102,6 +103,17 @@ class DataTrainingArguments:
     def __post_init__(self) -> None:
         if self.dataset_name is None and self.train_file is None and self.validation_file is None:
             raise ValueError("give --dataset_name or --train_file/--validation_file (SQuAD JSON, nested or flat)")
+        # 0 or negative values gave EM/F1 0.0 silently (n_best_size, max_answer_length) or failed deep inside
+        for flag in ("max_seq_length", "n_best_size", "max_answer_length", "max_sequences_per_pack",
+                     "max_train_samples", "max_eval_samples", "max_predict_samples"):  # fmt: skip
+            value = getattr(self, flag)
+            if value is not None and value < 1:
+                raise ValueError(f"--{flag} {value}: expected an integer >= 1")
+        if not 0 <= self.doc_stride < self.max_seq_length:
+            raise ValueError(
+                f"--doc_stride {self.doc_stride}: expected 0 <= doc_stride < --max_seq_length ({self.max_seq_length}), "
+                "e.g. 128 with 384"
+            )
 
 
 def parse_articles(text: str | None) -> slice | None:
@@ -154,6 +166,7 @@ def main() -> None:
 
     # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
     last_checkpoint = training_args.checkpoint_in_output_dir()
+    training_args.load_ipu_config()  # a bad config or override is refused now, before any data or model is loaded
 
     set_seed(training_args.seed)
     raw = load_raw_datasets(data_args, model_args)
@@ -183,6 +196,11 @@ def main() -> None:
         examples = raw[split]
         if limit is not None:
             examples = examples.select(range(min(limit, len(examples))))
+        if len(examples) == 0:  # found before training, not after it and the save
+            raise ValueError(
+                f"--do_{'train' if split == 'train' else 'eval'}: the {split} set is empty; check the file, its "
+                "--*_articles range and --max_*_samples"
+            )
         with training_args.main_process_first(desc=description):
             features = examples.map(
                 partial(
@@ -298,4 +316,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)  # a bad input: one line on stderr, exit code 2 (OPTIMUM_IPU_DEBUG=1 for the traceback)

@@ -394,10 +394,14 @@ def postprocess_qa_predictions(
         `collections.OrderedDict[str, str]`: example id -> predicted answer text (`""` for a null answer).
 
     Raises:
-        `ValueError`: if `predictions` is not a pair of arrays with one row per feature.
+        `ValueError`: if `predictions` is not a pair of arrays with one row per feature, or `n_best_size` or
+            `max_answer_length` is below 1.
     """
     if len(predictions) != 2:
         raise ValueError(f"`predictions` should be a tuple (start_logits, end_logits), got {len(predictions)} items")
+    for flag, value in (("n_best_size", n_best_size), ("max_answer_length", max_answer_length)):
+        if value < 1:  # no candidate span at all: every answer empty, EM/F1 0.0 without a word
+            raise ValueError(f"--{flag} {value}: expected an integer >= 1")
     all_start_logits, all_end_logits = predictions
     feature_example_ids = _column(features, "example_id")
     feature_offsets = _column(features, "offset_mapping")

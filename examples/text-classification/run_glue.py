@@ -54,6 +54,7 @@ from transformers import (
 )
 
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
+from optimum_ipu.errors import run_script
 from optimum_ipu.trainer.packing import (
     PackedDataCollator,
     PackedSequenceClassificationLoss,
@@ -140,6 +141,10 @@ class DataTrainingArguments:
     max_sequences_per_pack: int | None = field(default=None, metadata={"help": "At most this many examples a row."})
 
     def __post_init__(self) -> None:
+        for flag in ("max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples"):
+            value = getattr(self, flag)
+            if value is not None and value < 1:
+                raise ValueError(f"--{flag} {value}: expected an integer >= 1")
         if self.max_sequences_per_pack is not None:
             if not self.packing:
                 raise ValueError(
@@ -174,13 +179,27 @@ def read_glue_tsv(path: str, task: str | None) -> datasets.Dataset:
     """A GLUE TSV file with the Hub's column names. No quoting (`quoting=3`): GLUE sentences contain bare
     quotes; `utf-8-sig` drops the byte-order mark MRPC's files start with; nothing is read as NaN."""
     read = {"sep": "\t", "quoting": csv.QUOTE_NONE, "encoding": "utf-8-sig", "keep_default_na": False}
-    frame = pd.read_csv(path, **read)
-    if task == "cola" and "sentence" not in frame.columns:
-        frame = pd.read_csv(path, header=None, names=COLA_TSV_COLUMNS, **read)
+    try:
+        _check_tsv_fields(path)
+        frame = pd.read_csv(path, **read)
+        if task == "cola" and "sentence" not in frame.columns:
+            frame = pd.read_csv(path, header=None, names=COLA_TSV_COLUMNS, **read)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:  # name the file
+        raise ValueError(f"{path}: not a readable GLUE TSV file ({' '.join(str(err).split())[:200]})") from None
     frame = frame.rename(columns={k: v for k, v in TSV_RENAMES.items() if k in frame.columns})
     if task == "mnli":
         frame = frame.rename(columns=MNLI_TSV_RENAMES)
     return datasets.Dataset.from_pandas(frame, preserve_index=False)
+
+
+def _check_tsv_fields(path: str) -> None:
+    """Every line has the first line's number of fields: pandas takes a row with more as an index, silently."""
+    with open(path, encoding="utf-8-sig") as f:
+        widths = [(number, line.count("\t")) for number, line in enumerate(f, 1) if line.strip()]
+    for number, tabs in widths[1:]:
+        if tabs != widths[0][1]:
+            fields = f"{tabs + 1} tab-separated fields, line 1 has {widths[0][1] + 1}"
+            raise ValueError(f"{path}: line {number} has {fields}")
 
 
 def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dict[str, datasets.Dataset]:
@@ -211,6 +230,22 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
             f"({type(err).__name__}). Pass local files instead, e.g. --task_name sst2 --train_file "
             "../../../shared/data/glue/SST-2/train.tsv --validation_file ../../../shared/data/glue/SST-2/dev.tsv"
         ) from None
+
+
+def check_labels(raw: dict[str, datasets.Dataset], data: DataTrainingArguments) -> None:
+    """Training and evaluation rows need a usable label: a missing one read as `""` became a class of its own, and
+    GLUE's `-1` (its unlabelled test rows) or a NaN failed deep inside the loss."""
+    for split, rows in raw.items():
+        if split.startswith("test") or "label" not in rows.column_names:
+            continue
+        for row, value in enumerate(rows["label"]):
+            if value is None or value == "" or value != value or (data.task_name and value in (-1, "-1")):
+                path = getattr(data, f"{split.split('_')[0]}_file", None)
+                where = f"--{split.split('_')[0]}_file {path}" if path else f"the {split} split"
+                raise ValueError(
+                    f"{where}, data row {row + 1}: label {value!r} is missing or unusable (-1 marks GLUE's "
+                    "unlabelled test rows); give every training and evaluation row a label, or remove the row"
+                )
 
 
 def first_split(raw: dict[str, datasets.Dataset], *names: str) -> datasets.Dataset | None:
@@ -353,6 +388,7 @@ def main() -> None:
 
     # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
     last_checkpoint = training_args.checkpoint_in_output_dir()
+    training_args.load_ipu_config()  # a bad config or override is refused now, before any data or model is loaded
 
     set_seed(training_args.seed)
     # `--dataset_name glue --dataset_config_name mrpc` is a GLUE task too: same columns, labels and metric.
@@ -360,6 +396,7 @@ def main() -> None:
         data_args.task_name = data_args.dataset_config_name
     task = data_args.task_name
     raw = load_raw_datasets(data_args, model_args)
+    check_labels(raw, data_args)
     is_regression, label_list, label_to_id = resolve_labels(raw, task)
     num_labels = 1 if is_regression else len(label_list or [])
     if not is_regression and num_labels < 2:
@@ -445,6 +482,8 @@ def main() -> None:
         examples = raw[split]
         if limit is not None:
             examples = examples.select(range(min(limit, len(examples))))
+        if len(examples) == 0:  # found before training, not after it and the save
+            raise ValueError(f"{flag}: the {split} data is empty; give a file with rows (and a --max_*_samples >= 1)")
         with training_args.main_process_first(desc=f"tokenize {split}"):
             return examples.map(
                 partial(preprocess, pad=data_args.pad_to_max_length if pad is None else pad),
@@ -545,4 +584,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)  # a bad input: one line on stderr, exit code 2 (OPTIMUM_IPU_DEBUG=1 for the traceback)
