@@ -21,6 +21,7 @@ from torch import nn
 from ..config import IPUConfig
 from .devices import default_device
 from .distributed import replicas_per_process
+from .fsdp import unsharded_norm
 from .precision import PRECISIONS, LossScaler, autocast, set_half_partials
 
 logger = logging.getLogger(__name__)
@@ -171,7 +172,7 @@ class Engine:
         self.loss_scaler.unscale_(params)
         # One norm for clipping and for overflow detection: a single host sync per step.
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm or math.inf)
-        self.last_grad_norm = float(grad_norm)
+        self.last_grad_norm = float(unsharded_norm(grad_norm))  # FSDP: a norm over every process's shards
         self.last_step_skipped = not math.isfinite(self.last_grad_norm)
         self.loss_scaler.update(self.last_step_skipped, step=self.optimizer_steps)
         if self.last_step_skipped:

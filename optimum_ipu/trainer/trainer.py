@@ -33,6 +33,7 @@ from ..models.pipelined import to_pipelined
 from ..runtime.devices import default_device
 from ..runtime.distributed import check_ranks_agree, release_process_group_at_exit, replicas_per_process, world_size
 from ..runtime.engine import Engine, configure_compile_cache
+from ..runtime.fsdp import FSDP_HELP, ShardedModel, full_state_dict, shard_model
 from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
 from ..runtime.sharding import ShardedOptimizer
@@ -187,7 +188,9 @@ class IPUTrainer(Trainer):
         self.process_pipeline = (
             ProcessPipeline(self, args.pipeline_schedule) if ProcessPipeline.wanted(self.ipu_config) else None
         )
+        self.fsdp = self._shard_parameters(args)
         self.sharded_optimizer = self.ipu_config.value("replicated_tensor_sharding") and world_size() > 1
+        self.sharded_optimizer = self.sharded_optimizer and not self.fsdp  # FSDP shards the state already
         if self.sharded_optimizer:
             self.add_callback(_GatherShardedOptimizer(self))
         self.offload_optimizer = bool(self.ipu_config.value("optimizer_state_offchip"))
@@ -225,6 +228,8 @@ class IPUTrainer(Trainer):
         engine_args.gradient_accumulation_steps = self.ipu_config.gradient_accumulation_steps * replicas_here
         # The engine autocasts and scales the loss; accelerate must not do either a second time.
         engine_args.fp16 = engine_args.bf16 = False
+        # --fsdp is ours (`_shard_parameters`): transformers refuses it on CPUs and would wrap the model again.
+        engine_args.fsdp, engine_args.fsdp_plugin_args = False, None
         # Inference replicas are the processes under torchrun; the ones left run in turn in each process.
         inference_replicas_here = max(1, self.ipu_config.value("replication_factor", inference=True) // world_size())
         engine_args.per_device_eval_batch_size = (
@@ -263,7 +268,7 @@ class IPUTrainer(Trainer):
         # In one process, run the pipelined wrapper: with projection_serialization_factor its output projection
         # and loss run in chunks (full logits never built). Under DDP the wrapped stock model must run, for
         # DDP's gradient hooks: the projection is then serialized but its logits are built whole.
-        runner = self.pipelined.train() if model is self.model else model
+        runner = self.pipelined.train() if model is self.model or self.fsdp else model
         weight = self._micro_batch_weight(inputs, num_items_in_batch)  # before compute_loss, which may pop labels
         loss = self.engine.micro_batch_step(lambda: self.compute_loss(runner, inputs), weight)
         # Kept on the device and checked once per optimizer step: no host sync per micro-batch.
@@ -307,7 +312,22 @@ class IPUTrainer(Trainer):
             )
         return with_packed_block_mask(inputs)
 
+    def _shard_parameters(self, args: IPUTrainingArguments) -> bool:
+        """`--fsdp` (transformers' flag): shard parameters, gradients and optimizer state over the replicas
+        (FSDP2, `optimum_ipu.runtime.fsdp`), one process per replica. Returns whether the model is sharded."""
+        if not args.fsdp:
+            return False
+        if world_size() == 1:
+            logger.warning("--fsdp in one process: the replicas run in turn here, there is nothing to shard over")
+            return False
+        if self.process_pipeline is not None:
+            raise ValueError(FSDP_HELP)
+        shard_model(self.model, self.pipelined.layer_paths())
+        return True
+
     def _wrap_model(self, model: nn.Module, training: bool = True, dataloader: Any = None) -> nn.Module:
+        if self.fsdp and training:
+            return model if isinstance(model, ShardedModel) else ShardedModel(model)  # no DDP around shards
         if self.process_pipeline is not None and training:
             return self.process_pipeline.wrap(model)  # stages reduce their own gradients: no DDP over all
         return super()._wrap_model(model, training, dataloader)
@@ -511,7 +531,12 @@ class IPUTrainer(Trainer):
         the fp16 loss scale, so a resumed run continues with it."""
         if self.process_pipeline is not None:
             self.process_pipeline.synchronize()  # called by every process, as in the example scripts
-        super().save_model(output_dir, _internal_call)
+        if self.fsdp:  # the whole weights, gathered by every process, written by one: they load in one process
+            state_dict = full_state_dict(self.model)
+            if self.args.should_save:
+                self._save(output_dir, state_dict=state_dict)
+        else:
+            super().save_model(output_dir, _internal_call)
         if not self.args.should_save:
             return
         output_dir = output_dir or self.args.output_dir

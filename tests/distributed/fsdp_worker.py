@@ -1,0 +1,65 @@
+"""A tiny Llama trained by IPUTrainer, launched by tests/distributed/test_fsdp.py (torchrun or one process).
+
+    python fsdp_worker.py OUT_DIR REPLICAS MAX_STEPS [--fsdp]
+
+Every rank writes OUT_DIR/rank{RANK}.json (its parameter bytes); rank 0 also the logged losses, and the model is
+saved whole to OUT_DIR/final (stock layout), gathered from the shards under --fsdp.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import datasets
+import torch
+import transformers
+
+from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments
+from optimum_ipu.runtime.fsdp import local_parameter_bytes
+
+
+def tiny_llama() -> transformers.LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, attn_implementation="eager",
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config)
+
+
+def unevenly_padded(rows: int = 64, seq: int = 16) -> datasets.Dataset:
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(4, seq + 1, (rows,), generator=generator)
+    mask = (torch.arange(seq) < lengths[:, None]).long()
+    ids = torch.randint(1, 128, (rows, seq), generator=generator) * mask
+    labels = ids.masked_fill(mask == 0, -100)
+    return datasets.Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": mask.tolist(),
+                                       "labels": labels.tolist()})  # fmt: skip
+
+
+def main() -> None:
+    out, replicas, max_steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    fsdp = "--fsdp" in sys.argv[4:]
+    args = IPUTrainingArguments(
+        output_dir=out, per_device_train_batch_size=2, max_steps=max_steps, learning_rate=1e-3, logging_steps=1,
+        report_to=[], seed=7, save_strategy="no", disable_tqdm=True, ddp_timeout=60, fsdp=fsdp,
+    )  # fmt: skip
+    config = IPUConfig(replication_factor=replicas, gradient_accumulation_steps=2)
+    model = tiny_llama()
+    whole = local_parameter_bytes(model.parameters())
+    trainer = IPUTrainer(model, config, args, train_dataset=unevenly_padded())
+    here = local_parameter_bytes(trainer.model.parameters())
+    trainer.train()
+    trainer.save_model(os.path.join(out, "final"))  # every process calls it: the shards are gathered
+    rank = trainer.args.process_index
+    result = {"parameter_bytes": here, "whole_parameter_bytes": whole, "sharded": trainer.fsdp}
+    if rank == 0:
+        result["losses"] = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()
