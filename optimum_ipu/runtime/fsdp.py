@@ -17,7 +17,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
@@ -67,6 +73,52 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     return get_model_state_dict(model, options=options)
+
+
+def load_full_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
+    """Load a whole `state_dict` (a one-process checkpoint) into a sharded model: each process keeps its shards.
+
+    Raises:
+        ValueError: the checkpoint has keys the model lacks, or lacks keys other than tied duplicates.
+    """
+    options = StateDictOptions(full_state_dict=True, strict=False)
+    result = set_model_state_dict(model, state_dict, options=options)
+    # A tied parameter (output projection = embeddings) is saved once, under one of its names.
+    tied = {n for n, _ in model.named_parameters(remove_duplicate=False)} - {n for n, _ in model.named_parameters()}
+    missing = [k for k in result.missing_keys if k not in tied]
+    if missing or result.unexpected_keys:
+        raise ValueError(
+            f"the checkpoint does not fit the model: missing {missing}, unexpected {result.unexpected_keys}"
+        )
+
+
+def _parameter_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    # torch.optim numbers parameters in the order of its groups; torch.distributed.checkpoint names them.
+    names = {p: n for n, p in model.named_parameters()}
+    return [names[p] for group in optimizer.param_groups for p in group["params"]]
+
+
+def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The whole optimizer state of a sharded model on rank 0, in the layout of `optimizer.state_dict()` in one
+    process (parameters numbered in group order), so that a one-process run resumes from it. A collective."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, flatten_optimizer_state_dict=False)
+    full = get_optimizer_state_dict(model, optimizer, options=options)
+    index = {name: i for i, name in enumerate(_parameter_names(model, optimizer))}
+    return {
+        "state": {index[name]: value for name, value in full.get("state", {}).items()},
+        "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in full.get("param_groups", [])],
+    }
+
+
+def load_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load a one-process `optimizer.state_dict()` (or `full_optimizer_state_dict`'s) into the optimizer of a
+    sharded model: each process keeps its shards of the state."""
+    names = _parameter_names(model, optimizer)
+    full = {
+        "state": {names[int(i)]: value for i, value in state["state"].items()},
+        "param_groups": [{**g, "params": [names[int(i)] for i in g["params"]]} for g in state["param_groups"]],
+    }
+    set_optimizer_state_dict(model, optimizer, full, options=StateDictOptions(full_state_dict=True))
 
 
 def local_parameter_bytes(parameters: Iterable[torch.Tensor]) -> int:

@@ -14,6 +14,7 @@ Everything else (callbacks, logging, TensorBoard, tqdm, evaluate/predict, checkp
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import os
@@ -23,13 +24,17 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 from torch import nn
 from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
+from transformers.utils import SAFE_WEIGHTS_NAME
 
 from ..config import IPUConfig
 from ..errors import SkippedStepsError
 from ..files import write_text_atomic
 from ..models.pipelined import to_pipelined
+from ..runtime import fsdp
 from ..runtime.devices import default_device
 from ..runtime.distributed import check_ranks_agree, release_process_group_at_exit, replicas_per_process, world_size
 from ..runtime.engine import Engine, configure_compile_cache
@@ -525,6 +530,29 @@ class IPUTrainer(Trainer):
         finally:
             self.args.save_total_limit = limit
         self.pending_rotation = (self._get_output_dir(trial=trial), limit) if limit else None
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        if not self.fsdp:
+            return super()._save_optimizer_and_scheduler(output_dir)
+        # The whole state, gathered by every process, written by one, in the one-process layout.
+        state = fsdp.full_optimizer_state_dict(self.model, getattr(self.optimizer, "optimizer", self.optimizer))
+        if self.args.should_save:
+            torch.save(state, os.path.join(output_dir, OPTIMIZER_NAME))
+            torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        if not self.fsdp:
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        weights = load_file(os.path.join(resume_from_checkpoint, SAFE_WEIGHTS_NAME))
+        fsdp.load_full_state_dict(self.model, weights)  # each process keeps its shards
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if not self.fsdp or checkpoint is None or not os.path.isfile(os.path.join(checkpoint, OPTIMIZER_NAME)):
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        load = functools.partial(torch.load, map_location="cpu", weights_only=True)
+        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)
+        fsdp.load_full_optimizer_state_dict(self.model, optimizer, load(os.path.join(checkpoint, OPTIMIZER_NAME)))
+        self.lr_scheduler.load_state_dict(load(os.path.join(checkpoint, SCHEDULER_NAME)))
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Save the stock model (`transformers` layout) and `ipu_config.json` beside it; in checkpoints also

@@ -2,8 +2,9 @@
 
     python fsdp_worker.py OUT_DIR REPLICAS MAX_STEPS [--fsdp]
 
-Every rank writes OUT_DIR/rank{RANK}.json (its parameter bytes); rank 0 also the logged losses, and the model is
-saved whole to OUT_DIR/final (stock layout), gathered from the shards under --fsdp.
+Every rank writes OUT_DIR/rank{RANK}.json (its parameter bytes); rank 0 also the logged losses. A checkpoint is
+written at step 3 and the model saved whole to OUT_DIR/final (stock layout), gathered from the shards under
+--fsdp. With the environment variable RESUME_FROM, training resumes from that checkpoint.
 """
 
 from __future__ import annotations
@@ -44,14 +45,15 @@ def main() -> None:
     fsdp = "--fsdp" in sys.argv[4:]
     args = IPUTrainingArguments(
         output_dir=out, per_device_train_batch_size=2, max_steps=max_steps, learning_rate=1e-3, logging_steps=1,
-        report_to=[], seed=7, save_strategy="no", disable_tqdm=True, ddp_timeout=60, fsdp=fsdp,
+        lr_scheduler_type="constant", report_to=[], seed=7, save_strategy="steps", save_steps=3, disable_tqdm=True,
+        ddp_timeout=60, fsdp=fsdp,
     )  # fmt: skip
     config = IPUConfig(replication_factor=replicas, gradient_accumulation_steps=2)
     model = tiny_llama()
     whole = local_parameter_bytes(model.parameters())
     trainer = IPUTrainer(model, config, args, train_dataset=unevenly_padded())
     here = local_parameter_bytes(trainer.model.parameters())
-    trainer.train()
+    trainer.train(resume_from_checkpoint=os.environ.get("RESUME_FROM") or None)
     trainer.save_model(os.path.join(out, "final"))  # every process calls it: the shards are gathered
     rank = trainer.args.process_index
     result = {"parameter_bytes": here, "whole_parameter_bytes": whole, "sharded": trainer.fsdp}

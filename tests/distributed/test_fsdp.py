@@ -1,5 +1,6 @@
 """Full parameter sharding (FSDP2, `--fsdp`) of a tiny Llama over 2 and 4 gloo processes: the losses and weights of
-one process, each process holding 1 / replicas of the parameters, and a saved model that loads in one process."""
+one process, each process holding 1 / replicas of the parameters, and checkpoints that move between a sharded
+run and one process both ways."""
 
 from __future__ import annotations
 
@@ -13,35 +14,62 @@ from ..conftest import PYTHON, REPO_ROOT
 from .test_data_parallel import TORCHRUN, free_port, launch
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "fsdp_worker.py")
-STEPS = "3"
 
 
-def run_result(out, processes: int) -> tuple[list[dict], dict[str, torch.Tensor]]:
-    ranks = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(processes)]
-    return ranks, load_file(out / "final" / "model.safetensors")
+def one_process(out, replicas: int, steps: int, resume_from=None):
+    run = launch(PYTHON, WORKER, str(out), str(replicas), str(steps), "--fsdp",
+                 extra_env={"RESUME_FROM": str(resume_from or "")})  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "nothing to shard over" in run.stderr  # one process runs the replicas in turn: no sharding
+    return run
+
+
+def sharded(out, replicas: int, steps: int, resume_from=None):
+    run = launch(*TORCHRUN, f"--nproc_per_node={replicas}", f"--master_port={free_port()}", WORKER, str(out),
+                 str(replicas), str(steps), "--fsdp", extra_env={"RESUME_FROM": str(resume_from or "")})  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run
+
+
+def ranks(out, processes: int) -> list[dict]:
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(processes)]
+
+
+def assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        torch.testing.assert_close(got[key], value, atol=1e-5, rtol=0, msg=key)
 
 
 @pytest.mark.parametrize("replicas", [2, 4])
 def test_sharded_parameters_give_one_process_numbers(tmp_path, replicas):
-    # One process runs the replicas in turn (its reference numbers); --fsdp there has nothing to shard over.
-    one = launch(PYTHON, WORKER, str(tmp_path / "one"), str(replicas), STEPS, "--fsdp")
-    assert one.returncode == 0, one.stderr[-3000:]
-    assert "nothing to shard over" in one.stderr
-    sharded = launch(*TORCHRUN, f"--nproc_per_node={replicas}", f"--master_port={free_port()}", WORKER,
-                     str(tmp_path / "fsdp"), str(replicas), STEPS, "--fsdp")  # fmt: skip
-    assert sharded.returncode == 0, sharded.stderr[-3000:]
-    (reference,), reference_weights = run_result(tmp_path / "one", 1)
-    ranks, weights = run_result(tmp_path / "fsdp", replicas)
+    reference = tmp_path / "one"
+    one_process(reference, replicas, steps=4)
+    sharded(tmp_path / "fsdp", replicas, steps=4)
+    (want,), got = ranks(reference, 1), ranks(tmp_path / "fsdp", replicas)
 
-    assert not reference["sharded"] and all(r["sharded"] for r in ranks)
-    torch.testing.assert_close(ranks[0]["losses"], reference["losses"], atol=1e-5, rtol=0)
-    assert len(ranks[0]["losses"]) == int(STEPS)
-    # The model saved from the shards is the whole stock model: one process loads it.
-    assert weights.keys() == reference_weights.keys()
-    for key, value in reference_weights.items():
-        torch.testing.assert_close(weights[key], value, atol=1e-5, rtol=0, msg=key)
+    assert not want["sharded"] and all(r["sharded"] for r in got)
+    assert len(want["losses"]) == 4
+    torch.testing.assert_close(got[0]["losses"], want["losses"], atol=1e-5, rtol=0)
+    # The model and checkpoint saved from the shards are the whole stock model: one process loads them.
+    for saved in ("final", "checkpoint-3"):
+        assert_same_weights(load_file(tmp_path / "fsdp" / saved / "model.safetensors"),
+                            load_file(reference / saved / "model.safetensors"))  # fmt: skip
 
-    whole = reference["whole_parameter_bytes"]
-    assert reference["parameter_bytes"] == whole
-    assert sum(r["parameter_bytes"] for r in ranks) == whole  # every parameter held once, over the processes
-    assert max(r["parameter_bytes"] for r in ranks) <= whole / replicas * 1.05  # 1 / replicas each
+    whole = want["whole_parameter_bytes"]
+    assert want["parameter_bytes"] == whole
+    assert sum(r["parameter_bytes"] for r in got) == whole  # every parameter held once, over the processes
+    assert max(r["parameter_bytes"] for r in got) <= whole / replicas * 1.05  # 1 / replicas each
+
+    # Checkpoints (step 3) move both ways with the optimizer state: step 4 equals the uninterrupted run's.
+    if replicas == 2:  # sharded checkpoint -> one process
+        resumed = tmp_path / "resumed"
+        one_process(resumed, replicas, steps=4, resume_from=tmp_path / "fsdp" / "checkpoint-3")
+        losses = ranks(resumed, 1)[0]["losses"]
+    else:  # one-process checkpoint -> sharded
+        resumed = tmp_path / "resumed"
+        sharded(resumed, replicas, steps=4, resume_from=reference / "checkpoint-3")
+        losses = ranks(resumed, replicas)[0]["losses"]
+    torch.testing.assert_close(losses[-1], want["losses"][3], atol=1e-5, rtol=0)
+    assert_same_weights(load_file(resumed / "final" / "model.safetensors"),
+                        load_file(reference / "final" / "model.safetensors"))  # fmt: skip
