@@ -63,9 +63,30 @@ def _exit_code(err: BaseException) -> int | None:
         return 1
     if isinstance(err, _BAD_INPUT):
         return 2
-    if any(cls.__name__ in ("DistError", "DistBackendError") for cls in type(err).__mro__):
+    if _collective_failed(err):
         return 1  # a collective failed or timed out (torch.distributed): another rank stopped or died
     return None
+
+
+_COLLECTIVE_FAILURES = ("Timed out waiting", "Connection closed by peer", "Connection reset by peer", "NCCL")
+
+
+def _collective_failed(err: BaseException) -> bool:
+    if any(cls.__name__ in ("DistError", "DistBackendError") for cls in type(err).__mro__):
+        return True
+    return isinstance(err, RuntimeError) and any(text in str(err) for text in _COLLECTIVE_FAILURES)
+
+
+def _silent_ranks_note() -> str:
+    """Which ranks stopped sending heartbeats (only where torch.distributed is already in use)."""
+    if "torch.distributed" not in sys.modules:
+        return ""
+    from .runtime.distributed import silent_ranks
+
+    silent = silent_ranks()
+    if not silent:
+        return ""
+    return f"; rank(s) {', '.join(map(str, silent))} stopped responding (no heartbeat): check those processes"
 
 
 def run_script(main: Callable[[], Any], prog: str | None = None) -> None:
@@ -87,7 +108,7 @@ def run_script(main: Callable[[], Any], prog: str | None = None) -> None:
             raise
         rank = os.environ.get("RANK")
         who = f"{prog} (rank {rank})" if rank is not None and os.environ.get("WORLD_SIZE", "1") != "1" else prog
-        message = _one_line(err)
+        message = _one_line(err) + (_silent_ranks_note() if _collective_failed(err) else "")
         if isinstance(err, OSError) and err.errno == errno.ENOSPC and "No space left" not in message:
             message = f"No space left on device: {message}"
         print(f"{who}: error: {message} (set {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)

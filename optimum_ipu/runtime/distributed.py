@@ -7,6 +7,8 @@ import datetime
 import functools
 import hashlib
 import os
+import threading
+import time
 
 import torch.distributed as dist
 
@@ -40,6 +42,53 @@ def init_cpu_process_group(backend: str, timeout_s: int) -> None:
     """
     if dist.is_available() and not dist.is_initialized():
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+_HEARTBEAT = "optimum_ipu/heartbeat/"
+
+
+def start_heartbeat(timeout_s: int) -> None:
+    """Every process of the job writes the time into the job's store every `timeout_s / 4` seconds (at most 30),
+    from a daemon thread: when a collective times out, `silent_ranks` tells which process stopped (a SIGSTOP, a
+    hung host), which the timeout error itself does not say. No effect in a single process or if started already."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    interval = min(30.0, max(1.0, timeout_s / 4))
+    _start_heartbeat(dist.distributed_c10d._get_default_store(), dist.get_rank(), interval)
+
+
+@functools.cache  # one thread per process
+def _start_heartbeat(store: object, rank: int, interval: float) -> None:
+    def beat() -> None:
+        while True:
+            try:
+                store.set(f"{_HEARTBEAT}{rank}", f"{time.time()} {interval}")
+            except Exception:  # the store went away (the job is ending): nothing left to report to
+                return
+            time.sleep(interval)
+
+    threading.Thread(target=beat, name="optimum-ipu-heartbeat", daemon=True).start()
+
+
+def silent_ranks() -> list[int]:
+    """The ranks whose heartbeat (`start_heartbeat`) is older than 2.5 of its intervals: stopped or gone. Empty
+    without a process group or heartbeats; never the rank that asks."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return []
+    store, now, silent = dist.distributed_c10d._get_default_store(), time.time(), []
+    for rank in range(dist.get_world_size()):
+        key = f"{_HEARTBEAT}{rank}"
+        if rank == dist.get_rank():  # the rank asking is alive, whatever its own thread managed
+            continue
+        try:
+            if not store.check([key]):
+                continue
+            beat, interval = (float(x) for x in store.get(key).decode().split())
+        except Exception:  # an unreachable store tells nothing about the ranks
+            return silent
+        if now - beat > 2.5 * interval + 1:
+            silent.append(rank)
+    return silent
 
 
 def check_ranks_agree(text: str, what: str = "the resolved IPU config and training arguments") -> None:

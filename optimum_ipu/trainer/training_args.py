@@ -16,7 +16,7 @@ from transformers import TrainingArguments
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError, short_repr
 from ..runtime.devices import default_device, supports_bf16
-from ..runtime.distributed import init_cpu_process_group, world_size
+from ..runtime.distributed import init_cpu_process_group, start_heartbeat, world_size
 from ..runtime.precision import check_loss_scale
 from .checkpoints import last_complete_checkpoint, resolve_resume
 
@@ -181,7 +181,9 @@ class IPUTrainingArguments(TrainingArguments):
         # Created first with the timeout, accelerate then adopts it.
         if self.use_cpu and world_size() > 1:
             init_cpu_process_group(self.ddp_backend or "gloo", self.ddp_timeout)
-        return TrainingArguments._setup_devices.func(self)
+        device = TrainingArguments._setup_devices.func(self)
+        start_heartbeat(self.ddp_timeout)  # so that a collective's timeout can name the rank that stopped
+        return device
 
     def load_ipu_config(self, ipu_config: IPUConfig | None = None) -> IPUConfig:
         """The `IPUConfig` these arguments describe: `ipu_config_name` (or `ipu_config`), then the overrides,

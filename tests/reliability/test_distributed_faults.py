@@ -1,4 +1,5 @@
-"""Faults of a distributed launch: a master port already in use is a clear error within a bounded time.
+"""Faults of a distributed launch: a master port already in use, a rank that stops (SIGSTOP) in the middle of a
+collective on gloo, ranks started with different configs: each ends the job with one line that says why.
 
 (A dead rank ending the job in bounded time, naming the rank, is tested in tests/distributed/test_data_parallel.py.)
 """
@@ -41,3 +42,75 @@ def test_master_port_already_in_use_is_a_clear_error_in_bounded_time(tmp_path, r
     assert f"port: {port}" in last and "address already in use" in last, run.stderr[-2000:]
     assert elapsed < BOUND_S
     reliability.fault_survived()
+
+
+STOPPED_RANK_JOB = """
+import os, signal, sys
+import torch, torch.distributed as dist
+from optimum_ipu import IPUTrainingArguments
+from optimum_ipu.errors import run_script
+
+def main():
+    args = IPUTrainingArguments(output_dir=sys.argv[1], ddp_timeout=5, report_to=[])
+    args.device  # sets up the process group, as IPUTrainer does
+    if dist.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)  # stopped, not dead: nothing tells the launcher
+    dist.all_reduce(torch.ones(1))
+    print("reduced", flush=True)
+
+run_script(main)
+"""
+
+
+def torchrun(tmp_path, job: str, *args: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "job.py"
+    script.write_text(job)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    # the bound of a hang: the launcher's own SIGTERM grace (30 s) comes on top of ddp_timeout
+    return subprocess.run([*TORCHRUN, "--nproc_per_node=2", str(script), *args], capture_output=True, text=True,
+                          env=env, timeout=BOUND_S * 3, cwd=tmp_path)  # fmt: skip
+
+
+def test_a_stopped_rank_ends_the_job_after_ddp_timeout_naming_it(tmp_path, reliability):
+    """transformers drops `ddp_timeout` on CPUs: gloo waited 30 minutes. Now the waiting rank gives up after the
+    configured 5 s (gloo's message says so) and names the rank whose heartbeat stopped."""
+    reliability.fault_injected()
+    run = torchrun(tmp_path, STOPPED_RANK_JOB, str(tmp_path / "out"))
+    assert run.returncode != 0 and "reduced" not in run.stdout, (run.returncode, run.stdout)
+    lines = [line for line in run.stderr.splitlines() if line.startswith("job.py (rank 0): error:")]
+    # one line from the waiting rank, no traceback from it (the launcher's own report follows, naming ranks 0 and 1)
+    assert len(lines) == 1 and "[rank0]: Traceback" not in run.stderr, run.stderr[-3000:]
+    assert "Timed out waiting 5000ms" in lines[0] and "rank(s) 1 stopped responding" in lines[0], lines[0]
+    reliability.fault_survived()
+
+
+RANKS_DISAGREE_JOB = """
+import os, sys
+import datasets
+from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments
+from optimum_ipu.errors import run_script
+from tests.tiny_models import tiny_inputs, tiny_model
+
+CLASS = "BertForSequenceClassification"
+
+def main():
+    rank = int(os.environ["RANK"])
+    rows = tiny_inputs(CLASS, batch=8, seed=0)
+    args = IPUTrainingArguments(output_dir=sys.argv[1], per_device_train_batch_size=2, max_steps=1, report_to=[],
+                                ddp_timeout=60)
+    config = IPUConfig(replication_factor=2, gradient_accumulation_steps=2 + rank)  # rank 1 has another config
+    IPUTrainer(tiny_model(CLASS), config, args, train_dataset=datasets.Dataset.from_dict(
+        {k: v.tolist() for k, v in rows.items()})).train()
+    print("trained", flush=True)
+
+run_script(main)
+"""
+
+
+def test_ranks_started_with_different_configs_are_one_clear_error(tmp_path, reliability):
+    """Before: a gloo abort mid-step. Now every rank compares a hash of the resolved config before any step."""
+    run = torchrun(tmp_path, RANKS_DISAGREE_JOB, str(tmp_path / "out"))
+    errors = [line for line in run.stderr.splitlines() if ": error: ranks 1 were started with other" in line]
+    clear = run.returncode != 0 and "trained" not in run.stdout and len(errors) == 2  # both ranks say it, once
+    assert reliability.bad_input(clear), run.stderr[-3000:]
+    assert "[rank0]: Traceback" not in run.stderr and "[rank1]: Traceback" not in run.stderr
