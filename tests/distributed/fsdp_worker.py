@@ -1,10 +1,11 @@
 """A tiny Llama trained by IPUTrainer, launched by tests/distributed/test_fsdp.py (torchrun or one process).
 
-    python fsdp_worker.py OUT_DIR REPLICAS MAX_STEPS [--fsdp]
+    python fsdp_worker.py OUT_DIR REPLICAS MAX_STEPS [--fsdp] [--stages]
 
 Every rank writes OUT_DIR/rank{RANK}.json (its parameter bytes); rank 0 also the logged losses. A checkpoint is
 written at step 3 and the model saved whole to OUT_DIR/final (stock layout), gathered from the shards under
---fsdp. With the environment variable RESUME_FROM, training resumes from that checkpoint.
+--fsdp. `--stages` cuts the model into 2 pipeline stages. With the environment variable RESUME_FROM, training
+resumes from that checkpoint.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def main() -> None:
         lr_scheduler_type="constant", report_to=[], seed=7, save_strategy="steps", save_steps=3, disable_tqdm=True,
         ddp_timeout=60, fsdp=fsdp,
     )  # fmt: skip
-    config = IPUConfig(replication_factor=replicas, gradient_accumulation_steps=2)
+    stages = {"layers_per_ipu": [2, 2], "ipus_per_replica": 2} if "--stages" in sys.argv[4:] else {}
+    config = IPUConfig(replication_factor=replicas, gradient_accumulation_steps=2, **stages)
     model = tiny_llama()
     whole = local_parameter_bytes(model.parameters())
     trainer = IPUTrainer(model, config, args, train_dataset=unevenly_padded())

@@ -73,3 +73,10 @@ def test_sharded_parameters_give_one_process_numbers(tmp_path, replicas):
     torch.testing.assert_close(losses[-1], want["losses"][3], atol=1e-5, rtol=0)
     assert_same_weights(load_file(resumed / "final" / "model.safetensors"),
                         load_file(reference / "final" / "model.safetensors"))  # fmt: skip
+
+
+def test_sharding_with_stages_on_processes_is_refused(tmp_path):
+    run = launch(*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", WORKER, str(tmp_path), "1", "1",
+                 "--fsdp", "--stages")  # fmt: skip
+    assert run.returncode != 0
+    assert "full parameter sharding (--fsdp) runs with one process per replica" in run.stderr
