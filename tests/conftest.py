@@ -82,7 +82,7 @@ def tiny_pretrained(tmp_path_factory, tokenizer_for):
 
     Folders are cached per (class, overrides) for the session; scripts take them as `--model_name_or_path`.
     """
-    from optimum_ipu.models.plans import PLAN_BY_CLASS
+    from optimum_ipu.models.plans import plan_for_class
 
     from .local_tokenizers import save_tiny_pretrained
 
@@ -92,7 +92,7 @@ def tiny_pretrained(tmp_path_factory, tokenizer_for):
         key = (class_name, tuple(sorted(config.items())))
         if key not in made:
             path = tmp_path_factory.mktemp(f"tiny-{class_name}")
-            tokenizer = tokenizer_for(PLAN_BY_CLASS[class_name].family)
+            tokenizer = tokenizer_for(plan_for_class(class_name).family)
             made[key] = save_tiny_pretrained(path, class_name, tokenizer, **config)
         return made[key]
 

@@ -17,7 +17,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from optimum_ipu.models.plans import PLAN_BY_CLASS
+from optimum_ipu.models.plans import plan_for_class
 
 
 def shared_text(shared_data: Path, lines: int = 4000) -> Iterator[str]:
@@ -88,7 +88,7 @@ def save_tiny_pretrained(
     """
     from .tiny_models import tiny_config
 
-    family = PLAN_BY_CLASS[class_name].family
+    family = plan_for_class(class_name).family
     model_config = tiny_config(family)
     model_config.vocab_size = len(tokenizer)
     for name in ("pad_token_id", "eos_token_id", "bos_token_id"):

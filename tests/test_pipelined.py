@@ -1,4 +1,9 @@
-"""Pipelined models: parity with stock `transformers` for every registered class, generated from the registry."""
+"""Pipelined models: parity with stock `transformers` for every registered class, generated from the registry.
+
+Multi-stage layouts run through `run_stages_in_turn`: each stage runs only its own modules and hands its
+activations (and, backwards, their gradients) to the next exactly as the process pipeline does, so a stage that
+misses a module, a mask, a position table or the encoder's output gives other numbers than the stock model.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +13,22 @@ import pytest
 import torch
 
 from optimum_ipu import IncompatibleIPUConfigError, IPUConfig, to_pipelined
-from optimum_ipu.models.plans import VOCABULARY_LOSS, registered_classes
+from optimum_ipu.models.plans import plan_for_class, registered_classes, registered_plans
+from optimum_ipu.runtime.stage_cut import run_stages_in_turn
 
-from .tiny_models import scalar_objective, tiny_inputs, tiny_model
+from . import tiny_models, tiny_models_vision_speech
 
-LAYOUTS = {
-    "one-stage": {"layers_per_ipu": [-1]},
-    "wildcards-empty-first": {"layers_per_ipu": [0, -1, -1]},
-    "explicit-empty-middle": {"layers_per_ipu": [1, 0, 3]},
+# Every layout of 4 pipeline layers that a stage boundary can fall into: after the embeddings, inside the
+# stack, at the encoder/decoder seam (encoder-decoder models have 2 + 2), an empty middle stage, an empty last.
+STAGE_LAYOUTS = {
+    "2-stages": [2, 2],
+    "3-stages-empty-first": [0, 2, 2],
+    "3-stages": [1, 2, 1],
+    "4-stages-empty-middle": [1, 0, 3, 0],
+    "3-stages-seam-inside": [3, 1, 0],
+}
+# Layouts that change the modules themselves, run as one process runs them (PipelinedModel.forward).
+ONE_PROCESS_LAYOUTS = {
     "recompute": {"layers_per_ipu": [2, -1], "recompute_checkpoint_every_layer": True},
     "serialized": {
         "layers_per_ipu": [-1, -1],
@@ -23,37 +36,82 @@ LAYOUTS = {
         "projection_serialization_factor": 2,
     },
 }
+VISION_SPEECH = set(tiny_models_vision_speech.CLASSES)
+
+
+def _stage_cases() -> list[tuple[str, str]]:
+    """Every registered class in the 3-stage layout; the first class of each plan in every layout."""
+    cases = [(name, "3-stages") for name in registered_classes()]
+    for plan in registered_plans():
+        cases += [(plan.classes[0], layout) for layout in STAGE_LAYOUTS if layout != "3-stages"]
+    return cases
+
+
+def _tiny(class_name: str):
+    return tiny_models_vision_speech if class_name in VISION_SPEECH else tiny_models
 
 
 def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-@pytest.mark.parametrize("class_name", registered_classes())
-def test_outputs_and_gradients_equal_stock(class_name, layout):
-    stock = tiny_model(class_name).train()
-    pipelined = to_pipelined(copy.deepcopy(stock), IPUConfig(**LAYOUTS[layout]), parallelize=True).train()
-    inputs = tiny_inputs(class_name)
-    expected, got = stock(**inputs), pipelined(**inputs)
-    # projection + loss in chunks: training never builds the full logits (the loss must still match)
-    chunked = layout == "serialized" and class_name in VOCABULARY_LOSS
-    assert not chunked or got.get("logits") is None
+def _stock(class_name: str):
+    """The stock model's outputs and gradients on the class's tiny inputs (training mode, no dropout)."""
+    tiny = _tiny(class_name)
+    stock, inputs = tiny.tiny_model(class_name).train(), tiny.tiny_inputs(class_name)
+    torch.manual_seed(0)  # Wav2Vec2ForPreTraining's quantizer draws Gumbel noise in training
+    expected = stock(**inputs)
+    tiny.scalar_objective(expected).backward()
+    return stock, inputs, expected, _grads(stock)
+
+
+def _assert_equal(class_name, expected, got, want, have, skip=()):
     for key, value in expected.items():
-        if isinstance(value, torch.Tensor) and not (chunked and key == "logits"):
+        if isinstance(value, torch.Tensor) and key not in skip:
             torch.testing.assert_close(got[key], value, atol=1e-5, rtol=1e-5, msg=f"{class_name} output {key}")
-    scalar_objective(expected).backward()
-    scalar_objective(got).backward()
-    want, have = _grads(stock), _grads(pipelined.model)
-    assert want.keys() == have.keys() and want
+    assert want.keys() == have.keys() and want, f"{class_name}: other parameters got gradients"
     for name in want:
         torch.testing.assert_close(have[name], want[name], atol=1e-5, rtol=1e-5, msg=f"{class_name} grad {name}")
-    assert len(pipelined.stage_layout()) == len(LAYOUTS[layout]["layers_per_ipu"])
+
+
+@pytest.mark.parametrize(("class_name", "layout"), _stage_cases())
+def test_stages_run_apart_equal_stock(class_name, layout):
+    stock, inputs, expected, want = _stock(class_name)
+    model = copy.deepcopy(stock)
+    model.zero_grad(set_to_none=True)
+    pipelined = to_pipelined(model, IPUConfig(layers_per_ipu=STAGE_LAYOUTS[layout]), parallelize=True).train()
+    counts = pipelined.ipu_config.layers_per_stage(pipelined.num_layers)
+    torch.manual_seed(0)
+    got, _ = run_stages_in_turn(
+        model, pipelined.stage_cut(), counts, inputs, objective=_tiny(class_name).scalar_objective
+    )
+    _assert_equal(class_name, expected, got, want, _grads(model))
+
+
+@pytest.mark.parametrize("layout", list(ONE_PROCESS_LAYOUTS))
+@pytest.mark.parametrize("class_name", registered_classes())
+def test_one_process_features_equal_stock(class_name, layout):
+    stock, inputs, expected, want = _stock(class_name)
+    model = copy.deepcopy(stock)
+    model.zero_grad(set_to_none=True)
+    config = IPUConfig(**ONE_PROCESS_LAYOUTS[layout])
+    if layout == "recompute" and not model.supports_gradient_checkpointing:
+        with pytest.raises(IncompatibleIPUConfigError, match="recompute_checkpoint_every_layer"):
+            to_pipelined(model, config, parallelize=True)
+        return
+    pipelined = to_pipelined(model, config, parallelize=True).train()
+    torch.manual_seed(0)
+    got = pipelined(**inputs)
+    # projection + loss in chunks: training never builds the full logits (the loss must still match)
+    chunked = layout == "serialized" and plan_for_class(class_name).loss_kind(class_name) is not None
+    assert not chunked or got.get("logits") is None
+    _tiny(class_name).scalar_objective(got).backward()
+    _assert_equal(class_name, expected, got, want, _grads(model), skip=("logits",) if chunked else ())
 
 
 @pytest.mark.parametrize("class_name", registered_classes())
 def test_deparallelize_round_trips_state_dict(class_name, tmp_path):
-    stock = tiny_model(class_name)
+    stock = _tiny(class_name).tiny_model(class_name)
     before = {k: v.clone() for k, v in stock.state_dict().items()}
     modules_before = dict(stock.named_modules())
     config = IPUConfig(
@@ -62,6 +120,8 @@ def test_deparallelize_round_trips_state_dict(class_name, tmp_path):
         embedding_serialization_factor=2,
         projection_serialization_factor=3,
     )
+    if not stock.supports_gradient_checkpointing:
+        config.recompute_checkpoint_every_layer = False
     pipelined = to_pipelined(stock, config, parallelize=True)
     model = pipelined.deparallelize()
     assert model is stock and dict(model.named_modules()) == modules_before
@@ -73,7 +133,7 @@ def test_deparallelize_round_trips_state_dict(class_name, tmp_path):
 
 
 def test_stage_layout_and_modules():
-    pipelined = to_pipelined(tiny_model("BertForQuestionAnswering"), IPUConfig(layers_per_ipu=[0, -1, -1]))
+    pipelined = to_pipelined(tiny_models.tiny_model("BertForQuestionAnswering"), IPUConfig(layers_per_ipu=[0, -1, -1]))
     assert pipelined.describe_layout() == (
         "BertForQuestionAnswering (4 layers):\n  ipu0: embeddings\n  ipu1: layers 0-1\n  ipu2: layers 2-3 + heads"
     )
@@ -87,34 +147,52 @@ def test_stage_layout_and_modules():
 
 
 def test_t5_counts_encoder_and_decoder_layers():
-    pipelined = to_pipelined(tiny_model("T5ForConditionalGeneration"), IPUConfig(layers_per_ipu=[2, 2]))
+    pipelined = to_pipelined(tiny_models.tiny_model("T5ForConditionalGeneration"), IPUConfig(layers_per_ipu=[2, 2]))
     assert pipelined.layer_paths() == ["encoder.block.0", "encoder.block.1", "decoder.block.0", "decoder.block.1"]
     assert pipelined.stage_modules()[1][:2] == ["decoder.block.0", "decoder.block.1"]
 
 
 def test_layout_that_does_not_fit_is_a_clear_error():
-    pipelined = to_pipelined(tiny_model("BertModel"), IPUConfig(layers_per_ipu=[2, 4]))
+    pipelined = to_pipelined(tiny_models.tiny_model("BertModel"), IPUConfig(layers_per_ipu=[2, 4]))
     with pytest.raises(IncompatibleIPUConfigError, match="places 6 layers but the model has 4"):
         pipelined.parallelize()
     bad_inference = IPUConfig(layers_per_ipu=[-1], inference_layers_per_ipu=[3])
     with pytest.raises(IncompatibleIPUConfigError, match="inference_layers_per_ipu.*places 3 layers"):
-        to_pipelined(tiny_model("BertModel"), bad_inference, parallelize=True)
+        to_pipelined(tiny_models.tiny_model("BertModel"), bad_inference, parallelize=True)
 
 
-def test_unregistered_class_lists_registered_ones():
+def test_unregistered_class_gets_a_derived_plan_equal_to_stock(caplog):
     import transformers
 
     config = transformers.ElectraConfig(
-        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37
-    )
-    model = transformers.ElectraModel(config)
-    with pytest.raises(IncompatibleIPUConfigError, match="ElectraModel has no stage plan.*BertForQuestionAnswering"):
-        to_pipelined(model, IPUConfig())
+        vocab_size=99, embedding_size=16, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+        intermediate_size=37, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    stock = transformers.ElectraForMaskedLM(config).train()
+    inputs = tiny_models.tiny_inputs("BertForMaskedLM")
+    expected = stock(**inputs)
+    expected.loss.backward()
+    model = copy.deepcopy(stock)
+    model.zero_grad(set_to_none=True)
+    with caplog.at_level("WARNING"):
+        pipelined = to_pipelined(model, IPUConfig(layers_per_ipu=[1, 2, 1]), parallelize=True)
+    assert pipelined.plan.derived and pipelined.plan.layers == ("encoder.layer",)
+    assert "ElectraForMaskedLM has no registered stage plan; derived one" in caplog.text
+    got, _ = run_stages_in_turn(model, pipelined.stage_cut(), [1, 2, 1], inputs, objective=lambda out: out.loss)
+    _assert_equal("ElectraForMaskedLM", expected, got, _grads(stock), _grads(model))
+
+
+def test_model_without_a_layer_list_is_refused_clearly():
+    with pytest.raises(
+        IncompatibleIPUConfigError, match="Linear holds no list of identical layers.*register_stage_plan"
+    ):
+        to_pipelined(torch.nn.Linear(2, 2), IPUConfig())
 
 
 def test_eval_switches_to_inference_layout():
     config = IPUConfig(layers_per_ipu=[0, -1], inference_layers_per_ipu=[-1])
-    pipelined = to_pipelined(tiny_model("BertModel"), config, parallelize=True)
+    pipelined = to_pipelined(tiny_models.tiny_model("BertModel"), config, parallelize=True)
     assert len(pipelined.train().stage_layout()) == 2
     assert len(pipelined.eval().stage_layout()) == 1 and config.mode == "inference"
 
@@ -122,7 +200,7 @@ def test_eval_switches_to_inference_layout():
 def test_save_pretrained_writes_stock_model_and_ipu_config(tmp_path):
     import transformers
 
-    stock = tiny_model("BertForSequenceClassification")
+    stock = tiny_models.tiny_model("BertForSequenceClassification")
     pipelined = to_pipelined(stock, IPUConfig(layers_per_ipu=[1, 3], recompute_checkpoint_every_layer=True))
     pipelined.parallelize().save_pretrained(tmp_path)
     assert (tmp_path / "model.safetensors").is_file() and (tmp_path / "ipu_config.json").is_file()
@@ -136,7 +214,7 @@ def test_save_pretrained_writes_stock_model_and_ipu_config(tmp_path):
 def test_auto_classes_return_pipelined_models(tmp_path):
     from optimum_ipu import AutoModelForQuestionAnswering, PipelinedModel
 
-    tiny_model("BertForQuestionAnswering").save_pretrained(tmp_path)
+    tiny_models.tiny_model("BertForQuestionAnswering").save_pretrained(tmp_path)
     IPUConfig(layers_per_ipu=[0, -1]).save_pretrained(tmp_path / "cfg")
     model = AutoModelForQuestionAnswering.from_pretrained(tmp_path, ipu_config=str(tmp_path / "cfg"))
     assert isinstance(model, PipelinedModel) and model.ipu_config.layers_per_ipu == [0, -1]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import transformers
 
-from optimum_ipu.models.plans import PLAN_BY_CLASS
+from optimum_ipu.models.plans import plan_for_class
 
 VOCAB, SEQ, BATCH, CHOICES, LABELS = 99, 8, 2, 3, 3
 
@@ -46,6 +46,37 @@ def tiny_config(family: str) -> transformers.PretrainedConfig:
             d_model=32, d_kv=16, d_ff=37, num_layers=2, num_decoder_layers=2, num_heads=2, dropout_rate=0.0,
             decoder_start_token_id=0, pad_token_id=0, **common,
         )  # fmt: skip
+    if family in ("deberta", "deberta-v2", "mpnet"):
+        config_class = {"deberta": transformers.DebertaConfig, "deberta-v2": transformers.DebertaV2Config}
+        extra = {"relative_attention": True, "max_relative_positions": 16, "pos_att_type": ["c2p", "p2c"]}
+        if family == "mpnet":
+            config_class, extra = {"mpnet": transformers.MPNetConfig}, {}
+        return config_class[family](**bert_like, pad_token_id=1, **extra, **common)
+    if family == "lxmert":
+        return transformers.LxmertConfig(
+            hidden_size=32, num_attention_heads=2, intermediate_size=37, l_layers=4, r_layers=1, x_layers=1,
+            visual_feat_dim=8, visual_pos_dim=4, num_qa_labels=LABELS, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0, max_position_embeddings=64, **common,
+        )  # fmt: skip
+    if family in ("llama", "mistral", "qwen2"):
+        config_class = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig}
+        config_class["qwen2"] = transformers.Qwen2Config
+        return config_class[family](
+            hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
+            max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, **common,
+        )  # fmt: skip
+    if family == "bart":
+        return transformers.BartConfig(
+            d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
+            encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
+            pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None,
+            **common,
+        )  # fmt: skip
+    if family == "mt5":
+        return transformers.MT5Config(
+            d_model=32, d_kv=16, d_ff=37, num_layers=2, num_decoder_layers=2, num_heads=2, dropout_rate=0.0,
+            decoder_start_token_id=0, pad_token_id=0, **common,
+        )  # fmt: skip
     if family == "vit":
         common.pop("vocab_size")
         return transformers.ViTConfig(
@@ -57,9 +88,11 @@ def tiny_config(family: str) -> transformers.PretrainedConfig:
 
 def tiny_model(class_name: str, seed: int = 0) -> transformers.PreTrainedModel:
     torch.manual_seed(seed)
-    config = tiny_config(PLAN_BY_CLASS[class_name].family)
-    if class_name.endswith("QuestionAnswering"):
+    config = tiny_config(plan_for_class(class_name).family)
+    if class_name.endswith("QuestionAnswering") and not class_name.startswith("Lxmert"):
         config.num_labels = 2  # start and end logits
+    if class_name.startswith("T5Encoder") or class_name.startswith("MT5Encoder"):
+        config.num_layers = 4  # an encoder alone: 4 layers, as every other tiny model
     return getattr(transformers, class_name)(config).eval()
 
 
@@ -67,15 +100,23 @@ def tiny_inputs(class_name: str, batch: int = BATCH, seed: int = 1) -> dict[str,
     """Inputs with labels for the class's loss (no labels for base models: the test reduces the output)."""
     g = torch.Generator().manual_seed(seed)
     if class_name.startswith("ViT"):
-        return {
-            "pixel_values": torch.randn(batch, 3, 16, 16, generator=g),
-            "labels": torch.randint(0, LABELS, (batch,), generator=g),
-        }
+        inputs = {"pixel_values": torch.randn(batch, 3, 16, 16, generator=g)}
+        if class_name.endswith("ImageClassification"):
+            inputs["labels"] = torch.randint(0, LABELS, (batch,), generator=g)
+        return inputs
     shape = (batch, CHOICES, SEQ) if class_name.endswith("MultipleChoice") else (batch, SEQ)
-    ids = torch.randint(2, VOCAB, shape, generator=g)
+    ids = torch.randint(3, VOCAB, shape, generator=g)
     mask = torch.ones(shape, dtype=torch.long)
     mask[..., -2:] = 0  # some padding, so attention masks matter
+    if class_name.startswith("Bart"):
+        ids[..., -3] = 2  # one </s> a row: BART's classification head pools there
     inputs = {"input_ids": ids, "attention_mask": mask}
+    if class_name.startswith("Lxmert"):
+        inputs["visual_feats"] = torch.randn(batch, 3, 8, generator=g)
+        inputs["visual_pos"] = torch.rand(batch, 3, 4, generator=g)
+        if class_name.endswith("QuestionAnswering"):
+            inputs["labels"] = torch.randint(0, LABELS, (batch,), generator=g)
+        return inputs
     if class_name.endswith(("MaskedLM", "TokenClassification", "PreTraining")):
         high = LABELS if class_name.endswith("TokenClassification") else VOCAB
         labels = torch.randint(0, high, shape, generator=g)
@@ -85,13 +126,15 @@ def tiny_inputs(class_name: str, batch: int = BATCH, seed: int = 1) -> dict[str,
         inputs["next_sentence_label"] = torch.randint(0, 2, (batch,), generator=g)
     if class_name.endswith(("SequenceClassification", "MultipleChoice")):
         inputs["labels"] = torch.randint(0, LABELS if "Sequence" in class_name else CHOICES, (batch,), generator=g)
+    if class_name in ("T5Model", "MT5Model"):
+        inputs["decoder_input_ids"] = torch.randint(2, VOCAB, (batch, 5), generator=g)
     if class_name.endswith("QuestionAnswering"):
         inputs["start_positions"] = torch.randint(0, SEQ - 2, (batch,), generator=g)
         inputs["end_positions"] = torch.randint(0, SEQ - 2, (batch,), generator=g)
-    if class_name == "GPT2LMHeadModel":
+    if class_name.endswith(("LMHeadModel", "ForCausalLM")):
         inputs["labels"] = ids.masked_fill(mask == 0, -100)
-    if class_name == "T5ForConditionalGeneration":
-        inputs["labels"] = torch.randint(2, VOCAB, (batch, 5), generator=g)
+    if class_name.endswith("ForConditionalGeneration"):
+        inputs["labels"] = torch.randint(3, VOCAB, (batch, 5), generator=g)
     return inputs
 
 
@@ -99,4 +142,4 @@ def scalar_objective(outputs) -> torch.Tensor:
     """The loss, or for base models a fixed reduction of the hidden states, to compare gradients."""
     if getattr(outputs, "loss", None) is not None:
         return outputs.loss
-    return outputs.last_hidden_state.pow(2).mean()
+    return outputs[0].pow(2).mean()  # last_hidden_state (LXMERT: language_output)

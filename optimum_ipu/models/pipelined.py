@@ -18,8 +18,9 @@ from torch import nn
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..runtime.serialization import chunked_cross_entropy
+from ..runtime.stage_cut import EncoderSplit, StageCut
 from .layout import StageSpec, format_layout, stage_layout
-from .plans import VOCABULARY_LOSS, StagePlan, plan_for_class
+from .plans import StagePlan, plan_for_model
 
 logger = logging.getLogger(__name__)
 
@@ -43,13 +44,15 @@ class PipelinedModel(nn.Module):
     stock model back exactly (same modules, same `state_dict`).
 
     Args:
-        model (`transformers.PreTrainedModel`): a model of a registered class (see `registered_classes()`).
+        model (`transformers.PreTrainedModel`): a model of a registered class (see `registered_classes()`), or
+            one whose base model holds one list of identical layers (or an encoder and a decoder list): its
+            plan is then derived (`optimum_ipu.models.derived`).
         ipu_config (`IPUConfig`): the layout and execution configuration.
     """
 
     def __init__(self, model: nn.Module, ipu_config: IPUConfig) -> None:
         super().__init__()
-        self.plan: StagePlan = plan_for_class(type(model).__name__)
+        self.plan: StagePlan = plan_for_model(model)
         self.model = model
         self.ipu_config = ipu_config
         self._undo: list[Callable[[], None]] = []
@@ -72,7 +75,7 @@ class PipelinedModel(nn.Module):
 
     def _find(self, relative: str) -> str:
         """Full dotted path of a plan entry; `"a|b"` names alternatives across transformers versions."""
-        for candidate in relative.split("|"):
+        for candidate in relative.rstrip("?").split("|"):
             try:
                 self.model.get_submodule(self._path(candidate))
                 return self._path(candidate)
@@ -84,13 +87,29 @@ class PipelinedModel(nn.Module):
             "this transformers version may have renamed it"
         )
 
+    def _layer_lists(self) -> list[str]:
+        """Full paths of the plan's layer lists that this model has (a list marked `"?"` may be absent)."""
+        found = []
+        for list_path in self.plan.layers:
+            try:
+                found.append(self._find(list_path))
+            except IncompatibleIPUConfigError:
+                if not list_path.endswith("?"):
+                    raise
+        return found
+
     def layer_paths(self) -> list[str]:
         """Dotted paths of every pipeline layer, in the order `layers_per_ipu` counts them."""
-        paths = []
-        for list_path in self.plan.layers:
-            full = self._find(list_path)
-            paths.extend(f"{full}.{i}" for i in range(len(self.model.get_submodule(full))))
-        return paths
+        return [f"{full}.{i}" for full in self._layer_lists() for i in range(len(self.model.get_submodule(full)))]
+
+    def stage_cut(self) -> StageCut:
+        """What the stage runtime needs to run the stages apart: the layers, the encoder-decoder split and the
+        plan's stand-ins (see `optimum_ipu.runtime.stage_cut`)."""
+        lists = self._layer_lists()
+        encoder = None
+        if self.plan.encoder is not None and len(lists) == 2:  # T5EncoderModel: an encoder alone is one stack
+            encoder = EncoderSplit(self._find(self.plan.encoder), len(self.model.get_submodule(lists[0])))
+        return StageCut(self.layer_paths(), encoder=encoder, stand_in=self.plan.layer_stand_in)
 
     @property
     def num_layers(self) -> int:
@@ -109,7 +128,7 @@ class PipelinedModel(nn.Module):
         owned[0].extend(self._find(p) for p in self.plan.embeddings)
         for stage in stages:
             owned[stage.index].extend(layers[i] for i in stage.layers)
-        covered = set().union(*map(set, owned)) | {self._find(p) for p in self.plan.layers}
+        covered = set().union(*map(set, owned)) | set(self._layer_lists())
         for name, _ in self.model.named_modules():
             if not name or any(name == c or name.startswith(c + ".") or c.startswith(name + ".") for c in covered):
                 continue
@@ -173,7 +192,7 @@ class PipelinedModel(nn.Module):
         """The stock model's forward. In training with labels and `projection_serialization_factor > 1`, the
         output projection and its cross-entropy run in chunks and `logits` is `None` (never built whole)."""
         projection = self.model.get_output_embeddings()
-        kind = VOCABULARY_LOSS.get(type(self.model).__name__)
+        kind = self.plan.loss_kind(type(self.model).__name__)
         if not (self.training and kind and kwargs.get("labels") is not None and hasattr(projection, "capturing")):
             return self.model(*args, **kwargs)
         labels = kwargs.pop("labels")

@@ -32,7 +32,7 @@ from transformers.utils.chat_template_utils import Chat, is_valid_message
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..models.pipelined import PipelinedModel, to_pipelined
-from ..models.plans import registered_classes
+from ..models.plans import position_offset, registered_classes
 from ..runtime.distributed import world_size
 from ..runtime.engine import Engine
 from ..runtime.precision import PRECISIONS
@@ -80,8 +80,7 @@ def position_limit(config: Any) -> int | None:
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
             # RoBERTa numbers positions from pad_token_id + 1: its table holds that many fewer tokens.
-            offset = (config.pad_token_id or 0) + 1 if config.model_type in ("roberta", "xlm-roberta") else 0
-            return value - offset
+            return value - position_offset(config)
     return None
 
 

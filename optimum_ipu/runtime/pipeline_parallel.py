@@ -1,21 +1,17 @@
 """Pipeline stages on separate processes, with `torch.distributed.pipelining` (GPipe or 1F1B).
 
-Each process holds the unmodified `transformers` model and runs its stock `forward`, cut to its own stage:
-layers of other stages are replaced (on this process only) by pass-throughs, the activation received from the
-previous stage is injected where the stage's first layer takes its input, and the stage stops (an exception
-caught here) where its last layer ends. The embeddings and mask preparation of the stock forward therefore
-run on every process (cheap) and nothing of a model's forward is copied. Only the activation travels between
-stages: every process gets the host batch and takes each micro-batch's own tensors (ids, masks, labels) in
-order, so the last stage calls the stock forward with its labels and returns the model's own loss.
-
-Supported: families whose layers take the hidden states first and return them as a tensor (BERT, RoBERTa,
-DistilBERT, GPT-2, ViT). T5's blocks return tuples and its decoder needs the encoder's output: not yet.
+Each process holds the unmodified `transformers` model and runs its stock `forward`, cut to its own stage by a
+`StageModule` (`stage_cut.py`: other stages' layers stood in, the received activations injected, the stage
+ended at its last layer). Only activations travel between stages (the hidden states, and an encoder-decoder's
+encoder output with every decoder stage): every process gets the host batch and takes each micro-batch's own
+tensors (ids, masks, labels) in order, so the last stage calls the stock forward with its labels and returns
+the model's own loss. A parameter that gets gradients on several stages (a tied embedding, a position table
+every stage computes) has them summed over the stages.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -29,132 +25,9 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from .engine import split_batch
-from .precision import autocast
+from .stage_cut import StageCut, StageModule, stage_ranges
 
 SCHEDULES = {"1F1B": Schedule1F1B, "GPipe": ScheduleGPipe}
-
-
-class _StageExit(Exception):
-    def __init__(self, value: torch.Tensor) -> None:
-        self.value = value
-
-
-class _PassThrough(nn.Module):
-    """Stands in for a layer of another stage: returns the hidden states it is given."""
-
-    def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return hidden_states
-
-
-class StageModule(nn.Module):
-    """One pipeline stage of a `transformers` model (see the module docstring).
-
-    The whole model stays in place between steps (so it can be saved, evaluated and synchronised as the stock
-    model); only while this stage runs are the layers of other stages swapped for pass-throughs.
-
-    Args:
-        model (`nn.Module`): the stock model.
-        layer_paths (`Sequence[str]`): dotted paths of every layer, in pipeline order.
-        layers (`range`): the layers of this stage.
-        index (`int`) / num_stages (`int`): this stage's position and the number of stages.
-        keys (`Sequence[str]`): names of the batch tensors, in the order stage 0 receives them.
-        precision (`str`): `"fp32"` or `"bf16"` (autocast inside the stage).
-    """
-
-    def __init__(
-        self, model: nn.Module, layer_paths: Sequence[str], layers: range, index: int, num_stages: int,
-        keys: Sequence[str], precision: str = "fp32",
-    ) -> None:  # fmt: skip
-        super().__init__()
-        self.model, self.index, self.num_stages, self.keys = model, index, num_stages, list(keys)
-        self.precision = precision
-        self._incoming: torch.Tensor | None = None
-        self._running = False  # inside this stage's forward (the exit hooks fire only then)
-        self._micro_batches: deque[dict[str, torch.Tensor]] = deque()
-        modules = [model.get_submodule(p) for p in layer_paths]
-        # (layer index, parent module, attribute name, the layer) of each layer of another stage: swapped out
-        # for a pass-through during this stage's forward
-        self._foreign = [
-            (i, model.get_submodule(path.rpartition(".")[0]), path.rpartition(".")[2], modules[i])
-            for i, path in enumerate(layer_paths)
-            if i not in layers
-        ]
-        self._pass_through = _PassThrough()
-        # Layers of other stages that carry a hook of this stage get their own pass-through (by layer index).
-        self._hooked_pass_through: dict[int, nn.Module] = {}
-        first, last = layers.start, layers.stop
-        is_first, is_last = index == 0, index == num_stages - 1
-        # An empty stage between two others only passes its input on.
-        self.identity = not len(layers) and not is_first and not is_last
-        if not is_first and not self.identity:
-            if first < len(modules):
-                modules[first].register_forward_pre_hook(self._inject_input, with_kwargs=True)
-            else:  # an empty last stage: the heads take what the last layer would have given
-                self._hooked_pass_through[len(modules) - 1] = _PassThrough()
-                self._hooked_pass_through[len(modules) - 1].register_forward_hook(self._inject_output)
-        if not is_last and not self.identity:
-            if last > 0:
-                modules[last - 1].register_forward_hook(self._exit_output)
-            else:  # a stage of embeddings only: it ends where layer 0 (of another stage) would start
-                self._hooked_pass_through[0] = _PassThrough()
-                self._hooked_pass_through[0].register_forward_pre_hook(self._exit_input, with_kwargs=True)
-
-    def _inject_input(self, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        if self._incoming is None:
-            return None  # not running as a stage (evaluation or a plain call of the model)
-        if args:
-            return (self._incoming, *args[1:]), kwargs
-        return args, {**kwargs, "hidden_states": self._incoming}
-
-    def _inject_output(self, module: nn.Module, args: tuple, output: Any) -> torch.Tensor:
-        return self._incoming
-
-    def _exit_output(self, module: nn.Module, args: tuple, output: Any) -> None:
-        if self._running:
-            raise _StageExit(output)
-
-    def _exit_input(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        if self._running:
-            raise _StageExit(args[0] if args else kwargs["hidden_states"])
-
-    def reset(self, micro_batches: list[dict[str, torch.Tensor]], first_step: bool = False) -> None:
-        """The micro-batches of the next schedule step, in order (the schedules run forwards in order).
-
-        On the first step, the stage's metadata inference runs one extra forward (on empty tensors of the
-        received shapes) before the real ones: stages after the first get micro-batch 0 once more for it.
-        """
-        extra = micro_batches[:1] if first_step and self.index > 0 else []
-        self._micro_batches = deque(extra + micro_batches)
-
-    def _next_micro_batch(self, received: torch.Tensor) -> dict[str, torch.Tensor]:
-        if self.index == 0:
-            # Stage 0 gets its micro-batch's first tensor from the schedule (a view of the host batch): find
-            # the micro-batch it belongs to, which also serves the schedule's shape-inference call.
-            for batch in self._micro_batches:
-                if batch[self.keys[0]].data_ptr() == received.data_ptr():
-                    return batch
-            raise RuntimeError("stage 0 received a micro-batch it was not fed")
-        return self._micro_batches.popleft()
-
-    def forward(self, *tensors: torch.Tensor) -> Any:
-        batch = self._next_micro_batch(tensors[0])
-        if self.identity:
-            return tensors[0]
-        self._incoming = None if self.index == 0 else tensors[0]
-        self._running = True
-        for i, parent, name, _ in self._foreign:
-            parent._modules[name] = self._hooked_pass_through.get(i, self._pass_through)
-        try:
-            with autocast(tensors[0].device, self.precision):
-                output = self.model(**batch)
-        except _StageExit as stage_end:
-            return stage_end.value
-        finally:
-            for _, parent, name, layer in self._foreign:
-                parent._modules[name] = layer
-            self._incoming, self._running = None, False
-        # Last stage: the model's own loss; shape (1,) because the schedule concatenates micro-batch outputs.
-        return output.loss.float().reshape(1)
 
 
 class PipelineEngine:
@@ -173,7 +46,7 @@ class PipelineEngine:
     Args:
         model (`nn.Module`): the stock model, already parallelized (recompute, serialization).
         ipu_config (`IPUConfig`): its `layers_per_ipu`, `replication_factor` and `gradient_accumulation_steps`.
-        layer_paths (`Sequence[str]`): dotted paths of every layer, in pipeline order.
+        cut (`StageCut`): the layers and encoder-decoder split (`PipelinedModel.stage_cut()`).
         keys (`Sequence[str]`): the batch's tensor names (including labels), in a fixed order.
         make_optimizer (`Callable`, *optional*): builds the optimizer from the parameters (for `train_step`).
         schedule (`str`, *optional*, defaults to `"1F1B"`): `"1F1B"` or `"GPipe"`.
@@ -183,7 +56,7 @@ class PipelineEngine:
     """
 
     def __init__(
-        self, model: nn.Module, ipu_config: IPUConfig, layer_paths: Sequence[str], keys: Sequence[str],
+        self, model: nn.Module, ipu_config: IPUConfig, cut: StageCut, keys: Sequence[str],
         make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None, *,
         schedule: str = "1F1B", max_grad_norm: float | None = None, precision: str = "fp32",
         device: torch.device | None = None,
@@ -199,7 +72,7 @@ class PipelineEngine:
                 f"precision {precision!r} is not supported with pipeline stages on separate processes; use --bf16 "
                 "(or fp32)"
             )
-        counts = ipu_config.train().layers_per_stage(len(layer_paths))
+        counts = ipu_config.train().layers_per_stage(len(cut.layer_paths))
         stages, replicas, world = len(counts), ipu_config.value("replication_factor"), dist.get_world_size()
         if stages * replicas != world:
             raise IncompatibleIPUConfigError(
@@ -216,16 +89,15 @@ class PipelineEngine:
         mesh = init_device_mesh(self.device.type, (replicas, stages), mesh_dim_names=("replica", "stage"))
         self.stage_group, self.replica_group = mesh.get_group("stage"), mesh.get_group("replica")
         self.stage, self.replicas, self.num_stages = mesh.get_local_rank("stage"), replicas, stages
-        start = sum(counts[: self.stage])
         self.ipu_config, self.max_grad_norm = ipu_config, max_grad_norm
-        self.stage_module = StageModule(model, layer_paths, range(start, start + counts[self.stage]), self.stage,
-                                        stages, keys, precision).to(self.device)  # fmt: skip
+        self.stage_module = StageModule(model, cut, stage_ranges(counts)[self.stage], self.stage, stages, keys,
+                                        precision).to(self.device)  # fmt: skip
         self.model, self.keys = model, list(keys)
         self.is_last = self.stage == stages - 1
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(self.params) if make_optimizer else None
-        self._tied = _tied_embedding(model)
         self._owner: list[int] | None = None  # stage that updates each parameter, known after the first step
+        self._shared: list[int] = []  # parameters with gradients on several stages (tied embeddings, tables)
         stage = PipelineStage(self.stage_module, self.stage, stages, self.device, group=self.stage_group)
         self._steps_run = 0
         self.schedule = SCHEDULES[schedule](stage, micro, loss_fn=lambda output, target: output.sum())
@@ -236,7 +108,8 @@ class PipelineEngine:
     def forward_backward(self, micro_batches: list[dict[str, torch.Tensor]]) -> torch.Tensor:
         """One optimizer step's schedule over `micro_batches`; returns their mean loss (on every process).
 
-        Leaves this stage's gradients summed with the tied embedding's other use and averaged over replicas.
+        Leaves this stage's gradients summed with those of the other stages that use the same parameter (tied
+        embeddings, position tables) and averaged over replicas.
         """
         micro_batches = [{k: b[k].to(self.device) for k in self.keys} for b in micro_batches]
         # Stage 0 is handed views of one tensor by the schedule and finds its micro-batch by their storage.
@@ -253,13 +126,14 @@ class PipelineEngine:
             self.schedule.step(target=torch.zeros(len(micro_batches), device=self.device), losses=losses)
         else:
             self.schedule.step()
-        if self._tied is not None and self.num_stages > 1:
-            # The input embedding is also the output projection: its two gradients live on two stages.
-            grad = self._tied.grad if self._tied.grad is not None else torch.zeros_like(self._tied)
-            dist.all_reduce(grad, group=self.stage_group)
-            self._tied.grad = grad
         if self._owner is None:
-            self._owner = self._find_owners()
+            self._owner, self._shared = self._find_owners()
+        for i in self._shared:
+            # e.g. the input embedding is also the output projection: its two gradients live on two stages
+            param = self.params[i]
+            grad = param.grad if param.grad is not None else torch.zeros_like(param)
+            dist.all_reduce(grad, group=self.stage_group)
+            param.grad = grad
         if self.replicas > 1:  # one flat all-reduce over the replicas of this stage
             grads = [p.grad for p in self.params if p.grad is not None]
             flat = _flatten_dense_tensors(grads).div_(self.replicas)
@@ -272,10 +146,11 @@ class PipelineEngine:
 
     def clip_grad_norm_(self, max_norm: float | None) -> torch.Tensor:
         """Clip this stage's gradients with the norm over the whole model's; returns that norm."""
-        counted = [
+        shared = set(self._shared)
+        counted = [  # a parameter shared by stages counts once, on the stage that owns it
             p.grad.detach().float().pow(2).sum()
-            for p in self.params
-            if p.grad is not None and (p is not self._tied or self.stage == 0)  # a tied weight counts once
+            for i, p in enumerate(self.params)
+            if p.grad is not None and (i not in shared or self._owner[i] == self.stage)
         ]
         squares = torch.stack(counted).sum() if counted else torch.zeros((), device=self.device)
         dist.all_reduce(squares, group=self.stage_group)
@@ -284,13 +159,15 @@ class PipelineEngine:
             torch.nn.utils.clip_grads_with_norm_([p for p in self.params if p.grad is not None], max_norm, norm)
         return norm
 
-    def _find_owners(self) -> list[int]:
-        """The stage that updates each parameter: the first one where it has a gradient (0 if none has)."""
-        has_grad = torch.tensor([p.grad is not None for p in self.params], dtype=torch.int32)
+    def _find_owners(self) -> tuple[list[int], list[int]]:
+        """The stage that updates each parameter (the first one where it has a gradient, 0 if none has), and the
+        parameters with gradients on several stages."""
+        has_grad = torch.tensor([p.grad is not None for p in self.params], dtype=torch.int32, device=self.device)
         gathered = [torch.zeros_like(has_grad) for _ in range(self.num_stages)]
         dist.all_gather(gathered, has_grad, group=self.stage_group)
-        table = torch.stack(gathered)  # (stage, parameter)
-        return [int(column.nonzero()[0]) if column.any() else 0 for column in table.T]
+        table = torch.stack(gathered).cpu()  # (stage, parameter)
+        owners = [int(column.nonzero()[0]) if column.any() else 0 for column in table.T]
+        return owners, [i for i, column in enumerate(table.T) if int(column.sum()) > 1]
 
     def synchronize(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Give every process of the pipeline the current weights of every stage, and the optimizer state of
@@ -328,14 +205,3 @@ class PipelineEngine:
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         return loss
-
-
-def _tied_embedding(model: nn.Module) -> nn.Parameter | None:
-    """The input embedding's weight when the output projection shares it (GPT-2, masked LMs), else None."""
-    get_input, get_output = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
-    if get_input is None or get_output is None:
-        return None
-    embedding, projection = get_input(), get_output()
-    if embedding is None or projection is None:
-        return None
-    return embedding.weight if projection.weight is embedding.weight else None

@@ -216,7 +216,10 @@ def swap_serialized(model: nn.Module, embedding_factor: int, projection_factor: 
         if factor <= 1:
             continue
         getter = getattr(model, accessor, None)
-        module = getter() if callable(getter) else None
+        try:
+            module = getter() if callable(getter) else None
+        except NotImplementedError:  # transformers' accessors raise for models without token embeddings
+            module = None
         # Exact type: a subclass may change forward in ways the chunked version would silently drop.
         if type(module) is not plain:
             _log_once(

@@ -47,6 +47,8 @@ from torch import nn
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 from transformers.loss.loss_utils import ForSequenceClassificationLoss
 
+from ..models.plans import plan_for_model, position_offset, registered_plans
+
 IGNORE_INDEX = -100
 QA_COLUMNS = ("start_positions", "end_positions")
 
@@ -190,20 +192,13 @@ def pack_features(
     return packed
 
 
-# Encoder families whose forward takes `position_ids` and a ready 4-D mask, checked against running each sequence
-# alone (tests/test_packing.py). Decoders are left out: a 4-D mask given to them replaces their causal mask.
-PACKING_MODEL_TYPES = ("bert", "roberta", "distilbert")
-
-
 # attn_implementation -> the PackedDataCollator(attention=...) it takes
 PACKING_ATTENTIONS = {"eager": "dense", "sdpa": "dense", "flex_attention": "flex"}
-# attention dropout in the config of each family (flex_attention has none)
-_ATTENTION_DROPOUT = {"bert": "attention_probs_dropout_prob", "roberta": "attention_probs_dropout_prob"}
 
 
 def check_packing_support(model: nn.Module, training: bool = True, attention: str | None = None) -> None:
-    """A clear error when `model` cannot run packed rows: it must be of a family in `PACKING_MODEL_TYPES`, whose
-    forward takes `position_ids` and a ready 4-D attention mask, with the `eager` or `sdpa` attention (a dense
+    """A clear error when `model` cannot run packed rows: its stage plan must say `packing=True` (its forward
+    takes `position_ids` and a ready 4-D attention mask), with the `eager` or `sdpa` attention (a dense
     mask) or `flex_attention` (a `BlockMask`). Flash attention kernels take neither: only a 2-D padding mask.
 
     Args:
@@ -215,10 +210,13 @@ def check_packing_support(model: nn.Module, training: bool = True, attention: st
             `score_mod` that reads the mask (no block skipped), which crashes PyTorch 2.13's compiled CPU kernel.
     """
     name, config = type(model).__name__, model.config
-    if config.model_type not in PACKING_MODEL_TYPES:
+    plan = plan_for_model(model)
+    if not plan.packing:
+        # Decoders are left out: a 4-D mask given to them replaces their causal mask.
+        families = sorted({p.family for p in registered_plans() if p.packing})
         raise ValueError(
-            f"packing: {name} ({config.model_type}) is not supported; packing runs {', '.join(PACKING_MODEL_TYPES)} "
-            "models (encoders that take position_ids and a 4-D attention mask); train it without packing"
+            f"packing: {name} ({config.model_type}) is not supported; packing runs {', '.join(families)} models "
+            "(encoders that take position_ids and a 4-D attention mask); train it without packing"
         )
     attn = getattr(config, "_attn_implementation", None)
     if attn is not None and attn not in PACKING_ATTENTIONS:
@@ -227,7 +225,7 @@ def check_packing_support(model: nn.Module, training: bool = True, attention: st
             "kernels take a 2-D padding mask only); load it with attn_implementation='sdpa' (or 'eager', or "
             "'flex_attention' with PackedDataCollator(attention='flex'))"
         )
-    dropout_field = _ATTENTION_DROPOUT.get(config.model_type, "attention_dropout")
+    dropout_field = plan.attention_dropout_field
     dropout = getattr(config, dropout_field, 0.0) or 0.0
     if training and attn == "flex_attention" and dropout > 0:
         raise ValueError(
@@ -249,12 +247,6 @@ def packing_attention(model: nn.Module) -> str:
         model (`nn.Module`): a `transformers` model (a pipelined model's `.model`).
     """
     return PACKING_ATTENTIONS.get(getattr(model.config, "_attn_implementation", None) or "eager", "dense")
-
-
-def position_offset(config: Any) -> int:
-    """What `PackedDataCollator(position_offset=...)` needs for a model: RoBERTa numbers positions from
-    `pad_token_id + 1`, the others from 0."""
-    return (config.pad_token_id or 0) + 1 if config.model_type in ("roberta", "xlm-roberta") else 0
 
 
 def packed_attention_mask(sequence_ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -462,8 +454,8 @@ def sequence_classification_logits(model: nn.Module, hidden_states: torch.Tensor
     last hidden state of each sequence's first token ([CLS]), as the model does for position 0 of a row.
 
     Args:
-        model (`nn.Module`): a `BertForSequenceClassification`, `RobertaForSequenceClassification` or
-            `DistilBertForSequenceClassification`.
+        model (`nn.Module`): a `...ForSequenceClassification` whose stage plan has a `sequence_head` (BERT,
+            RoBERTa, DistilBERT).
         hidden_states (`torch.Tensor`): the last hidden states `(batch, seq, hidden)`.
         labels (`torch.Tensor`): `(batch, slots, 3)` from `PackedDataCollator` (their sequence starts are read).
 
@@ -472,19 +464,14 @@ def sequence_classification_logits(model: nn.Module, hidden_states: torch.Tensor
     """
     rows, slots = _present(labels).nonzero(as_tuple=True)
     first = hidden_states[rows, labels[rows, slots, 0].long()][:, None, :]  # (sequences, 1, hidden)
-    name = type(model).__name__
-    if name == "BertForSequenceClassification":
-        # BertPooler reads position 0 of what it is given: here each sequence's [CLS] state alone.
-        return model.classifier(model.dropout(model.bert.pooler(first)))
-    if name == "RobertaForSequenceClassification":
-        return model.classifier(first)  # its head reads position 0 likewise
-    if name == "DistilBertForSequenceClassification":
-        # its forward's head, step by step (the ReLU is no module of the model)
-        return model.classifier(model.dropout(torch.relu(model.pre_classifier(first[:, 0]))))
-    raise ValueError(
-        f"sequence classification with packing: {name} is not supported (the BERT, RoBERTa and DistilBERT "
-        "...ForSequenceClassification classes are); train it without packing"
-    )
+    name, plan = type(model).__name__, plan_for_model(model)
+    if plan.sequence_head is None or not name.endswith("ForSequenceClassification"):
+        supported = sorted(c for p in registered_plans() if p.sequence_head for c in p.classes if "Sequence" in c)
+        raise ValueError(
+            f"sequence classification with packing: {name} is not supported ({', '.join(supported)} are); train it "
+            "without packing"
+        )
+    return plan.sequence_head(model, first)
 
 
 class PackedSequenceClassificationLoss:
@@ -576,7 +563,6 @@ def unpack_logits(
 __all__ = [
     "pack_sequences",
     "pack_features",
-    "PACKING_MODEL_TYPES",
     "PACKING_ATTENTIONS",
     "check_packing_support",
     "packing_attention",

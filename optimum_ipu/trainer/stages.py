@@ -62,10 +62,11 @@ class ProcessPipeline:
                 "replicated_tensor_sharding: not implemented yet with pipeline stages on separate processes; each "
                 "process keeps the optimizer state of its stage whole (use ipus_per_replica=1 to shard it)"
             )
-        if trainer.pipelined.plan.family == "t5":
+        plan = trainer.pipelined.plan
+        if not plan.process_stages:
             raise IncompatibleIPUConfigError(
-                "T5 with pipeline stages on separate processes is not supported yet (its decoder needs the "
-                "encoder's output on every stage); run one process (the stages run in turn), or set "
+                f"{type(trainer.pipelined.model).__name__} cannot run its pipeline stages on separate processes: "
+                f"{plan.process_stages_reason}; run one process (the stages run in turn), or set "
                 "layers_per_ipu=[-1] and ipus_per_replica=1 for data parallelism over the processes"
             )
         if getattr(trainer, "compute_loss_func", None) is not None:
@@ -116,7 +117,7 @@ class ProcessPipeline:
         if self.engine is None:
             trainer = self.trainer
             self.engine = PipelineEngine(
-                trainer.pipelined.model, trainer.ipu_config, trainer.pipelined.layer_paths(), list(self._pending[0]),
+                trainer.pipelined.model, trainer.ipu_config, trainer.pipelined.stage_cut(), list(self._pending[0]),
                 schedule=self.schedule, precision=trainer.engine.precision, device=trainer.args.device,
             )  # fmt: skip
         micro_batches, self._pending = self._pending, []

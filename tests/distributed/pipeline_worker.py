@@ -1,6 +1,8 @@
-"""A tiny BERT trained with pipeline stages on separate processes (PipelineEngine), for the tests.
+"""A tiny model trained with pipeline stages on separate processes (PipelineEngine), for the tests.
 
-    torchrun --nproc_per_node 2 pipeline_worker.py OUT_DIR CONFIG_JSON SCHEDULE STEPS
+    torchrun --nproc_per_node 2 pipeline_worker.py OUT_DIR CONFIG_JSON SCHEDULE STEPS [CLASS]
+
+CLASS defaults to BertForQuestionAnswering; any class of tests/tiny_models*.py.
 
 Each rank writes OUT_DIR/rank{r}.safetensors with the parameters its stage changed, and OUT_DIR/loss.json.
 """
@@ -17,23 +19,30 @@ from safetensors.torch import save_file
 
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
-from tests.tiny_models import tiny_inputs, tiny_model
+from tests import tiny_models, tiny_models_vision_speech
 
 CLASS = "BertForQuestionAnswering"
 
 
+def tiny_for(class_name: str):
+    """The tiny-models module that builds `class_name`."""
+    return tiny_models_vision_speech if class_name in tiny_models_vision_speech.CLASSES else tiny_models
+
+
 def main() -> None:
     out, config_json, schedule, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    class_name = sys.argv[5] if len(sys.argv) > 5 else CLASS
+    tiny_model, tiny_inputs = tiny_for(class_name).tiny_model, tiny_for(class_name).tiny_inputs
     dist.init_process_group("gloo")
     config = IPUConfig.from_dict(json.loads(config_json))
-    pipelined = to_pipelined(tiny_model(CLASS).train(), config, parallelize=True)
+    pipelined = to_pipelined(tiny_model(class_name).train(), config, parallelize=True)
     initial = {k: v.clone() for k, v in pipelined.model.state_dict().items()}
     rows = 2 * config.gradient_accumulation_steps * config.device_iterations
-    keys = list(tiny_inputs(CLASS, batch=rows))
-    engine = PipelineEngine(pipelined.model, config, pipelined.layer_paths(), keys,
+    keys = list(tiny_inputs(class_name, batch=rows))
+    engine = PipelineEngine(pipelined.model, config, pipelined.stage_cut(), keys,
                             lambda params: torch.optim.SGD(params, lr=0.1), schedule=schedule)  # fmt: skip
-    losses = [float(engine.train_step(tiny_inputs(CLASS, batch=rows, seed=step))) for step in range(steps)]
-    changed = {k: v.contiguous() for k, v in pipelined.model.state_dict().items()
+    losses = [float(engine.train_step(tiny_inputs(class_name, batch=rows, seed=step))) for step in range(steps)]
+    changed = {k: v.clone() for k, v in pipelined.model.state_dict().items()  # clone: tied weights saved apart
                if k in initial and not torch.equal(v, initial[k])}  # fmt: skip
     os.makedirs(out, exist_ok=True)
     save_file(changed, os.path.join(out, f"rank{dist.get_rank()}.safetensors"))

@@ -15,7 +15,7 @@ from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.runtime.engine import Engine
 
 from ..conftest import PYTHON, REPO_ROOT
-from ..tiny_models import tiny_inputs, tiny_model
+from .pipeline_worker import tiny_for
 from .test_data_parallel import TORCHRUN, free_port, launch
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "pipeline_worker.py")
@@ -24,13 +24,14 @@ CLASS = "BertForQuestionAnswering"
 STEPS = 3
 
 
-def single_process(config: dict) -> tuple[list[float], dict[str, torch.Tensor]]:
+def single_process(config: dict, class_name: str = CLASS) -> tuple[list[float], dict[str, torch.Tensor]]:
+    tiny_model, tiny_inputs = tiny_for(class_name).tiny_model, tiny_for(class_name).tiny_inputs
     ipu_config = IPUConfig.from_dict(config)
-    pipelined = to_pipelined(tiny_model(CLASS).train(), ipu_config, parallelize=True)
+    pipelined = to_pipelined(tiny_model(class_name).train(), ipu_config, parallelize=True)
     initial = {k: v.clone() for k, v in pipelined.model.state_dict().items()}
     engine = Engine(pipelined, ipu_config, torch.optim.SGD(pipelined.parameters(), lr=0.1))
     rows = 2 * ipu_config.gradient_accumulation_steps * ipu_config.device_iterations
-    losses = [float(engine.train_step(tiny_inputs(CLASS, batch=rows, seed=step))) for step in range(STEPS)]
+    losses = [float(engine.train_step(tiny_inputs(class_name, batch=rows, seed=step))) for step in range(STEPS)]
     changed = {k: v for k, v in pipelined.model.state_dict().items() if not torch.equal(v, initial[k])}
     return losses, changed
 
@@ -55,6 +56,39 @@ def test_two_stages_on_two_processes_equal_one_process(tmp_path, config, schedul
     assert got.keys() == want_weights.keys()
     for key, value in want_weights.items():
         torch.testing.assert_close(got[key], value, atol=1e-5, rtol=0, msg=key)
+
+
+def _assert_processes_equal_one(tmp_path, config, class_name, processes):
+    run = launch(*TORCHRUN, f"--nproc_per_node={processes}", f"--master_port={free_port()}", WORKER, str(tmp_path),
+                 json.dumps(config), "1F1B", str(STEPS), class_name)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    want_losses, want_weights = single_process(config, class_name)
+    assert json.loads((tmp_path / "loss.json").read_text()) == pytest.approx(want_losses, abs=1e-5)
+    got = {}
+    for rank in range(processes):
+        got.update(load_file(tmp_path / f"rank{rank}.safetensors"))
+    assert got.keys() == want_weights.keys()
+    for key, value in want_weights.items():
+        torch.testing.assert_close(got[key], value, atol=1e-5, rtol=0, msg=f"{class_name} {key}")
+
+
+# Encoder-decoder models: the encoder's output travels with every decoder stage. 2 processes put the seam
+# between the stages; 4 put one stage on each side of it and one inside each stack.
+@pytest.mark.parametrize(
+    "class_name",
+    ["T5ForConditionalGeneration", "MT5ForConditionalGeneration", "BartForConditionalGeneration",
+     "WhisperForConditionalGeneration"],
+)  # fmt: skip
+@pytest.mark.parametrize("layout", [[2, 2], [1, 1, 1, 1]], ids=["2-processes", "4-processes"])
+def test_encoder_decoder_stages_on_processes_equal_one_process(tmp_path, class_name, layout):
+    config = {"layers_per_ipu": layout, "gradient_accumulation_steps": 4}
+    _assert_processes_equal_one(tmp_path, config, class_name, len(layout))
+
+
+def test_llama_stages_on_processes_equal_one_process(tmp_path):
+    # grouped-query attention, rotary positions computed on every stage, untied output projection
+    config = {"layers_per_ipu": [1, 3], "gradient_accumulation_steps": 2}
+    _assert_processes_equal_one(tmp_path, config, "LlamaForCausalLM", 2)
 
 
 def test_too_few_micro_batches_for_the_stages(tmp_path):

@@ -1,0 +1,99 @@
+"""Stage plans derived from a model's structure, for `transformers` classes that have no registered plan.
+
+Most Hub architectures keep their transformer layers in one `nn.ModuleList` of identical layers under the base
+model (`model.layers`, `encoder.layer`, `h`, `blocks`), or an encoder and a decoder list. That list is all a
+plan needs: everything before the first layer runs with stage 0 and everything after the last with the last
+stage, and `optimum_ipu.runtime.stage_cut` cuts the stock forward there. A derived plan declares no chunked
+vocabulary loss and no packing (facts that need checking per family); `projection_serialization_factor` still
+computes the logits in chunks.
+
+How many architectures this covers, measured over every class that `transformers` registers for four auto
+classes, is in the README (`benchmarks/model_zoo.py` measures it).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from torch import nn
+
+from ..errors import IncompatibleIPUConfigError
+from .plans import StagePlan
+
+logger = logging.getLogger(__name__)
+
+_derived: dict[str, StagePlan] = {}
+
+
+def _layer_lists(root: nn.Module) -> list[tuple[str, nn.ModuleList]]:
+    """The outermost `nn.ModuleList`s under `root` whose items are all of one class and hold parameters."""
+    found: list[tuple[str, nn.ModuleList]] = []
+    for name, module in root.named_modules():
+        if not isinstance(module, nn.ModuleList) or not len(module) or not name:
+            continue
+        if any(name.startswith(outer + ".") for outer, _ in found):
+            continue  # a list inside a layer of a list already found (attention heads, experts)
+        if len({type(item) for item in module}) == 1 and any(True for _ in module[0].parameters()):
+            found.append((name, module))
+    return found
+
+
+def _main_list(root: nn.Module, where: str) -> str:
+    """The path (under `root`) of the list holding most of `root`'s parameters; a clear error if there is none."""
+    lists = _layer_lists(root)
+    if not lists:
+        raise IncompatibleIPUConfigError(
+            f"{where} holds no list of identical layers, so no stage plan can be derived; register one with "
+            "optimum_ipu.models.register_stage_plan(StagePlan(...)) (see docs/adding_a_family.md)"
+        )
+
+    def size(module: nn.Module) -> int:
+        return sum(p.numel() for p in module.parameters())
+
+    return max(lists, key=lambda item: size(item[1]))[0]
+
+
+def _relative_path(base: nn.Module, module: nn.Module) -> str:
+    for name, candidate in base.named_modules():
+        if candidate is module:
+            return name
+    raise IncompatibleIPUConfigError(f"{type(module).__name__} is not a submodule of {type(base).__name__}")
+
+
+def derive_plan(model: Any) -> StagePlan:
+    """A plan for `model`'s class from its structure (memoised per class; said once, as a warning).
+
+    Args:
+        model (`transformers.PreTrainedModel`): a model of a class without a registered plan.
+
+    Raises:
+        `IncompatibleIPUConfigError`: its base model holds no list of identical layers.
+    """
+    name = type(model).__name__
+    if name in _derived:
+        return _derived[name]
+    base = getattr(model, "base_model", model)
+    config = getattr(model, "config", None)
+    family = getattr(config, "model_type", name)
+    get_encoder = getattr(base, "get_encoder", None)
+    if getattr(config, "is_encoder_decoder", False) and callable(get_encoder) and hasattr(base, "get_decoder"):
+        encoder, decoder = get_encoder(), base.get_decoder()
+        encoder_path, decoder_path = _relative_path(base, encoder), _relative_path(base, decoder)
+        layers = (
+            f"{encoder_path}.{_main_list(encoder, f'{name} encoder')}",
+            f"{decoder_path}.{_main_list(decoder, f'{name} decoder')}",
+        )
+        counts = tuple(f for f in ("encoder_layers", "decoder_layers") if hasattr(config, f)) or ("num_hidden_layers",)
+        plan = StagePlan(family, (name,), (), layers, counts, encoder=encoder_path, derived=True)
+    else:
+        embeddings = tuple(child for child, _ in base.named_children() if "emb" in child)
+        plan = StagePlan(family, (name,), embeddings, (_main_list(base, name),), derived=True)
+    logger.warning(
+        "%s has no registered stage plan; derived one from its structure: pipeline layers %s. Check it with "
+        "tests like tests/test_pipelined.py, or register a plan (docs/adding_a_family.md).",
+        name,
+        " + ".join(plan.layers),
+    )
+    _derived[name] = plan
+    return plan

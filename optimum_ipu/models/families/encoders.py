@@ -1,0 +1,115 @@
+"""Stage plans of the encoder families: BERT, RoBERTa, DistilBERT, DeBERTa (v1 and v2), MPNet, LXMERT and ViT.
+
+Each keeps its embeddings with stage 0, its `encoder.layer` list as the pipeline layers and its heads with the
+last stage. Relative position tables (DeBERTa, MPNet) are computed by the encoder before its first layer, so
+every stage computes them; their weights get gradients on every stage, which the runtime sums.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..plans import StagePlan, position_offset_after_padding
+
+_ENCODER_TASKS = (
+    "ForMaskedLM",
+    "ForSequenceClassification",
+    "ForTokenClassification",
+    "ForQuestionAnswering",
+    "ForMultipleChoice",
+)
+
+
+# Packed sequence classification: the model's own head applied to each sequence's first token ([CLS]) alone,
+# as the model applies it to position 0 of an unpacked row. `first` is `(sequences, 1, hidden)`.
+def _bert_head(model: Any, first: torch.Tensor) -> torch.Tensor:
+    return model.classifier(model.dropout(model.bert.pooler(first)))  # BertPooler reads position 0
+
+
+def _roberta_head(model: Any, first: torch.Tensor) -> torch.Tensor:
+    return model.classifier(first)  # RobertaClassificationHead reads position 0
+
+
+def _distilbert_head(model: Any, first: torch.Tensor) -> torch.Tensor:
+    # its forward's head step by step (the ReLU is no module of the model)
+    return model.classifier(model.dropout(torch.relu(model.pre_classifier(first[:, 0]))))
+
+
+PLANS: tuple[StagePlan, ...] = (
+    StagePlan(
+        family="bert",
+        classes=("BertModel", "BertForPreTraining", *(f"Bert{t}" for t in _ENCODER_TASKS)),
+        embeddings=("embeddings",),
+        layers=("encoder.layer",),
+        vocabulary_loss={"BertForMaskedLM": "masked"},
+        packing=True,
+        attention_dropout_field="attention_probs_dropout_prob",
+        sequence_head=_bert_head,
+    ),
+    StagePlan(
+        family="roberta",
+        classes=tuple(f"Roberta{t}" for t in _ENCODER_TASKS),
+        embeddings=("embeddings",),
+        layers=("encoder.layer",),
+        vocabulary_loss={"RobertaForMaskedLM": "masked"},
+        position_offset=position_offset_after_padding,
+        packing=True,
+        attention_dropout_field="attention_probs_dropout_prob",
+        sequence_head=_roberta_head,
+    ),
+    StagePlan(
+        family="distilbert",
+        classes=tuple(f"DistilBert{t}" for t in _ENCODER_TASKS),
+        embeddings=("embeddings",),
+        layers=("transformer.layer",),
+        layer_count_fields=("n_layers",),
+        vocabulary_loss={"DistilBertForMaskedLM": "masked"},
+        packing=True,
+        sequence_head=_distilbert_head,
+    ),
+    StagePlan(
+        family="deberta",
+        classes=tuple(f"Deberta{t}" for t in _ENCODER_TASKS if t != "ForMultipleChoice"),
+        embeddings=("embeddings",),
+        layers=("encoder.layer",),
+        vocabulary_loss={"DebertaForMaskedLM": "masked"},
+        attention_dropout_field="attention_probs_dropout_prob",
+    ),
+    StagePlan(
+        family="deberta-v2",
+        classes=tuple(f"DebertaV2{t}" for t in _ENCODER_TASKS),
+        embeddings=("embeddings",),
+        layers=("encoder.layer",),
+        vocabulary_loss={"DebertaV2ForMaskedLM": "masked"},
+        attention_dropout_field="attention_probs_dropout_prob",
+    ),
+    StagePlan(
+        family="mpnet",
+        classes=("MPNetModel", *(f"MPNet{t}" for t in _ENCODER_TASKS)),
+        embeddings=("embeddings",),
+        layers=("encoder.layer",),
+        vocabulary_loss={"MPNetForMaskedLM": "masked"},
+        position_offset=position_offset_after_padding,
+        attention_dropout_field="attention_probs_dropout_prob",
+    ),
+    StagePlan(
+        # The language stream's layers are the pipeline layers; the vision stream and the cross-modality layers
+        # run with the last stage, which is the first to use what they compute.
+        family="lxmert",
+        classes=("LxmertModel", "LxmertForQuestionAnswering"),
+        embeddings=("embeddings",),
+        layers=("encoder.layer",),
+        layer_count_fields=("l_layers",),
+        attention_dropout_field="attention_probs_dropout_prob",
+    ),
+    StagePlan(
+        family="vit",
+        classes=("ViTModel", "ViTForImageClassification"),
+        embeddings=("embeddings",),
+        layers=("layers|encoder.layer",),  # `encoder.layer` before transformers 5.2x
+        input_kind="pixels",
+        attention_dropout_field="attention_probs_dropout_prob",
+    ),
+)

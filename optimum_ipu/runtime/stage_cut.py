@@ -1,0 +1,312 @@
+"""One pipeline stage of an unmodified `transformers` model, and a driver that runs the stages one after another.
+
+Each stage runs the model's stock `forward`, cut to its own layers: layers of other stages are swapped (during
+this stage's forward only) for pass-throughs, the activations received from the previous stage are injected
+where the stage's first layer takes its input, and the stage stops (an exception caught here) where its last
+layer ends. The embeddings and mask preparation of the stock forward therefore run on every stage (cheap) and
+nothing of a model's forward is copied.
+
+What travels between stages is the hidden states; for an encoder-decoder model, once the encoder is done, its
+output (after its final norm) travels too, and each decoder stage hands it to the stock forward as
+`encoder_outputs` (so the encoder is not run again).
+
+`PipelineEngine` (`pipeline_parallel.py`) runs these stages on separate processes with
+`torch.distributed.pipelining`; `run_stages_in_turn` runs them in one process, handing activations and their
+gradients from stage to stage exactly as the schedules do, which is what the parity tests compare with the
+stock model.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import BaseModelOutput
+
+from .precision import autocast
+
+HIDDEN, ENCODER = "hidden", "encoder"
+
+
+@dataclass(frozen=True)
+class EncoderSplit:
+    """Where an encoder-decoder model's encoder ends.
+
+    Args:
+        path (`str`): dotted path of the encoder stack (its output travels with the decoder stages).
+        num_layers (`int`): how many of the pipeline layers are the encoder's (they come first).
+    """
+
+    path: str
+    num_layers: int
+
+
+@dataclass(frozen=True)
+class StageCut:
+    """What the stage runtime needs of a model's plan (`PipelinedModel.stage_cut()`).
+
+    Args:
+        layer_paths (`Sequence[str]`): dotted paths of every layer, in pipeline order.
+        encoder (`EncoderSplit`, *optional*): the encoder-decoder split, if any.
+        stand_in (`Callable`, *optional*): `(layer) -> nn.Module | None`, the plan's stand-in for a layer of
+            another stage where a bare pass-through would change the numbers (`StagePlan.layer_stand_in`).
+    """
+
+    layer_paths: Sequence[str]
+    encoder: EncoderSplit | None = None
+    stand_in: Callable[[nn.Module], nn.Module | None] | None = None
+
+    def carried(self, boundary: int) -> tuple[str, ...]:
+        """Names of the tensors that travel into the layer at `boundary` (the count of layers before it)."""
+        if self.encoder is None or boundary < self.encoder.num_layers:
+            return (HIDDEN,)
+        return (ENCODER,) if boundary == self.encoder.num_layers else (HIDDEN, ENCODER)
+
+
+def stage_ranges(counts: Sequence[int]) -> list[range]:
+    """The layer indices of each stage, from the number of layers of each."""
+    starts = [sum(counts[:i]) for i in range(len(counts))]
+    return [range(start, start + count) for start, count in zip(starts, counts, strict=True)]
+
+
+class _StageExit(Exception):
+    def __init__(self, value: torch.Tensor) -> None:
+        self.value = value
+
+
+class _PassThrough(nn.Module):
+    """Stands in for a layer of another stage: returns the hidden states it is given, shaped as that layer's
+    output (a tensor, or a tuple of that length whose other items are `None`)."""
+
+    def __init__(self, arity: int = 0) -> None:
+        super().__init__()
+        self.arity = arity
+
+    def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        return (hidden_states, *([None] * (self.arity - 1))) if self.arity else hidden_states
+
+
+def _first(output: Any) -> torch.Tensor:
+    """The hidden states of a layer's or a stack's output (a tensor, a tuple or a `ModelOutput`)."""
+    return output if isinstance(output, torch.Tensor) else output[0]
+
+
+def default_objective(output: Any) -> torch.Tensor:
+    """The model's own loss, shaped `(1,)` (the schedules concatenate micro-batch outputs)."""
+    return output.loss.float().reshape(1)
+
+
+class StageModule(nn.Module):
+    """One pipeline stage of a `transformers` model (see the module docstring).
+
+    The whole model stays in place between forwards (so it can be saved, evaluated and synchronised as the stock
+    model); only while this stage runs are the layers of other stages swapped out, and its hooks are on the
+    model's layers only then.
+
+    Args:
+        model (`nn.Module`): the stock model.
+        cut (`StageCut`): the layers and the encoder-decoder split.
+        layers (`range`): the layers of this stage.
+        index (`int`) / num_stages (`int`): this stage's position and the number of stages.
+        keys (`Sequence[str]`): names of the batch tensors, in the order stage 0 receives them.
+        precision (`str`, *optional*, defaults to `"fp32"`): `"fp32"` or `"bf16"` (autocast inside the stage).
+        objective (`Callable`, *optional*): what the last stage returns of the model's output (the loss, `(1,)`).
+    """
+
+    def __init__(
+        self, model: nn.Module, cut: StageCut, layers: range, index: int, num_stages: int, keys: Sequence[str],
+        precision: str = "fp32", objective: Callable[[Any], torch.Tensor] = default_objective,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.model, self.cut, self.layers, self.index, self.num_stages = model, cut, layers, index, num_stages
+        self.keys, self.precision, self.objective = list(keys), precision, objective
+        self.is_first, self.is_last = index == 0, index == num_stages - 1
+        # An empty stage between two others only passes its input on.
+        self.identity = not len(layers) and not self.is_first and not self.is_last
+        self.last_output: Any = None  # the model's output at the last stage's latest forward
+        self._micro_batches: deque[dict[str, torch.Tensor]] = deque()
+        self._layers = [model.get_submodule(p) for p in cut.layer_paths]
+        self._stand_ins: dict[int, nn.Module] | None = None  # built on the first forward (see _learn_layers)
+
+    # ------------------------------------------------------------------ feeding
+    def reset(self, micro_batches: list[dict[str, torch.Tensor]], first_step: bool = False) -> None:
+        """The micro-batches of the next schedule step, in order (the schedules run forwards in order).
+
+        On the first step of a process pipeline, the stage's metadata inference runs one extra forward (on empty
+        tensors of the received shapes) before the real ones: stages after the first get micro-batch 0 once more.
+        """
+        extra = micro_batches[:1] if first_step and self.index > 0 else []
+        self._micro_batches = deque(extra + micro_batches)
+
+    def _next_micro_batch(self, received: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.index == 0:
+            # Stage 0 gets its micro-batch's first tensor from the schedule (a view of the host batch): find
+            # the micro-batch it belongs to, which also serves the schedule's shape-inference call.
+            for batch in self._micro_batches:
+                if batch[self.keys[0]].data_ptr() == received.data_ptr():
+                    return batch
+            raise RuntimeError("stage 0 received a micro-batch it was not fed")
+        return self._micro_batches.popleft()
+
+    # --------------------------------------------------------------- stand-ins
+    @torch.no_grad()
+    def _learn_layers(self, batch: dict[str, torch.Tensor]) -> dict[int, nn.Module]:
+        """Stand-ins for the layers of other stages, each returning what its layer returns (a tensor or a tuple
+        of some length): learnt from one forward of the whole model on one row, so no family needs declaring."""
+        arity: dict[int, int] = {}
+
+        def record(i: int) -> Callable[..., None]:
+            def hook(module: nn.Module, args: Any, output: Any) -> None:
+                arity[i] = 0 if isinstance(output, torch.Tensor) else len(output)
+
+            return hook
+
+        handles = [layer.register_forward_hook(record(i)) for i, layer in enumerate(self._layers)]
+        device = next(iter(batch.values())).device
+        training = self.model.training
+        # eval (no statistics updated) and the RNG put back: the probe leaves no trace in the training run
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
+            try:
+                self.model.eval()(**{k: v[:1] for k, v in batch.items()})
+            finally:
+                self.model.train(training)
+                for handle in handles:
+                    handle.remove()
+        stand_ins: dict[int, nn.Module] = {}
+        for i, layer in enumerate(self._layers):
+            if i not in self.layers:
+                own = self.cut.stand_in(layer) if self.cut.stand_in is not None else None
+                stand_ins[i] = own if own is not None else _PassThrough(arity.get(i, 0))
+        return stand_ins
+
+    # ------------------------------------------------------------------ running
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        batch = self._next_micro_batch(tensors[0])
+        if self.identity:
+            return tensors if len(tensors) > 1 else tensors[0]
+        if self._stand_ins is None:
+            self._stand_ins = self._learn_layers(batch)
+        received = {} if self.is_first else dict(zip(self.cut.carried(self.layers.start), tensors, strict=True))
+        extra = {}
+        if ENCODER in received:
+            extra["encoder_outputs"] = BaseModelOutput(last_hidden_state=received[ENCODER])
+        handles, encoder_output = self._hook(received), {}
+        if not self.is_last and ENCODER in self.cut.carried(self.layers.stop) and ENCODER not in received:
+            # this stage runs the encoder's end: keep its output to send on with the decoder's hidden states
+            encoder = self.model.get_submodule(self.cut.encoder.path)
+            keep = encoder.register_forward_hook(lambda m, a, out: encoder_output.__setitem__(ENCODER, _first(out)))
+            handles.append(keep)
+        swapped = [(i, path.rpartition(".")) for i, path in enumerate(self.cut.layer_paths) if i not in self.layers]
+        for i, (parent, _, name) in swapped:
+            self.model.get_submodule(parent)._modules[name] = self._stand_ins[i]
+        try:
+            with autocast(tensors[0].device, self.precision):
+                output = self.model(**batch, **extra)
+        except _StageExit as stage_end:
+            carried = self.cut.carried(self.layers.stop)
+            sent = (stage_end.value,)
+            if carried == (HIDDEN, ENCODER):
+                sent += (received[ENCODER] if ENCODER in received else encoder_output[ENCODER],)
+            # a tensor sent on unchanged still needs its own autograd node, so its gradient reaches this stage;
+            # contiguous, since the receiving buffers copy the strides (Whisper's encoder runs on a transpose)
+            sent = tuple((t.view_as(t) if any(t is r for r in received.values()) else t).contiguous() for t in sent)
+            return sent if len(sent) > 1 else sent[0]
+        finally:
+            for i, (parent, _, name) in swapped:
+                self.model.get_submodule(parent)._modules[name] = self._layers[i]
+            for handle in handles:
+                handle.remove()
+        self.last_output = output
+        return self.objective(output)
+
+    def _hook(self, received: dict[str, torch.Tensor]) -> list[Any]:
+        """Hooks that inject the received hidden states and end the stage at its last layer (removed after)."""
+        start, stop, total = self.layers.start, self.layers.stop, len(self._layers)
+        handles = []
+        if HIDDEN in received:
+            incoming = received[HIDDEN]
+            if start < total:
+                handles.append(self._layers[start].register_forward_pre_hook(_injector(incoming), with_kwargs=True))
+            else:  # an empty last stage: the heads take what the last layer would have given
+                handles.append(self._stand_ins[total - 1].register_forward_hook(_output_injector(incoming)))
+        if self.is_last:
+            return handles
+        if stop == 0:  # a stage of embeddings only: it ends where layer 0 (of another stage) would start
+            handles.append(self._stand_ins[0].register_forward_pre_hook(_exit_at_input, with_kwargs=True))
+        elif self.cut.carried(stop) == (ENCODER,):  # it ends with the encoder: send the encoder's output
+            encoder = self.model.get_submodule(self.cut.encoder.path)
+            handles.append(encoder.register_forward_hook(_exit_at_output))
+        else:
+            handles.append(self._layers[stop - 1].register_forward_hook(_exit_at_output))
+        return handles
+
+
+def _injector(incoming: torch.Tensor) -> Callable[..., tuple[tuple, dict]]:
+    def inject(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if args:
+            return (incoming, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": incoming}
+
+    return inject
+
+
+def _output_injector(incoming: torch.Tensor) -> Callable[..., Any]:
+    def inject(module: nn.Module, args: tuple, output: Any) -> Any:
+        return incoming if isinstance(output, torch.Tensor) else (incoming, *output[1:])
+
+    return inject
+
+
+def _exit_at_output(module: nn.Module, args: tuple, output: Any) -> None:
+    raise _StageExit(_first(output))
+
+
+def _exit_at_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
+    raise _StageExit(args[0] if args else kwargs["hidden_states"])
+
+
+def run_stages_in_turn(
+    model: nn.Module, cut: StageCut, counts: Sequence[int], batch: dict[str, torch.Tensor],
+    objective: Callable[[Any], torch.Tensor] = default_objective,
+) -> tuple[Any, torch.Tensor]:  # fmt: skip
+    """Forward and backward of one micro-batch, each stage running only its own modules, in one process.
+
+    Stage i's outputs are handed to stage i+1 as fresh leaves (as a process pipeline receives them); the backward
+    then runs stage by stage in reverse, each given the gradients of the activations it sent. Parameters used by
+    several stages (tied embeddings, shared position tables) accumulate every stage's gradient.
+
+    Args:
+        model (`nn.Module`): the stock model.
+        cut (`StageCut`): its layers and encoder-decoder split (`PipelinedModel.stage_cut()`).
+        counts (`Sequence[int]`): layers of each stage (`IPUConfig.layers_per_stage`).
+        batch (`dict[str, torch.Tensor]`): the model's inputs, labels included.
+        objective (`Callable`, *optional*): what is differentiated of the last stage's output (the loss).
+
+    Returns:
+        `(output, objective)`: the model's output at the last stage and the objective (backward already done).
+    """
+    keys = list(batch)
+    ranges = stage_ranges(counts)
+    stages = [StageModule(model, cut, r, i, len(ranges), keys, objective=objective) for i, r in enumerate(ranges)]
+    sent: tuple[torch.Tensor, ...] = (batch[keys[0]],)
+    saved = []
+    for stage in stages:
+        stage.reset([batch])
+        inputs = sent if stage.is_first else tuple(t.detach().requires_grad_(t.is_floating_point()) for t in sent)
+        out = stage(*inputs)
+        saved.append((inputs, out if isinstance(out, tuple) else (out,)))
+        sent = saved[-1][1]
+    result = sent[0].sum()
+    grads: tuple[torch.Tensor | None, ...] = (None,)
+    for (inputs, outputs), stage in zip(reversed(saved), reversed(stages), strict=True):
+        pairs = [(o, g) for o, g in zip(outputs, grads, strict=True) if o.requires_grad and g is not None]
+        if stage.is_last:
+            pairs = [(outputs[0].sum(), None)]
+        if pairs:
+            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        grads = tuple(t.grad if t.requires_grad else None for t in inputs)
+    return stages[-1].last_output, result
