@@ -41,6 +41,19 @@ def unevenly_padded(rows: int = 64, seq: int = 16) -> datasets.Dataset:
                                        "labels": labels.tolist()})  # fmt: skip
 
 
+def track_peak_parameter_bytes(model: torch.nn.Module) -> dict[str, int]:
+    """The most parameter bytes this process holds when a layer starts its forward: FSDP has gathered that layer
+    (and keeps the embeddings and head gathered) by then, and may be prefetching the next one."""
+    peak = {"bytes": 0}
+
+    def measure(module: torch.nn.Module, args: tuple) -> None:
+        peak["bytes"] = max(peak["bytes"], local_parameter_bytes(model.parameters()))
+
+    for layer in model.model.layers:
+        layer.register_forward_pre_hook(measure)  # after FSDP's own pre-forward hook, which gathers
+    return peak
+
+
 def main() -> None:
     out, replicas, max_steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     fsdp = "--fsdp" in sys.argv[4:]
@@ -55,10 +68,12 @@ def main() -> None:
     whole = local_parameter_bytes(model.parameters())
     trainer = IPUTrainer(model, config, args, train_dataset=unevenly_padded())
     here = local_parameter_bytes(trainer.model.parameters())
+    peak = track_peak_parameter_bytes(trainer.model)
     trainer.train(resume_from_checkpoint=os.environ.get("RESUME_FROM") or None)
     trainer.save_model(os.path.join(out, "final"))  # every process calls it: the shards are gathered
     rank = trainer.args.process_index
-    result = {"parameter_bytes": here, "whole_parameter_bytes": whole, "sharded": trainer.fsdp}
+    result = {"parameter_bytes": here, "whole_parameter_bytes": whole, "sharded": trainer.fsdp,
+              "peak_parameter_bytes": peak["bytes"]}  # fmt: skip
     if rank == 0:
         result["losses"] = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:

@@ -60,6 +60,10 @@ def test_sharded_parameters_give_one_process_numbers(tmp_path, replicas):
     assert want["parameter_bytes"] == whole
     assert sum(r["parameter_bytes"] for r in got) == whole  # every parameter held once, over the processes
     assert max(r["parameter_bytes"] for r in got) <= whole / replicas * 1.05  # 1 / replicas each
+    # At a layer's forward, that layer and the embeddings and head are gathered whole: more than the shards, still
+    # less than the whole model (one process holds all of it all the time).
+    assert want["peak_parameter_bytes"] == whole
+    assert all(r["parameter_bytes"] < r["peak_parameter_bytes"] < whole for r in got)
 
     # Checkpoints (step 3) move both ways with the optimizer state: step 4 equals the uninterrupted run's.
     if replicas == 2:  # sharded checkpoint -> one process
