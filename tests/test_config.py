@@ -78,7 +78,20 @@ def test_bundled_configs_load_by_id(config_id):
 def test_bundled_ids_are_the_announced_ones():
     assert set(bundled_config_ids()) == {
         f"Graphcore/{m}-ipu"
-        for m in ("bert-base", "bert-large", "roberta-base", "distilbert-base", "gpt2-small", "t5-small", "vit-base")
+        for m in (
+            "bert-base",
+            "bert-large",
+            "roberta-base",
+            "distilbert-base",
+            "gpt2-small",
+            "t5-small",
+            "vit-base",
+            "convnext-base",
+            "wav2vec2-base",
+            "wav2vec2-ctc-base",
+            "hubert-base",
+            "whisper-tiny",
+        )
     }
     assert IPUConfig.from_pretrained("Graphcore/bert-base-ipu") == IPUConfig.from_dict(json.loads(GRAPHCORE_BERT_BASE))
 
