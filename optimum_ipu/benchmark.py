@@ -51,9 +51,10 @@ from .benchmark_packing import (
 from .config import IPUConfig
 from .models import plan_for_config
 from .models.pipelined import to_pipelined
+from .models.plans import position_offset
+from .packing import PackedDataCollator, check_packing_support
 from .runtime.engine import Engine
 from .trainer import IPUTrainer, IPUTrainingArguments
-from .trainer.packing import PackedDataCollator, check_packing_support, position_offset
 from .trainer.trainer import StepTimer
 
 logger = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .trainer.packing import IGNORE_INDEX, pack_features, pack_sequences, packed_question_answering_loss
+from .packing import IGNORE_INDEX, pack_features, pack_sequences, packed_question_answering_loss
 
 FEATURE_LENGTHS_FILE = Path(__file__).resolve().parent / "data" / "squad_v1.1_feature_lengths_seq384.json"
 

@@ -8,14 +8,14 @@ import sys
 import pytest
 import torch
 
-from optimum_ipu.trainer.packing import (
+from optimum_ipu.models.plans import position_offset
+from optimum_ipu.packing import (
     PackedDataCollator,
     PackedSequenceClassificationLoss,
     check_packing_support,
     pack_features,
     pack_sequences,
     packed_question_answering_loss,
-    position_offset,
     sequence_classification_logits,
     unpack_logits,
 )

@@ -15,7 +15,8 @@ import torch
 import transformers
 from torch.nn.attention.flex_attention import BlockMask, create_mask
 
-from optimum_ipu.trainer.packing import (
+from optimum_ipu.models.plans import position_offset
+from optimum_ipu.packing import (
     PACKED_SEQUENCE_IDS,
     PackedDataCollator,
     check_packing_support,
@@ -23,7 +24,6 @@ from optimum_ipu.trainer.packing import (
     packed_block_mask,
     packed_question_answering_loss,
     packing_attention,
-    position_offset,
     unpack_logits,
     with_packed_block_mask,
 )

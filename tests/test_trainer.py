@@ -209,7 +209,7 @@ def test_pipeline_over_processes_refuses_a_compute_loss_func():
     """The stages' schedule trains on the model's own loss: a `compute_loss_func` (packing's) would be ignored."""
     from types import SimpleNamespace
 
-    from optimum_ipu.trainer.packing import packed_question_answering_loss
+    from optimum_ipu.packing import packed_question_answering_loss
     from optimum_ipu.trainer.stages import ProcessPipeline
 
     trainer = SimpleNamespace(

@@ -44,14 +44,7 @@ from utils_qa import (
 
 from optimum_ipu import IPUTrainingArguments
 from optimum_ipu.errors import run_script
-from optimum_ipu.trainer.packing import (
-    PackedDataCollator,
-    check_packing_support,
-    pack_features,
-    packed_question_answering_loss,
-    packing_attention,
-    position_offset,
-)
+from optimum_ipu.packing import packed_question_answering_loss, prepare_packed_training
 
 logger = logging.getLogger(__name__)
 
@@ -238,23 +231,20 @@ def main() -> None:
     trainer_kwargs = {}
     train_features = len(train_dataset) if train_dataset is not None else 0
     if data_args.packing and train_dataset is not None:
-        check_packing_support(model)
-        packed = pack_features(train_dataset, max_seq_length, data_args.max_sequences_per_pack)
-        train_dataset = datasets.Dataset.from_dict(packed)
-        logger.info("packing: %d training features in %d rows of %d tokens (%.2f a row)", train_features,
-                    len(train_dataset), max_seq_length, train_features / len(train_dataset))  # fmt: skip
         # a dense block-diagonal mask for eager/sdpa attention, sequence ids (a BlockMask on the device) for flex
-        pack_collator = PackedDataCollator(max_seq_length, max(map(len, packed["feature_index"])),
-                                           tokenizer.pad_token_id, position_offset(config),
-                                           attention=packing_attention(model))  # fmt: skip
-        unpacked_collator = collator
-
-        def collator(rows):  # packed training rows carry position_ids; evaluation features do not
-            return pack_collator(rows) if "position_ids" in rows[0] else unpacked_collator(rows)
-
+        packing = prepare_packed_training(
+            model,
+            train_dataset,
+            max_seq_length,
+            tokenizer.pad_token_id,
+            collator,
+            packed_question_answering_loss,
+            data_args.max_sequences_per_pack,
+        )
+        train_dataset, collator = packing.train_dataset, packing.data_collator
         # one `labels` tensor of per-sequence slots, read by the packed loss (the model gets no labels)
         training_args.label_names = ["labels"]
-        trainer_kwargs["compute_loss_func"] = packed_question_answering_loss
+        trainer_kwargs["compute_loss_func"] = packing.compute_loss_func
 
     def post_process(examples, features, predictions, prefix: str = "eval") -> dict[str, str]:
         return postprocess_qa_predictions(

@@ -55,14 +55,7 @@ from transformers import (
 
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
 from optimum_ipu.errors import run_script
-from optimum_ipu.trainer.packing import (
-    PackedDataCollator,
-    PackedSequenceClassificationLoss,
-    check_packing_support,
-    pack_features,
-    packing_attention,
-    position_offset,
-)
+from optimum_ipu.packing import PackedSequenceClassificationLoss, prepare_packed_training
 
 logger = logging.getLogger(__name__)
 
@@ -337,34 +330,18 @@ def packed_training(
     """`--packing`: the training examples (tokenized without padding) packed into rows of `max_seq_length`
     tokens, a collator for those rows that hands unpacked evaluation / prediction examples to `collator`, and the
     packed loss (cross-entropy, or mean squared error when `num_labels == 1`)."""
-    check_packing_support(model)  # a clear error for families whose attention takes no block-diagonal mask
     if model.config.problem_type == "multi_label_classification":
         raise ValueError(
             f"--packing: {model.config.problem_type=} is not supported (the packed loss is cross-entropy over one "
             "class a sequence, or mean squared error for a regression); train without --packing"
         )
-    packed = pack_features(train_dataset, max_seq_length, max_sequences_per_pack)
-    rows = datasets.Dataset.from_dict(packed)
-    features = len(train_dataset)
-    logger.info("packing: %d training features in %d rows of %d tokens (%.2f a row)", features, len(rows),
-                max_seq_length, features / len(rows))  # fmt: skip
-    pack_collator = PackedDataCollator(
-        max_seq_length,
-        max(map(len, packed["feature_index"])),
-        pad_token_id=pad_token_id,
-        position_offset=position_offset(model.config),
-        mask_dtype=model.dtype,
-        attention=packing_attention(model),  # a dense mask (eager, sdpa) or a BlockMask (flex_attention)
-    )
-
-    def collate(batch: list[dict]) -> dict:
-        if "position_ids" not in batch[0]:  # evaluation and prediction examples are not packed
-            return collator(batch)
-        # the packed loss applies the model's head to each sequence's first token: it reads the hidden states
-        return {**pack_collator(batch), "output_hidden_states": True}
-
+    # the packed loss applies the model's head to each sequence's first token: it reads the hidden states;
     # evaluation batches (unpacked labels) get the model's own loss from it
-    return rows, collate, PackedSequenceClassificationLoss(model)
+    packing = prepare_packed_training(
+        model, train_dataset, max_seq_length, pad_token_id, collator, PackedSequenceClassificationLoss(model),
+        max_sequences_per_pack, output_hidden_states=True,
+    )  # fmt: skip
+    return packing.train_dataset, packing.data_collator, packing.compute_loss_func
 
 
 def main() -> None:
