@@ -219,3 +219,17 @@ def test_auto_classes_return_pipelined_models(tmp_path):
     model = AutoModelForQuestionAnswering.from_pretrained(tmp_path, ipu_config=str(tmp_path / "cfg"))
     assert isinstance(model, PipelinedModel) and model.ipu_config.layers_per_ipu == [0, -1]
     assert type(model.model).__name__ == "BertForQuestionAnswering"
+
+
+def test_stages_leave_no_hooks_on_the_model():
+    model = tiny_models.tiny_model("T5ForConditionalGeneration").train()
+    pipelined = to_pipelined(model, IPUConfig(layers_per_ipu=[1, 2, 1]), parallelize=True)
+    before = {name: module for name, module in model.named_modules()}
+    run_stages_in_turn(model, pipelined.stage_cut(), [1, 2, 1], tiny_models.tiny_inputs("T5ForConditionalGeneration"))
+    hooked = [
+        name
+        for name, module in model.named_modules()
+        if module._forward_hooks or module._forward_pre_hooks or module._forward_hooks_with_kwargs
+    ]
+    assert not hooked, f"hooks left on the user's model: {hooked}"
+    assert dict(model.named_modules()) == before, "every stood-in layer is put back"
