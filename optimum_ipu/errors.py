@@ -59,13 +59,21 @@ def _exit_code(err: BaseException) -> int | None:
     """2 for a bad input, 1 for a run that stopped for a reason it names, None for a bug (traceback)."""
     if isinstance(err, FloatingPointError):
         return 1
-    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+    if _disk_full(err):
         return 1
     if isinstance(err, _BAD_INPUT):
         return 2
     if _collective_failed(err):
         return 1  # a collective failed or timed out (torch.distributed): another rank stopped or died
     return None
+
+
+def _disk_full(err: BaseException) -> bool:
+    """A full disk, however the writer reports it: an OSError, safetensors' `StorageFull`, torch's bare "file write
+    failed" (torch.save gives no errno)."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return any(text in str(err) for text in ("No space left on device", "file write failed"))
 
 
 _COLLECTIVE_FAILURES = ("Timed out waiting", "Connection closed by peer", "Connection reset by peer", "NCCL")
@@ -109,7 +117,7 @@ def run_script(main: Callable[[], Any], prog: str | None = None) -> None:
         rank = os.environ.get("RANK")
         who = f"{prog} (rank {rank})" if rank is not None and os.environ.get("WORLD_SIZE", "1") != "1" else prog
         message = _one_line(err) + (_silent_ranks_note() if _collective_failed(err) else "")
-        if isinstance(err, OSError) and err.errno == errno.ENOSPC and "No space left" not in message:
-            message = f"No space left on device: {message}"
+        if _disk_full(err) and "No space left" not in message:
+            message = f"No space left on device? {message}"
         print(f"{who}: error: {message} (set {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)
         sys.exit(code)

@@ -108,11 +108,19 @@ def _read_json_or_lines(path: str) -> Any:
             f"{path}: not UTF-8 text (byte {exc.start}); JSON files are UTF-8: re-encode it, e.g. "
             f"iconv -f latin1 -t utf-8"
         ) from exc
+    document_error = None
     if not str(path).endswith(".jsonl"):
         try:
             return json.loads(text)
-        except json.JSONDecodeError:
-            pass  # maybe JSON Lines under a .json name, as `datasets`' json builder also accepts
+        except json.JSONDecodeError as exc:  # maybe JSON Lines under a .json name, as `datasets` accepts too
+            document_error = exc
+    if document_error is not None and ("\n" not in text.strip() or _first_line_opens_a_document(text)):
+        # one line (as the nested SQuAD files are), or a first line that is no record by itself: a document cut
+        # short or broken, so say where it broke, not "line 1 is not valid JSON"
+        raise ValueError(
+            f"{path}: not valid JSON ({document_error.msg} at line {document_error.lineno} column "
+            f"{document_error.colno}; truncated?)"
+        ) from None
     records = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         if line.strip():
@@ -121,6 +129,16 @@ def _read_json_or_lines(path: str) -> Any:
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}: line {line_no} is not valid JSON ({exc.msg})") from exc
     return records
+
+
+def _first_line_opens_a_document(text: str) -> bool:
+    """Whether the first line is the start of a multi-line JSON document rather than one JSON Lines record."""
+    first = text.strip().splitlines()[0]
+    try:
+        json.loads(first)
+    except json.JSONDecodeError:
+        return True
+    return False
 
 
 def load_squad_json(path: str | os.PathLike, articles: slice | None = None) -> datasets.Dataset:

@@ -425,6 +425,14 @@ class IPUTrainer(Trainer):
         discards an earlier run's checkpoints now, before the first step) and set the run recorded in markers."""
         checkpoint = resolve_resume(resume_from_checkpoint, self.args.output_dir)
         identity = self._run_identity()
+        per_call = self.args.per_device_train_batch_size * self.ipu_config.batch_size_factor(for_inference=False)
+        if identity["train_samples"] is not None and identity["train_samples"] < per_call:
+            # transformers would fail later, saying only that max_steps must be positive
+            raise ValueError(
+                f"the training set has {identity['train_samples']} samples, fewer than one host call takes ({per_call} "
+                f"= --per_device_train_batch_size {self.args.per_device_train_batch_size} x replicas x accumulation x "
+                "device iterations); lower the batch size or gradient_accumulation_steps, or give more data"
+            )
         run_id = check_run_identity(checkpoint, identity) if checkpoint is not None else None
         if checkpoint is None and self.user_args.overwrite_output_dir and self.args.should_save:
             removed = discard_checkpoints(self.args.output_dir)

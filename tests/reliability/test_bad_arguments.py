@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 
+import datasets
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,7 +14,7 @@ from transformers import HfArgumentParser
 
 from optimum_ipu import IncompatibleIPUConfigError, IPUConfig, IPUTrainer, IPUTrainingArguments
 
-from ..tiny_models import tiny_model
+from ..tiny_models import tiny_inputs, tiny_model
 
 CLASS = "BertForSequenceClassification"  # 4 layers
 
@@ -123,3 +124,13 @@ def test_accumulation_override_goes_through_the_config_validation(tmp_path, reli
     assert args.load_ipu_config(IPUConfig(gradient_accumulation_steps=2)).gradient_accumulation_steps == 3
     args = arguments(tmp_path, gradient_accumulation_steps=2**21)
     reliability.expect_clear_error(lambda: args.load_ipu_config(), "`gradient_accumulation_steps`")
+
+
+@pytest.mark.parametrize(("rows", "micro", "accumulation"), [(4, 8, 1), (6, 2, 8), (1, 2, 1)])
+def test_a_batch_larger_than_the_data_set_is_one_clear_error(tmp_path, rows, micro, accumulation, reliability):
+    """transformers failed saying only that max_steps must be positive."""
+    data = tiny_inputs(CLASS, batch=rows, seed=0)
+    train = datasets.Dataset.from_dict({k: v.tolist() for k, v in data.items()})
+    trainer = IPUTrainer(tiny_model(CLASS), IPUConfig(gradient_accumulation_steps=accumulation),
+                         arguments(tmp_path, per_device_train_batch_size=micro), train_dataset=train)  # fmt: skip
+    reliability.expect_clear_error(trainer.train, (f"has {rows} samples", f"({micro * accumulation} ="))

@@ -158,3 +158,14 @@ def test_odd_records_run_end_to_end_and_a_bad_record_leaves_output_dir_untouched
     last = run.stderr.strip().splitlines()[-1]
     assert reliability.bad_input(run.returncode != 0 and "bad-record-7" in last and "answers" in last), last
     assert snapshot(out) == before, "a failed run changed output_dir"
+
+
+@settings(max_examples=10, deadline=None)
+@given(cut=st.floats(0.001, 0.999))
+def test_a_truncated_nested_squad_file_says_where_it_broke(cut, tmp_path_factory, shared_data, reliability):
+    """It was reported as "line 1 is not valid JSON" (read as JSON Lines after the document failed)."""
+    text = (shared_data / "squad" / "squad-v1.1-dev-articles-00-39.json").read_text(encoding="utf-8")
+    path = tmp_path_factory.mktemp("truncated") / "squad.json"
+    path.write_text(text[: int(cut * len(text))], encoding="utf-8")
+    err = reliability.expect_clear_error(lambda: utils_qa.load_squad_json(path), (str(path), "truncated?"))
+    assert "line 1 is not valid JSON" not in str(err)

@@ -204,3 +204,30 @@ def test_a_run_that_trains_nothing_is_exit_1_with_one_line(reliability):
         run_script(main, "run_x.py")
     last = err.getvalue().strip().splitlines()
     assert exit_.value.code == 1 and len(last) == 1 and "every optimizer step" in last[0], err.getvalue()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(28, "No space left on device", "out/checkpoint-4/optimizer.pt"),
+        RuntimeError(
+            "[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file: file write failed"
+        ),
+        Exception(
+            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+        ),
+    ],
+    ids=["oserror", "torch-save", "safetensors"],
+)
+def test_a_full_disk_says_so_in_one_line(error, reliability):
+    """A full disk, as each writer reports it (simulated: a real one needs a filesystem to fill)."""
+
+    def main():
+        raise error
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+        run_script(main, "run_x.py")
+    lines = err.getvalue().strip().splitlines()
+    clear = exit_.value.code == 1 and len(lines) == 1 and "No space left on device" in lines[0]
+    assert reliability.fault(clear), err.getvalue()
