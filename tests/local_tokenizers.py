@@ -40,8 +40,11 @@ def shared_text(shared_data: Path, lines: int = 4000) -> Iterator[str]:
 
 
 def byte_level_bpe(shared_data: Path, family: str, vocab_size: int = 1000) -> transformers.PreTrainedTokenizerFast:
-    """A GPT-2 (`family="gpt2"`) or RoBERTa (`"roberta"`) tokenizer: byte-level BPE with the family's specials."""
-    specials = ["<|endoftext|>"] if family == "gpt2" else ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    """A GPT-2 (`family="gpt2"`), RoBERTa (`"roberta"`) or Llama (`"llama"`) tokenizer: byte-level BPE with the
+    family's specials (Llama: `<unk>`, `<s>`, `</s>` as ids 0, 1, 2, and `<s>` starting every text)."""
+    specials = {"gpt2": ["<|endoftext|>"], "llama": ["<unk>", "<s>", "</s>"]}.get(
+        family, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    )
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -52,6 +55,13 @@ def byte_level_bpe(shared_data: Path, family: str, vocab_size: int = 1000) -> tr
     if family == "gpt2":
         tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
         return transformers.GPT2TokenizerFast(tokenizer_object=tokenizer, pad_token="<|endoftext|>")
+    if family == "llama":
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", tokenizer.token_to_id("<s>"))]
+        )
+        return transformers.PreTrainedTokenizerFast(
+            tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+        )
     tokenizer.post_processor = processors.RobertaProcessing(
         ("</s>", tokenizer.token_to_id("</s>")), ("<s>", tokenizer.token_to_id("<s>"))
     )

@@ -138,3 +138,37 @@ def test_bad_inputs_are_clear_errors(tmp_path, shared_data):
     model_args = SimpleNamespace(cache_dir=str(tmp_path / "cache"), token=None)
     with pytest.raises(SystemExit, match="--dataset_name wikitext .*not in the local datasets cache.*--train_file"):
         load_raw_datasets(data_args(dataset_name="wikitext", dataset_config_name="wikitext-2-raw-v1"), model_args)
+
+
+def test_llama_with_grouped_query_attention_trains_on_wikitext_in_2_stages(tmp_path, shared_data):
+    """A tiny LlamaForCausalLM (4 heads sharing 2 key/value heads, rotary positions) in 2 pipeline stages."""
+    import transformers
+
+    from ..local_tokenizers import byte_level_bpe, save_tiny_pretrained
+
+    model_dir = save_tiny_pretrained(tmp_path / "tiny-llama", "LlamaForCausalLM", byte_level_bpe(shared_data, "llama"))
+    config = transformers.AutoConfig.from_pretrained(model_dir)
+    assert config.model_type == "llama" and config.num_key_value_heads < config.num_attention_heads
+    out = tmp_path / "output"
+    result = run_script(
+        "run_clm.py", "--model_name_or_path", str(model_dir), *wikitext_files(shared_data),
+        "--ipu_config_name", "./ipu_config_gpt2.json",
+        "--ipu_config_overrides", "layers_per_ipu=[2 2],embedding_serialization_factor=1,gradient_accumulation_steps=1",
+        "--do_train", "--do_eval", "--block_size", "32", "--max_train_samples", "160", "--max_eval_samples", "24",
+        "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4", "--learning_rate", "3e-3",
+        "--num_train_epochs", "1", "--logging_steps", "1", "--seed", "3", "--output_dir", str(out),
+        "--report_to", "none",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    everything = json.loads((out / "all_results.json").read_text())
+    assert {"eval_loss", "perplexity"} <= set(json.loads((out / "eval_results.json").read_text()))
+    assert everything["perplexity"] == pytest.approx(math.exp(everything["eval_loss"]), rel=1e-9)
+    assert everything["train_samples"] == 160 and everything["perplexity"] < 1000
+    saved = json.loads((out / "ipu_config.json").read_text())
+    assert saved["layers_per_ipu"] == [2, 2] and saved["ipus_per_replica"] == 2
+    assert tensor_names(out) == tensor_names(model_dir)  # the stock Llama layout, k/v projections included
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    losses = [entry["loss"] for entry in history if "loss" in entry]
+    assert len(losses) == 40  # 160 blocks, full batches of 4, one micro-batch per step
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < first - 0.5, (first, last)
