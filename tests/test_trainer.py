@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments
+from optimum_ipu import IncompatibleIPUConfigError, IPUConfig, IPUTrainer, IPUTrainingArguments
 
 from .tiny_models import tiny_inputs, tiny_model
 
@@ -209,15 +209,20 @@ def test_pipeline_over_processes_refuses_a_compute_loss_func():
     """The stages' schedule trains on the model's own loss: a `compute_loss_func` (packing's) would be ignored."""
     from types import SimpleNamespace
 
+    from optimum_ipu.models.plans import plan_for_class
     from optimum_ipu.packing import packed_question_answering_loss
     from optimum_ipu.trainer.stages import ProcessPipeline
 
     trainer = SimpleNamespace(
         ipu_config=IPUConfig(layers_per_ipu=[1, 1], ipus_per_replica=2, gradient_accumulation_steps=2),
-        pipelined=SimpleNamespace(plan=SimpleNamespace(family="bert")),
+        pipelined=SimpleNamespace(plan=plan_for_class("BertForQuestionAnswering"), model=None),
         compute_loss_func=packed_question_answering_loss,
     )
     with pytest.raises(ValueError, match="compute_loss_func .* not supported with pipeline stages on separate"):
         ProcessPipeline(trainer, "1F1B")
     trainer.compute_loss_func = None
     assert ProcessPipeline(trainer, "1F1B").stages == 2
+    # a family whose plan keeps its stages in one process says why, naming the class
+    trainer.pipelined = SimpleNamespace(plan=plan_for_class("Wav2Vec2ForPreTraining"), model=None)
+    with pytest.raises(IncompatibleIPUConfigError, match="NoneType cannot run its pipeline stages.*contrastive loss"):
+        ProcessPipeline(trainer, "1F1B")
