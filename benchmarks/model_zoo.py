@@ -2,17 +2,19 @@
 
 Every class that `transformers` registers for `AutoModelForCausalLM`, `AutoModelForMaskedLM`,
 `AutoModelForSequenceClassification` and `AutoModelForSeq2SeqLM` is built from its default config shrunk to a
-tiny one (hidden 32, 4 layers or 2 + 2, 2 heads and 1 key/value head, vocabulary 128, 64 positions, dropout
-off; nested text/vision/audio configs too), first on the meta device to check its size, then with random
-weights. Its stock forward and backward (fp32, training mode) are compared with `run_stages_in_turn` in
-2 and 3 stages (`layers_per_ipu` `[-1, -1]` and `[-1, -1, -1]`): every output tensor, the loss and every
-gradient, atol 1e-5. Each class ends in exactly one category (`CATEGORIES`) with its reason.
+tiny one (hidden 32, 4 layers or 2 + 2, 4 heads sharing 2 key/value heads unless the default has as many of
+each, vocabulary 128, 64 positions, dropout off; nested text/vision/audio configs too), first on the meta
+device to check its size, then with random weights. Its stock forward and backward (fp32, training mode) are
+compared with `run_stages_in_turn` in 2 and 3 stages (`layers_per_ipu` `[-1, -1]` and `[-1, -1, -1]`): every
+output tensor, the loss and every gradient, atol 1e-5. Each class ends in exactly one category
+(`CATEGORIES`) with its reason.
 
 Each class runs in a worker process (one at a time) with a time limit, so a hang or a crash of one class is
 recorded and the sweep goes on.
 
     python benchmarks/model_zoo.py [--classes BertForMaskedLM,...] [--timeout 90] \
         [--output benchmarks/results/model_zoo.json]
+    python benchmarks/model_zoo.py --summarize benchmarks/results/model_zoo.json   # the summary again, no run
 """
 
 from __future__ import annotations
@@ -62,25 +64,27 @@ SIZES: tuple[tuple[int, tuple[str, ...]], ...] = (
              "entity_emb_size", "pronunciation_embed_dim", "shape_embed_dim", "xpath_unit_hidden_size")),
     (HEADS, ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "decoder_attention_heads",
             "n_heads", "attention_heads", "index_n_heads", "linear_num_key_heads", "linear_num_value_heads",
-            "mamba_n_heads")),
-    (KV_HEADS, ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num", "n_kv_heads")),
+            "mamba_n_heads", "linear_num_heads", "swa_num_attention_heads")),
+    (KV_HEADS, ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num", "n_kv_heads",
+                "swa_num_key_value_heads")),
     (HEAD_DIM, ("head_dim", "d_kv", "attention_head_size", "attention_head_dim", "dim_head", "v_head_dim",
-               "qk_head_dim", "index_head_dim", "linear_key_head_dim", "linear_value_head_dim", "kv_lora_rank",
+               "swa_head_dim", "index_head_dim", "linear_key_head_dim", "linear_value_head_dim", "kv_lora_rank",
                "q_lora_rank", "mamba_headdim", "rotary_dim", "query_pre_attn_scalar", "hidden_size_per_layer_input",
                "d_head")),
     (8, ("qk_nope_head_dim", "qk_rope_head_dim", "mamba_d_state", "state_size", "time_step_rank", "index_topk",
-        "o_lora_rank", "embedding_rank", "adapter_rank", "loop_gate_rank")),
+        "o_lora_rank", "embedding_rank", "adapter_rank", "loop_gate_rank", "linear_head_dim")),
     (FFN, ("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "n_inner", "ffn_hidden_size",
           "moe_intermediate_size", "shared_expert_intermediate_size", "dense_intermediate_size", "feed_forward_size",
           "dim_ff", "dff", "mlp_dim", "expert_ffn_hidden_size", "router_hidden_size", "mamba_d_ssm", "d_inner")),
     (4, ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")),
-    (2, ("num_experts_per_tok", "moe_topk", "moe_k")),
+    (2, ("num_experts_per_tok", "moe_topk", "moe_k", "num_experts_per_token", "zero_expert_num")),
     (1, ("n_group", "topk_group", "num_expert_group")),  # group-limited expert routing: one group
     (POSITIONS, ("max_position_embeddings", "n_positions", "max_source_positions", "max_target_positions", "n_ctx",
                 "max_encoder_position_embeddings", "max_decoder_position_embeddings", "context_length",
                  "max_xpath_tag_unit_embeddings", "max_xpath_subs_unit_embeddings")),
     (VOCAB, ("vocab_size", "decoder_vocab_size", "src_vocab_size", "tgt_vocab_size", "vocab_size_per_layer_input",
-           "entity_vocab_size", "pronunciation_vocab_size", "shape_vocab_size")),
+           "entity_vocab_size", "pronunciation_vocab_size", "shape_vocab_size", "unpadded_vocab_size",
+           "encoder_hash_byte_group_vocab")),
 )  # fmt: skip
 LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_decoder_layers", "encoder_layers",
                 "decoder_layers", "num_encoder_layers")  # fmt: skip
@@ -164,21 +168,24 @@ def shrink_kwargs(defaults: dict[str, Any], encoder_decoder: bool) -> dict[str, 
         new = _shrunk_value(key, value, encoder_decoder)
         if new is not value:
             changed[key] = new
-    for key in ("head_dim", "num_key_value_heads"):
+    changed.update({k: 0.0 for k in ("layerdrop", "encoder_layerdrop", "decoder_layerdrop") if k in defaults})
+    return _keep_relations(defaults, changed)
+
+
+def _keep_relations(defaults: dict[str, Any], changed: dict[str, Any]) -> dict[str, Any]:
+    """Sizes that a config derives from others, or that must stay equal to others, set consistently."""
+    for key, size in (("head_dim", HEAD_DIM), ("num_key_value_heads", KV_HEADS), ("num_experts_per_tok", 2)):
         if key in defaults and defaults[key] is None:  # computed by some models' configs, not by others'
-            changed[key] = HEAD_DIM if key == "head_dim" else KV_HEADS
+            changed[key] = size
     heads = next((k for k in ("num_attention_heads", "n_head", "num_heads") if k in defaults), None)
     for key in SIZES[2][1]:
         if heads and key in defaults and defaults[key] == defaults[heads]:
             changed[key] = HEADS  # as many key/value heads as heads (multi-head latent attention): kept so
-    if (
-        "head_dim" in changed
-        and "qk_rope_head_dim" in defaults
-        and defaults["head_dim"] == defaults["qk_rope_head_dim"]
-    ):
-        changed["head_dim"] = changed["qk_rope_head_dim"]  # multi-head latent attention: rotary part only
-    if "layerdrop" in defaults or "encoder_layerdrop" in defaults:
-        changed.update({k: 0.0 for k in ("layerdrop", "encoder_layerdrop", "decoder_layerdrop") if k in defaults})
+    if "qk_head_dim" in defaults:  # multi-head latent attention: query/key = no-rotary part + rotary part
+        changed["qk_head_dim"] = changed.get("qk_nope_head_dim", 0) + changed.get("qk_rope_head_dim", 0) or HEAD_DIM
+    for part in ("qk_rope_head_dim", "qk_head_dim"):
+        if "head_dim" in changed and part in changed and defaults.get("head_dim") == defaults[part]:
+            changed["head_dim"] = changed[part]
     return changed
 
 
@@ -433,12 +440,12 @@ class WorkerPool:
         """`check_class` in the worker, or a `crashed` record naming the timeout or the exit code."""
         if self.process is None or not self.process.is_alive():
             self._start()
-        self.connection.send(class_name)
         try:
+            self.connection.send(class_name)
             if self.connection.poll(self.timeout):
                 return self.connection.recv()
-            reason = f"TimeoutError: no result within {self.timeout:.0f} s (hang); worker restarted"
-        except EOFError:
+            reason = f"TimeoutError: no result within {self.timeout:g} s (hang); worker restarted"
+        except (EOFError, OSError):  # the worker's end closed: it died
             reason = "worker died"
         self.process.kill()
         self.process.join()
@@ -490,7 +497,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--classes", help="comma-separated class names (default: every class of the four mappings)")
     parser.add_argument("--timeout", type=float, default=90.0, help="seconds per class before it counts as a hang")
     parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "model_zoo.json"))
+    parser.add_argument("--summarize", metavar="JSON", help="print the summary of a sweep's JSON (nothing is run)")
     args = parser.parse_args(argv)
+    if args.summarize:
+        print(summary_markdown(json.loads(Path(args.summarize).read_text())["classes"]))
+        return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     everything = zoo_classes()
@@ -504,7 +515,8 @@ def main(argv: list[str] | None = None) -> None:
 
     report = {
         "transformers": transformers.__version__, "torch": torch.__version__, "stages": STAGES, "atol": ATOL,
-        "seconds": round(time.perf_counter() - start, 1), "categories": CATEGORIES,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()), "seconds": round(time.perf_counter() - start, 1),
+        "categories": CATEGORIES,
         "counts": dict(Counter(r["category"] for r in results)), "classes": results,
     }  # fmt: skip
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -8,18 +8,18 @@ list of identical layers, which must be refused clearly.
 
 from __future__ import annotations
 
-import importlib.util
+import os
+import signal
 import sys
+import threading
 
 import pytest
 import torch
 
 from .conftest import REPO_ROOT
 
-_spec = importlib.util.spec_from_file_location("model_zoo", REPO_ROOT / "benchmarks" / "model_zoo.py")
-model_zoo = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("model_zoo", model_zoo)
-_spec.loader.exec_module(model_zoo)
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))  # importable by name: the sweep's worker process imports it too
+import model_zoo  # noqa: E402
 
 DERIVED_SAMPLE = [
     "ElectraForMaskedLM",  # BERT-like encoder with its own embedding projection
@@ -91,3 +91,15 @@ def test_summary_counts_every_category():
     text = model_zoo.summary_markdown(results)
     assert "| passes | 1 |" in text and "| no_layer_list | 1 |" in text and "| crashed | 0 |" in text
     assert "| B | none | - | - | no_layer_list | no list \\| here |" in text
+
+
+def test_a_worker_that_dies_is_one_crashed_class_and_the_sweep_goes_on(zoo):
+    pool = model_zoo.WorkerPool(timeout=120)
+    try:
+        pool._start()
+        threading.Timer(0.2, os.kill, (pool.process.pid, signal.SIGKILL)).start()  # while it still imports
+        record = pool.check("ElectraForMaskedLM", zoo["ElectraForMaskedLM"])
+        assert record["category"] == "crashed" and record["reason"] == "worker died (signal 9)"
+        assert pool.check("ElectraForMaskedLM", zoo["ElectraForMaskedLM"])["category"] == "passes"
+    finally:
+        pool.stop()
