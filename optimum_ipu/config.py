@@ -235,10 +235,7 @@ class IPUConfig:
         for name, value in _fill_defaults(values).items():
             self.__dict__[name] = copy.deepcopy(value)
         validate(self)
-        for field in ("parallelize_kwargs", "inference_parallelize_kwargs"):
-            for key in self.__dict__[field]:
-                # no model's parallelize() takes keyword arguments here: said once, not silently ignored
-                _warn_once(f"{field}:{key}", f"IPUConfig: `{field}` key {short_repr(key, 60)} has no effect here.")
+        _report_parallelize_kwargs(self.__dict__)
 
     # ------------------------------------------------------------------ modes
     def train(self, mode: bool = True) -> IPUConfig:
@@ -441,6 +438,13 @@ def _fill_defaults(values: dict[str, Any]) -> dict[str, Any]:
     v["parallelize_kwargs"] = v["parallelize_kwargs"] or {}
     v["inference_parallelize_kwargs"] = v["inference_parallelize_kwargs"] or {}
     return v
+
+
+def _report_parallelize_kwargs(fields: dict[str, Any]) -> None:
+    # no model's parallelize() takes keyword arguments here: said once by name, not silently ignored
+    for field in ("parallelize_kwargs", "inference_parallelize_kwargs"):
+        for key in fields[field]:
+            _warn_once(f"{field}:{key}", f"IPUConfig: `{field}` key {short_repr(key, 60)} has no effect here.")
 
 
 def _fill_ipus(v: dict[str, Any], layers_key: str, ipus_key: str) -> None:

@@ -45,6 +45,8 @@ IDENTITY_ARGS = (
     "max_steps", "label_smoothing_factor", "loss_scaling",
 )  # fmt: skip
 IDENTITY_CONFIG = ("gradient_accumulation_steps", "replication_factor", "device_iterations", "auto_loss_scaling")
+# Changed on purpose to train longer (as `transformers` allows): said in a warning, not refused.
+IDENTITY_EXTENDABLE = ("num_train_epochs", "max_steps")
 
 
 def new_run_id() -> str:
@@ -232,20 +234,30 @@ def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str) -
 def check_run_identity(checkpoint: str, identity: dict[str, Any]) -> str | None:
     """Compare the run recorded in `checkpoint`'s marker with `identity`; return the run id to continue.
 
-    Returns None for a checkpoint without a recorded run (a plain `transformers` one, or an older marker).
+    Returns None for a checkpoint without a recorded run (a plain `transformers` one, or an older marker). A
+    different length (`IDENTITY_EXTENDABLE`: training on for longer) is a warning, since the LR schedule then
+    differs from the interrupted run's.
 
     Raises:
-        ValueError: one line naming the arguments that differ, their recorded and current values.
+        ValueError: one line naming the other arguments that differ, their recorded and current values.
     """
     run = (read_marker(checkpoint) or {}).get("run")
     if not isinstance(run, dict):
         return None
     recorded = run.get("identity") or {}
     changed = [key for key in sorted(set(recorded) | set(identity)) if recorded.get(key) != identity.get(key)]
+
+    def differences(keys: list[str]) -> str:
+        pairs = [(k, short_repr(recorded.get(k), 40), short_repr(identity.get(k), 40)) for k in keys[:4]]
+        return ", ".join(f"{k} {old} -> {new}" for k, old, new in pairs)
+
+    longer = [key for key in changed if key in IDENTITY_EXTENDABLE]
+    if longer:
+        logger.warning("%s: resumed with %s; the LR schedule differs from the interrupted run's", checkpoint,
+                       differences(longer))  # fmt: skip
+    changed = [key for key in changed if key not in IDENTITY_EXTENDABLE]
     if changed:
-        diffs = ", ".join(
-            f"{key} {short_repr(recorded.get(key), 40)} -> {short_repr(identity.get(key), 40)}" for key in changed[:4]
-        )
+        diffs = differences(changed)
         raise ValueError(
             f"{checkpoint} was written by a run with other training arguments ({diffs}); resume with the arguments "
             "it was trained with, or start afresh with --overwrite_output_dir"

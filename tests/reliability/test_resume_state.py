@@ -128,7 +128,6 @@ CHANGES = {
     "learning_rate": ({"learning_rate": 2e-3}, None, None),
     "seed": ({"seed": 6}, None, None),
     "per_device_train_batch_size": ({"per_device_train_batch_size": 1}, None, None),
-    "num_train_epochs": ({"num_train_epochs": 2}, None, None),
     "weight_decay": ({"weight_decay": 0.1}, None, None),
     "lr_scheduler_type": ({"lr_scheduler_type": "constant"}, None, None),
     "warmup_steps": ({"warmup_ratio": 0.5}, None, None),
@@ -148,6 +147,16 @@ def test_resume_with_other_training_arguments_is_refused_naming_them(finished_ru
     before = weights(trainer)
     reliability.expect_clear_error(lambda: trainer.train(resume_from_checkpoint=True), ("checkpoint-6", field))
     assert trainer.state.global_step == 0 and all(torch.equal(v, weights(trainer)[k]) for k, v in before.items())
+
+
+def test_resume_for_longer_is_said_in_a_warning(finished_run, tmp_path, reliability, caplog):
+    """Training on for more epochs (or steps) is allowed, as in transformers, with a warning naming the change."""
+    out = copy_run(finished_run, tmp_path)
+    trainer = trainer_for(out, num_train_epochs=2)
+    with caplog.at_level(logging.WARNING, logger="optimum_ipu"):
+        trainer.train(resume_from_checkpoint=True)
+    assert trainer.state.global_step == 2 * STEPS
+    assert "checkpoint-6: resumed with num_train_epochs 1 -> 2" in caplog.text, caplog.text
 
 
 def test_overwrite_output_dir_discards_an_earlier_run_before_the_first_step(finished_run, tmp_path, reliability):

@@ -231,3 +231,23 @@ def test_a_full_disk_says_so_in_one_line(error, reliability):
     lines = err.getvalue().strip().splitlines()
     clear = exit_.value.code == 1 and len(lines) == 1 and "No space left on device" in lines[0]
     assert reliability.fault(clear), err.getvalue()
+
+
+def test_a_bare_debug_flag_shows_the_traceback_and_is_not_passed_on(monkeypatch):
+    """`--debug` alone asks for the traceback (it is removed, so the script's parser never sees it); transformers'
+    own `--debug VALUE` is left alone."""
+    seen = {}
+
+    def main():
+        seen["argv"] = list(sys.argv)
+        raise ValueError("--doc_stride -5: expected 0 <= doc_stride < --max_seq_length (384)")
+
+    monkeypatch.delenv("OPTIMUM_IPU_DEBUG", raising=False)
+    monkeypatch.setattr(sys, "argv", ["run_x.py", "--output_dir", "o", "--debug"])
+    with pytest.raises(ValueError, match="--doc_stride -5"):  # the exception itself: Python prints its traceback
+        run_script(main)
+    assert seen["argv"] == ["run_x.py", "--output_dir", "o"]
+    monkeypatch.setattr(sys, "argv", ["run_x.py", "--debug", "underflow_overflow"])
+    with pytest.raises(SystemExit):  # not a request for the traceback: one line, exit 2
+        run_script(main)
+    assert seen["argv"] == ["run_x.py", "--debug", "underflow_overflow"]
