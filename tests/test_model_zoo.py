@@ -39,7 +39,8 @@ NO_LAYER_LIST = "MllamaForCausalLM"  # self-attention and cross-attention layers
 
 @pytest.fixture(scope="module")
 def zoo() -> dict[str, dict[str, str]]:
-    model_zoo.quiet()
+    # not model_zoo.quiet(): it is for the sweep's own worker processes (one thread, logs off) and would leak
+    # into the rest of this pytest process
     return model_zoo.zoo_classes()
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from optimum_ipu import IncompatibleIPUConfigError, IPUConfig, to_pipelined
+from optimum_ipu.models import derived
 from optimum_ipu.models.plans import plan_for_class, registered_classes, registered_plans
 from optimum_ipu.runtime.stage_cut import run_stages_in_turn
 
@@ -175,6 +176,7 @@ def test_unregistered_class_gets_a_derived_plan_equal_to_stock(caplog):
     expected.loss.backward()
     model = copy.deepcopy(stock)
     model.zero_grad(set_to_none=True)
+    derived._derived.pop("ElectraForMaskedLM", None)  # said once a process: another test may have said it
     with caplog.at_level("WARNING"):
         pipelined = to_pipelined(model, IPUConfig(layers_per_ipu=[1, 2, 1]), parallelize=True)
     assert pipelined.plan.derived and pipelined.plan.layers == ("encoder.layer",)

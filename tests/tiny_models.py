@@ -91,7 +91,7 @@ def tiny_model(class_name: str, seed: int = 0) -> transformers.PreTrainedModel:
     config = tiny_config(plan_for_class(class_name).family)
     if class_name.endswith("QuestionAnswering") and not class_name.startswith("Lxmert"):
         config.num_labels = 2  # start and end logits
-    if class_name.startswith("T5Encoder") or class_name.startswith("MT5Encoder"):
+    if class_name.startswith(("T5Encoder", "MT5Encoder")) or class_name.endswith("5ForTokenClassification"):
         config.num_layers = 4  # an encoder alone: 4 layers, as every other tiny model
     return getattr(transformers, class_name)(config).eval()
 
@@ -110,6 +110,8 @@ def tiny_inputs(class_name: str, batch: int = BATCH, seed: int = 1) -> dict[str,
     mask[..., -2:] = 0  # some padding, so attention masks matter
     if class_name.startswith("Bart"):
         ids[..., -3] = 2  # one </s> a row: BART's classification head pools there
+    if class_name.startswith(("T5For", "MT5For")) and class_name.endswith("SequenceClassification"):
+        ids[..., -3] = 1  # T5's head pools at </s> likewise
     inputs = {"input_ids": ids, "attention_mask": mask}
     if class_name.startswith("Lxmert"):
         inputs["visual_feats"] = torch.randn(batch, 3, 8, generator=g)

@@ -5,7 +5,8 @@ model (`model.layers`, `encoder.layer`, `h`, `blocks`), or an encoder and a deco
 plan needs: everything before the first layer runs with stage 0 and everything after the last with the last
 stage, and `optimum_ipu.runtime.stage_cut` cuts the stock forward there. A derived plan declares no chunked
 vocabulary loss and no packing (facts that need checking per family); `projection_serialization_factor` still
-computes the logits in chunks.
+computes the logits in chunks. When stages run apart, the first forward checks what a pass-through cannot stand
+in for (a layer run twice, state handed between layers besides the hidden states) and refuses it clearly.
 
 How many architectures this covers, measured over every class that `transformers` registers for four auto
 classes, is in the README (`benchmarks/model_zoo.py` measures it).
@@ -27,20 +28,28 @@ _derived: dict[str, StagePlan] = {}
 
 
 def _layer_lists(root: nn.Module) -> list[tuple[str, nn.ModuleList]]:
-    """The outermost `nn.ModuleList`s under `root` whose items are all of one class and hold parameters."""
+    """The outermost `nn.ModuleList`s under `root` whose items are all of one class (not lists themselves) and
+    hold parameters."""
     found: list[tuple[str, nn.ModuleList]] = []
     for name, module in root.named_modules():
         if not isinstance(module, nn.ModuleList) or not len(module) or not name:
             continue
         if any(name.startswith(outer + ".") for outer, _ in found):
             continue  # a list inside a layer of a list already found (attention heads, experts)
-        if len({type(item) for item in module}) == 1 and any(True for _ in module[0].parameters()):
+        kinds = {type(item) for item in module}
+        if (
+            len(kinds) == 1
+            and not issubclass(next(iter(kinds)), nn.ModuleList)
+            and next(module[0].parameters(), None) is not None
+        ):
             found.append((name, module))
     return found
 
 
-def _main_list(root: nn.Module, where: str) -> str:
-    """The path (under `root`) of the list holding most of `root`'s parameters; a clear error if there is none."""
+def _main_list(root: nn.Module, where: str, depth: int | None = None) -> str:
+    """The path (under `root`) of the layer list: the one as long as the config's layer count if there is one,
+    else the one holding most parameters; a clear error if there is none, or if the layers' parts are kept in
+    parallel lists (XLM: attentions, norms and feed-forwards in four lists of the same length)."""
     lists = _layer_lists(root)
     if not lists:
         raise IncompatibleIPUConfigError(
@@ -51,7 +60,18 @@ def _main_list(root: nn.Module, where: str) -> str:
     def size(module: nn.Module) -> int:
         return sum(p.numel() for p in module.parameters())
 
-    return max(lists, key=lambda item: size(item[1]))[0]
+    as_deep = [item for item in lists if depth is not None and len(item[1]) == depth]
+    name, chosen = max(as_deep or lists, key=lambda item: size(item[1]))
+    parent = name.rpartition(".")[0]
+    siblings = [other for other, module in lists if other != name and other.rpartition(".")[0] == parent
+                and len(module) == len(chosen)]  # fmt: skip
+    if siblings:
+        raise IncompatibleIPUConfigError(
+            f"{where} keeps the parts of each layer in parallel lists ({', '.join([name, *siblings])}), so no stage "
+            "plan can be derived; register one with optimum_ipu.models.register_stage_plan(StagePlan(...)) "
+            "(see docs/adding_a_family.md)"
+        )
+    return name
 
 
 def _relative_path(base: nn.Module, module: nn.Module) -> str:
@@ -81,14 +101,15 @@ def derive_plan(model: Any) -> StagePlan:
         encoder, decoder = get_encoder(), base.get_decoder()
         encoder_path, decoder_path = _relative_path(base, encoder), _relative_path(base, decoder)
         layers = (
-            f"{encoder_path}.{_main_list(encoder, f'{name} encoder')}",
-            f"{decoder_path}.{_main_list(decoder, f'{name} decoder')}",
+            f"{encoder_path}.{_main_list(encoder, f'{name} encoder', getattr(config, 'encoder_layers', None))}",
+            f"{decoder_path}.{_main_list(decoder, f'{name} decoder', getattr(config, 'decoder_layers', None))}",
         )
         counts = tuple(f for f in ("encoder_layers", "decoder_layers") if hasattr(config, f)) or ("num_hidden_layers",)
         plan = StagePlan(family, (name,), (), layers, counts, encoder=encoder_path, derived=True)
     else:
         embeddings = tuple(child for child, _ in base.named_children() if "emb" in child)
-        plan = StagePlan(family, (name,), embeddings, (_main_list(base, name),), derived=True)
+        depth = getattr(config, "num_hidden_layers", None)
+        plan = StagePlan(family, (name,), embeddings, (_main_list(base, name, depth),), derived=True)
     logger.warning(
         "%s has no registered stage plan; derived one from its structure: pipeline layers %s. Check it with "
         "tests like tests/test_pipelined.py, or register a plan (docs/adding_a_family.md).",

@@ -109,7 +109,7 @@ class PipelinedModel(nn.Module):
         encoder = None
         if self.plan.encoder is not None and len(lists) == 2:  # T5EncoderModel: an encoder alone is one stack
             encoder = EncoderSplit(self._find(self.plan.encoder), len(self.model.get_submodule(lists[0])))
-        return StageCut(self.layer_paths(), encoder=encoder, stand_in=self.plan.layer_stand_in)
+        return StageCut(self.layer_paths(), encoder, self.plan.layer_stand_in, strict=self.plan.derived)
 
     @property
     def num_layers(self) -> int:

@@ -19,7 +19,7 @@ stock model.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutput
 
+from ..errors import IncompatibleIPUConfigError
 from .precision import autocast
 
 HIDDEN, ENCODER = "hidden", "encoder"
@@ -54,11 +55,14 @@ class StageCut:
         encoder (`EncoderSplit`, *optional*): the encoder-decoder split, if any.
         stand_in (`Callable`, *optional*): `(layer) -> nn.Module | None`, the plan's stand-in for a layer of
             another stage where a bare pass-through would change the numbers (`StagePlan.layer_stand_in`).
+        strict (`bool`, *optional*, defaults to `False`): a derived plan: refuse layers that hand more than their
+            hidden states on (a registered plan is tested, and declares stand-ins where needed).
     """
 
     layer_paths: Sequence[str]
     encoder: EncoderSplit | None = None
     stand_in: Callable[[nn.Module], nn.Module | None] | None = None
+    strict: bool = False
 
     def carried(self, boundary: int) -> tuple[str, ...]:
         """Names of the tensors that travel into the layer at `boundary` (the count of layers before it)."""
@@ -80,11 +84,22 @@ class _StageExit(Exception):
 
 class _PassThrough(nn.Module):
     """Stands in for a layer of another stage: returns the hidden states it is given, shaped as that layer's
-    output (a tensor, or a tuple of that length whose other items are `None`)."""
+    output (a tensor, or a tuple of that length whose other items are `None`). Other attributes are the layer's
+    (base models read a layer's `attention_type` and the like between layers)."""
 
-    def __init__(self, arity: int = 0) -> None:
+    def __init__(self, arity: int = 0, layer: nn.Module | None = None) -> None:
         super().__init__()
         self.arity = arity
+        self.__dict__["_layer"] = layer  # a plain reference: its parameters stay registered in the model only
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            layer = self.__dict__.get("_layer")
+            if layer is None:
+                raise
+            return getattr(layer, name)
 
     def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         return (hidden_states, *([None] * (self.arity - 1))) if self.arity else hidden_states
@@ -131,6 +146,14 @@ class StageModule(nn.Module):
         self._micro_batches: deque[dict[str, torch.Tensor]] = deque()
         self._layers = [model.get_submodule(p) for p in cut.layer_paths]
         self._stand_ins: dict[int, nn.Module] | None = None  # built on the first forward (see _learn_layers)
+        config = getattr(model, "config", None)
+        for name in ("layerdrop", "encoder_layerdrop", "decoder_layerdrop"):
+            if num_stages > 1 and (getattr(config, name, 0.0) or 0.0) > 0:
+                # a dropped layer never runs, so a stage starting there would never receive its input
+                raise IncompatibleIPUConfigError(
+                    f"{name}={getattr(config, name)}: {_name(model)} skips layers at random in training, which stages "
+                    f"run apart cannot follow; load the model with {name}=0.0, or run one stage"
+                )
 
     # ------------------------------------------------------------------ feeding
     def reset(self, micro_batches: list[dict[str, torch.Tensor]], first_step: bool = False) -> None:
@@ -153,34 +176,17 @@ class StageModule(nn.Module):
         return self._micro_batches.popleft()
 
     # --------------------------------------------------------------- stand-ins
-    @torch.no_grad()
     def _learn_layers(self, batch: dict[str, torch.Tensor]) -> dict[int, nn.Module]:
         """Stand-ins for the layers of other stages, each returning what its layer returns (a tensor or a tuple
         of some length): learnt from one forward of the whole model on one row, so no family needs declaring."""
-        arity: dict[int, int] = {}
-
-        def record(i: int) -> Callable[..., None]:
-            def hook(module: nn.Module, args: Any, output: Any) -> None:
-                arity[i] = 0 if isinstance(output, torch.Tensor) else len(output)
-
-            return hook
-
-        handles = [layer.register_forward_hook(record(i)) for i, layer in enumerate(self._layers)]
-        device = next(iter(batch.values())).device
-        training = self.model.training
-        # eval (no statistics updated) and the RNG put back: the probe leaves no trace in the training run
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
-            try:
-                self.model.eval()(**{k: v[:1] for k, v in batch.items()})
-            finally:
-                self.model.train(training)
-                for handle in handles:
-                    handle.remove()
+        probe = probe_layers(self.model, self._layers, {k: v[:1] for k, v in batch.items()}, self.cut)
+        by_class = {type(self._layers[i]): n for i, n in probe.arity.items()}  # for a layer the probe skipped
         stand_ins: dict[int, nn.Module] = {}
         for i, layer in enumerate(self._layers):
             if i not in self.layers:
                 own = self.cut.stand_in(layer) if self.cut.stand_in is not None else None
-                stand_ins[i] = own if own is not None else _PassThrough(arity.get(i, 0))
+                arity = probe.arity.get(i, by_class.get(type(layer), 0))
+                stand_ins[i] = own if own is not None else _PassThrough(arity, layer)
         return stand_ins
 
     # ------------------------------------------------------------------ running
@@ -267,6 +273,87 @@ def _exit_at_output(module: nn.Module, args: tuple, output: Any) -> None:
 
 def _exit_at_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
     raise _StageExit(args[0] if args else kwargs["hidden_states"])
+
+
+@dataclass
+class LayerProbe:
+    """What one forward of the whole model showed of its layers (`probe_layers`)."""
+
+    arity: dict[int, int]  # 0: the layer returns a tensor; n: a tuple of n items
+    calls: dict[int, int]  # how many times each layer ran
+
+
+def probe_layers(model: nn.Module, layers: Sequence[nn.Module], batch: dict[str, Any], cut: StageCut) -> LayerProbe:
+    """Run the whole model once and see how its layers are called and what they return, so that a stand-in can
+    return the same shape; refuse what a pass-through cannot stand in for (a clear error, not other numbers).
+
+    The forward runs in the model's own mode (an evaluation forward may change weights: RWKV rescales them in
+    place), with the RNG put back and the buffers restored afterwards (running statistics), so it leaves no
+    trace in the training run.
+
+    Raises:
+        `IncompatibleIPUConfigError`: a layer runs more than once per forward (ALBERT shares one layer
+            between positions), or, for a derived plan, a layer returns state besides its hidden states (a dict,
+            extra tensors in its tuple) or the encoder returns more than its hidden states (router logits).
+    """
+    probe, encoder_extra = LayerProbe({}, {}), []
+
+    def record(i: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            probe.calls[i] = probe.calls.get(i, 0) + 1
+            if isinstance(output, Mapping) and cut.strict:
+                raise IncompatibleIPUConfigError(f"{_name(model)}: layer {i} returns a {type(output).__name__}; "
+                                                 f"{_REGISTER}")  # fmt: skip
+            probe.arity[i] = 0 if isinstance(output, torch.Tensor) else len(output)
+            if cut.strict and probe.arity[i] and any(item is not None for item in tuple(output)[1:]):
+                raise IncompatibleIPUConfigError(
+                    f"{_name(model)}: layer {i} hands state besides its hidden states to the next layer (a "
+                    f"{len(output)}-tuple); a derived plan cannot carry it between stages; {_REGISTER}"
+                )
+
+        return hook
+
+    handles = [layer.register_forward_hook(record(i)) for i, layer in enumerate(layers)]
+    if cut.encoder is not None and cut.strict:
+
+        def encoder_output(module: nn.Module, args: Any, output: Any) -> None:
+            if isinstance(output, Mapping):
+                encoder_extra.extend(k for k, v in output.items() if v is not None and k != "last_hidden_state")
+
+        handles.append(model.get_submodule(cut.encoder.path).register_forward_hook(encoder_output))
+    device = next(v for v in batch.values() if isinstance(v, torch.Tensor)).device
+    buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
+        try:
+            with torch.no_grad():
+                model(**batch)
+        finally:
+            for handle in handles:
+                handle.remove()
+            with torch.no_grad():  # only what changed: an in-place copy would stale autograd's saved buffers
+                for name, buffer in model.named_buffers():
+                    if not torch.equal(buffer, buffers[name]):
+                        buffer.copy_(buffers[name])
+    repeated = {i: n for i, n in probe.calls.items() if n > 1}
+    if repeated:
+        first = min(repeated)
+        raise IncompatibleIPUConfigError(
+            f"{_name(model)}: layer {first} ran {repeated[first]} times in one forward; stages can only cut a stack "
+            f"whose layers run once each, in order; {_REGISTER}"
+        )
+    if encoder_extra:
+        raise IncompatibleIPUConfigError(
+            f"{_name(model)}: its encoder returns {', '.join(encoder_extra)} besides its hidden states, which the "
+            f"decoder stages would need; {_REGISTER}"
+        )
+    return probe
+
+
+_REGISTER = "run it in one stage (layers_per_ipu=[-1]) or register a plan (docs/adding_a_family.md)"
+
+
+def _name(model: nn.Module) -> str:
+    return type(model).__name__
 
 
 def run_stages_in_turn(

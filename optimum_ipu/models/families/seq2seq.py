@@ -47,7 +47,14 @@ _T5_LOSS = {"T5ForConditionalGeneration": "masked", "MT5ForConditionalGeneration
 PLANS: tuple[StagePlan, ...] = (
     StagePlan(
         family="t5",
-        classes=("T5ForConditionalGeneration", "T5Model", "T5EncoderModel"),
+        classes=(
+            "T5ForConditionalGeneration",
+            "T5Model",
+            "T5EncoderModel",
+            "T5ForSequenceClassification",
+            "T5ForTokenClassification",
+            "T5ForQuestionAnswering",
+        ),  # fmt: skip
         embeddings=("shared",),
         layers=("encoder.block", "decoder.block?"),
         layer_count_fields=("num_layers", "num_decoder_layers"),
@@ -58,7 +65,14 @@ PLANS: tuple[StagePlan, ...] = (
     ),
     StagePlan(
         family="mt5",
-        classes=("MT5ForConditionalGeneration", "MT5Model", "MT5EncoderModel"),
+        classes=(
+            "MT5ForConditionalGeneration",
+            "MT5Model",
+            "MT5EncoderModel",
+            "MT5ForSequenceClassification",
+            "MT5ForTokenClassification",
+            "MT5ForQuestionAnswering",
+        ),  # fmt: skip
         embeddings=("shared",),
         layers=("encoder.block", "decoder.block?"),
         layer_count_fields=("num_layers", "num_decoder_layers"),
