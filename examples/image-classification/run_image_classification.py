@@ -1,0 +1,322 @@
+#!/usr/bin/env python
+"""Fine-tune (or train from scratch) a `transformers` image classifier (ViT, ConvNeXt, ...) with `IPUTrainer`.
+
+The flags of the `transformers` example of the same name, plus `--ipu_config_name` and the other
+`IPUTrainingArguments`. From this folder (it reads `./ipu_config.json`), the recipe of Optimum Graphcore:
+
+    python run_image_classification.py --ipu_config_name=./ --model_name_or_path google/vit-base-patch16-224-in21k \\
+      --dataset_name cifar10 --output_dir ./outputs/ --remove_unused_columns False --do_train --do_eval \\
+      --learning_rate 2e-5 --num_train_epochs 5 --per_device_train_batch_size 1 --per_device_eval_batch_size 1
+
+Data: `--dataset_name` (from the local `datasets` cache), or `--train_dir` / `--validation_dir`, folders in the
+`imagefolder` layout (`<dir>/<label>/<image>`, the folder names are the labels); without a validation split,
+`--train_val_split` of the training images are held out. Images pass through the model's image processor
+(resize, rescale, normalize; grayscale images become RGB). Without pretrained weights, train from scratch:
+`--model_type vit --config_overrides "image_size=32,patch_size=4,..."` (the image processor is then the
+family's, sized to the config's `image_size`). Writes `train_results.json`, `eval_results.json` (`eval_accuracy`,
+from `torchmetrics`), `all_results.json`, and the model with its image processor and `ipu_config.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import datasets
+import numpy as np
+import torch
+import transformers
+from torchmetrics.functional import accuracy
+from transformers import (
+    CONFIG_MAPPING,
+    AutoConfig,
+    AutoImageProcessor,
+    AutoModelForImageClassification,
+    EvalPrediction,
+    HfArgumentParser,
+    set_seed,
+)
+from transformers.models.auto import image_processing_auto
+from transformers.utils import is_torchvision_available
+
+from optimum_ipu import IPUTrainer, IPUTrainingArguments
+from optimum_ipu.errors import run_script
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelArguments:
+    """Which model, config and image processor to fine-tune (or which family to train from scratch)."""
+
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Model folder or id in the local Hugging Face cache; leave out to train from "
+                                        "scratch (--model_type or --config_name)."}
+    )  # fmt: skip
+    model_type: str | None = field(default=None, metadata={"help": "Family to train from scratch, e.g. vit, convnext."})
+    config_overrides: str | None = field(
+        default=None, metadata={"help": "From scratch: config values, e.g. 'image_size=32,patch_size=4'."}
+    )
+    config_name: str | None = field(default=None, metadata={"help": "Config folder or id, if not the model's."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded models are cached."})
+    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model."})
+    image_processor_name: str | None = field(default=None, metadata={"help": "Image processor folder or id."})
+    token: str | None = field(default=None, metadata={"help": "Hugging Face Hub token."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from the model's repository."})
+    ignore_mismatched_sizes: bool = field(
+        default=False, metadata={"help": "Load a model whose classification head has another number of labels."}
+    )
+
+    def __post_init__(self) -> None:
+        if self.model_type is not None and self.model_type not in CONFIG_MAPPING:
+            raise ValueError(f"--model_type {self.model_type}: unknown to transformers; e.g. vit, convnext")
+        if self.config_overrides is not None and self.model_name_or_path is not None:
+            raise ValueError("--config_overrides changes the config of a model trained from scratch; leave out "
+                             "--model_name_or_path, or use --config_name")  # fmt: skip
+        if self.model_name_or_path is None and self.model_type is None and self.config_name is None:
+            raise ValueError("give --model_name_or_path, or --model_type (e.g. vit) / --config_name to train from "
+                             "scratch")  # fmt: skip
+
+
+@dataclass
+class DataTrainingArguments:
+    """What images to train and evaluate on."""
+
+    dataset_name: str | None = field(default=None, metadata={"help": "Dataset name (from the local datasets cache)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
+    train_dir: str | None = field(default=None, metadata={"help": "Training images: <dir>/<label>/<image>."})
+    validation_dir: str | None = field(default=None, metadata={"help": "Evaluation images, same layout."})
+    train_val_split: float = field(default=0.15, metadata={"help": "Share of training images held out if no "
+                                                                   "validation split is given."})  # fmt: skip
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep this many training examples."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep this many evaluation examples."})
+    image_column_name: str = field(default="image", metadata={"help": "The column of the images."})
+    label_column_name: str = field(default="label", metadata={"help": "The column of the labels."})
+
+    def __post_init__(self) -> None:
+        if self.dataset_name is None and self.train_dir is None and self.validation_dir is None:
+            raise ValueError("give --dataset_name or --train_dir/--validation_dir (imagefolder layout)")
+        for name in ("train_dir", "validation_dir"):
+            path = getattr(self, name)
+            if path is not None and not os.path.isdir(path):
+                raise ValueError(f"--{name} {path}: no such folder; expected <dir>/<label>/<image> files")
+        if not 0.0 <= self.train_val_split < 1.0:
+            raise ValueError(f"--train_val_split {self.train_val_split}: expected a share in [0, 1)")
+
+
+def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> datasets.DatasetDict:
+    """The train / validation images, from `imagefolder` folders or the local `datasets` cache."""
+    if data.dataset_name is None:
+        files = {"train": data.train_dir, "validation": data.validation_dir}
+        data_files = {split: os.path.join(path, "**") for split, path in files.items() if path is not None}
+        return datasets.load_dataset("imagefolder", data_files=data_files, cache_dir=model.cache_dir)
+    try:
+        return datasets.load_dataset(data.dataset_name, data.dataset_config_name, cache_dir=model.cache_dir,
+                                     token=model.token)  # fmt: skip
+    except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
+        raise SystemExit(
+            f"--dataset_name {data.dataset_name}: not in the local datasets cache and the Hub cannot be reached "
+            f"({type(err).__name__}). Pass local folders instead, e.g. --train_dir "
+            "../../../shared/data/images/uci-digits-8x8/train --validation_dir "
+            "../../../shared/data/images/uci-digits-8x8/validation"
+        ) from None
+
+
+def check_columns(raw: datasets.DatasetDict, data: DataTrainingArguments) -> list[str]:
+    """The label names (a `ClassLabel`'s names, else the sorted distinct values); a clear error for a missing
+    column."""
+    for split, dataset in raw.items():
+        for flag, column in (("--image_column_name", data.image_column_name),
+                             ("--label_column_name", data.label_column_name)):  # fmt: skip
+            if column not in dataset.column_names:
+                raise ValueError(f"{flag} {column}: the {split} data has no such column (columns: "
+                                 f"{', '.join(dataset.column_names)}); name the right one")  # fmt: skip
+    feature = raw["train" if "train" in raw else "validation"].features[data.label_column_name]
+    if isinstance(feature, datasets.ClassLabel):
+        return list(feature.names)
+    return [str(v) for v in sorted({v for split in raw.values() for v in split.unique(data.label_column_name)})]
+
+
+def new_config(model_type: str, overrides: str | None) -> transformers.PretrainedConfig:
+    """The config of a model trained from scratch: the family's defaults with `--config_overrides`, given as
+    `key=value,...` (scalars, `transformers`' `update_from_string`) or as a JSON object of constructor arguments
+    (lists too, e.g. `{"conv_dim": [32, 32]}`); a clear error for an unknown key or a bad value."""
+    config_class = CONFIG_MAPPING[model_type]
+    try:
+        if overrides and overrides.lstrip().startswith("{"):
+            values = json.loads(overrides)
+            defaults = config_class()
+            unknown = [key for key in values if not hasattr(defaults, key)]
+            if unknown:
+                raise ValueError(f"{model_type} configs have no {', '.join(unknown)}")
+            return config_class(**values)
+        config = config_class()
+        if overrides:
+            config.update_from_string(overrides)
+        return config
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--config_overrides {overrides!r}: {err}") from None
+
+
+def build_model(
+    model_args: ModelArguments, labels: list[str]
+) -> tuple[transformers.PreTrainedModel, transformers.BaseImageProcessor]:
+    """The classifier (pretrained, or new from `--model_type` / `--config_name`) with the data's labels, and its
+    image processor."""
+    hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token,
+           "trust_remote_code": model_args.trust_remote_code}  # fmt: skip
+    label_kwargs = {"num_labels": len(labels), "label2id": {n: i for i, n in enumerate(labels)},
+                    "id2label": dict(enumerate(labels)), "finetuning_task": "image-classification"}  # fmt: skip
+    if model_args.config_name or model_args.model_name_or_path:
+        config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path, **label_kwargs,
+                                            **hub)  # fmt: skip
+    else:
+        config = new_config(model_args.model_type, model_args.config_overrides)
+        config.update(label_kwargs)
+    if model_args.model_name_or_path:
+        model = AutoModelForImageClassification.from_pretrained(
+            model_args.model_name_or_path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
+            **hub,
+        )  # fmt: skip
+    else:
+        logger.info("Training a new %s model from scratch", config.model_type)
+        model = AutoModelForImageClassification.from_config(config, trust_remote_code=model_args.trust_remote_code)
+    source = model_args.image_processor_name or model_args.model_name_or_path
+    if source:
+        processor = AutoImageProcessor.from_pretrained(source, **hub)
+    else:
+        processor = family_image_processor(config)
+    return model, processor
+
+
+def family_image_processor(config: transformers.PretrainedConfig) -> transformers.BaseImageProcessor:
+    """The default image processor of a config's family, sized to its `image_size`: what a model trained from
+    scratch is fed (and saved with)."""
+    names = image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES.get(config.model_type)
+    if not names:
+        raise ValueError(f"--model_type {config.model_type}: transformers has no image processor for it; pass "
+                         "--image_processor_name")  # fmt: skip
+    name = names if isinstance(names, str) else names["torchvision" if is_torchvision_available() else "pil"]
+    processor = image_processing_auto.get_image_processor_class_from_name(name)()
+    side = getattr(config, "image_size", None)
+    if isinstance(side, int):
+        square = {"height": side, "width": side}
+        processor.size = {"shortest_edge": side} if "shortest_edge" in processor.size else square
+        if hasattr(processor, "crop_size"):
+            processor.crop_size = {"height": side, "width": side}
+        if hasattr(processor, "crop_pct"):
+            processor.crop_pct = 1.0  # the whole image, resized: a small image has no margin to crop
+    return processor
+
+
+def accuracy_metric(num_labels: int):
+    """`compute_metrics`: top-1 accuracy (`accuracy`) by torchmetrics."""
+
+    def compute(p: EvalPrediction) -> dict[str, float]:
+        logits = p.predictions[0] if isinstance(p.predictions, tuple) else p.predictions
+        preds = torch.as_tensor(np.argmax(logits, axis=-1))
+        labels = torch.as_tensor(np.asarray(p.label_ids)).long()
+        classes = max(num_labels, 2)
+        return {"accuracy": float(accuracy(preds, labels, task="multiclass", num_classes=classes, average="micro"))}
+
+    return compute
+
+
+def collate_fn(examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Stack the processed images and their labels."""
+    return {
+        "pixel_values": torch.stack([torch.as_tensor(e["pixel_values"]) for e in examples]),
+        "labels": torch.tensor([e["labels"] for e in examples], dtype=torch.long),
+    }
+
+
+def main() -> None:
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUTrainingArguments))
+    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
+        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
+    else:
+        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    log_level = training_args.get_process_log_level()
+    for lib_logger in (logger, logging.getLogger("optimum_ipu")):
+        lib_logger.setLevel(log_level)
+    datasets.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+    logger.info("Training/evaluation parameters %s", training_args)
+
+    # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
+    last_checkpoint = training_args.checkpoint_in_output_dir()
+    set_seed(training_args.seed)
+
+    raw = load_raw_datasets(data_args, model_args)
+    if "validation" not in raw and training_args.do_eval and data_args.train_val_split > 0:
+        split = raw["train"].train_test_split(data_args.train_val_split, seed=training_args.seed)
+        raw["train"], raw["validation"] = split["train"], split["test"]
+    labels = check_columns(raw, data_args)
+    label_to_id = {name: i for i, name in enumerate(labels)}
+    model, image_processor = build_model(model_args, labels)
+
+    image_column, label_column = data_args.image_column_name, data_args.label_column_name
+    is_class_label = isinstance(raw[next(iter(raw))].features[label_column], datasets.ClassLabel)
+
+    def transform(batch: dict[str, list]) -> dict[str, list]:
+        """The image processor on each image (as RGB); labels as class ids. Applied on the fly."""
+        images = [image.convert("RGB") for image in batch[image_column]]
+        pixels = image_processor(images, return_tensors="pt")["pixel_values"]
+        ids = batch[label_column] if is_class_label else [label_to_id[str(v)] for v in batch[label_column]]
+        return {"pixel_values": list(pixels), "labels": ids}
+
+    def prepared(split: str, limit: int | None, flag: str) -> datasets.Dataset:
+        if split not in raw:
+            raise ValueError(f"{flag} needs a {split} dataset: give --{split}_dir (or --dataset_name with one)")
+        dataset = raw[split].shuffle(seed=training_args.seed) if limit is not None else raw[split]
+        if limit is not None:
+            dataset = dataset.select(range(min(limit, len(dataset))))
+        return dataset.with_transform(transform)
+
+    train_dataset = prepared("train", data_args.max_train_samples, "--do_train") if training_args.do_train else None
+    eval_dataset = prepared("validation", data_args.max_eval_samples, "--do_eval") if training_args.do_eval else None
+    training_args.remove_unused_columns = False  # the transform reads the image column: keep it
+
+    trainer = IPUTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        compute_metrics=accuracy_metric(len(labels)),
+        processing_class=image_processor,
+        data_collator=collate_fn,
+    )
+
+    if training_args.do_train:
+        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
+        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        if training_args.compile_only:
+            logger.info("--compile_only: graphs compiled and cached; nothing trained or saved")
+            return
+        trainer.save_model()  # the image processor too
+        metrics = train_result.metrics
+        metrics["train_samples"] = len(train_dataset)
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        trainer.save_state()
+
+    if training_args.do_eval:
+        logger.info("*** Evaluate ***")
+        metrics = trainer.evaluate()
+        metrics["eval_samples"] = len(eval_dataset)
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+
+
+if __name__ == "__main__":
+    run_script(main)  # a bad input: one line on stderr, exit code 2 (OPTIMUM_IPU_DEBUG=1 for the traceback)
