@@ -6,6 +6,7 @@ from __future__ import annotations
 from unittest import mock
 
 import datasets
+import pytest
 import torch
 import transformers
 
@@ -43,29 +44,31 @@ def assert_same_training(a: transformers.Trainer, b: transformers.Trainer, steps
         torch.testing.assert_close(value, reference[key], atol=1e-5, rtol=0, msg=key)
 
 
-def causal_lm() -> transformers.PreTrainedModel:
+def causal_lm(loss_type: str | None = None) -> transformers.PreTrainedModel:
     model = tiny_model(CAUSAL)
-    # GPT-2's head is not named "...ForCausalLM", so transformers leaves its loss_type unset and Trainer would count
-    # position 0 of every row as an item of `num_items_in_batch` (one the shifted loss never predicts).
-    model.loss_type = "ForCausalLM"
+    # GPT-2's head is not named "...ForCausalLM": transformers leaves its loss_type unset, and then Trainer counts
+    # position 0 of every row as an item of `num_items_in_batch`, one the shifted loss never predicts.
+    model.loss_type = loss_type
     return model
 
 
-def ipu_trainer(out, accumulation: int, batch: int, data: datasets.Dataset) -> IPUTrainer:
+def ipu_trainer(out, accumulation: int, batch: int, data: datasets.Dataset, loss_type: str | None = None):
     args = IPUTrainingArguments(str(out), per_device_train_batch_size=batch, **COMMON)
     config = IPUConfig(gradient_accumulation_steps=accumulation)
-    return IPUTrainer(causal_lm(), config, args, train_dataset=data)
+    return IPUTrainer(causal_lm(loss_type), config, args, train_dataset=data)
 
 
-def test_token_loss_under_accumulation_equals_transformers_trainer(tmp_path):
+@pytest.mark.parametrize("loss_type", [None, "ForCausalLM"])
+def test_token_loss_under_accumulation_equals_transformers_trainer(tmp_path, loss_type):
+    """Trainer's count of items is ours too, with GPT-2's unset loss_type (counting position 0) or set."""
     data = unevenly_padded()
     tokens = (torch.tensor(data["labels"])[:, 1:] != -100).sum(1)
     assert tokens.min() < tokens.max() // 3  # uneven: a mean of micro-batch means would weigh tokens wrongly
-    ours = ipu_trainer(tmp_path / "ours", accumulation=4, batch=2, data=data)
+    ours = ipu_trainer(tmp_path / "ours", accumulation=4, batch=2, data=data, loss_type=loss_type)
     stock_args = transformers.TrainingArguments(
         str(tmp_path / "stock"), per_device_train_batch_size=2, gradient_accumulation_steps=4, **COMMON
     )
-    stock = transformers.Trainer(causal_lm(), stock_args, train_dataset=data)
+    stock = transformers.Trainer(causal_lm(loss_type), stock_args, train_dataset=data)
     ours.train()
     stock.train()
     assert_same_training(ours, stock, steps=8)
@@ -76,8 +79,8 @@ def test_token_loss_under_accumulation_equals_transformers_trainer(tmp_path):
 def test_accumulated_token_loss_equals_one_big_batch(tmp_path):
     """The step's loss is its token mean however the step is cut into micro-batches."""
     data = unevenly_padded(seed=1)
-    accumulated = ipu_trainer(tmp_path / "a", accumulation=4, batch=2, data=data)
-    big = ipu_trainer(tmp_path / "b", accumulation=1, batch=8, data=data)
+    accumulated = ipu_trainer(tmp_path / "a", accumulation=4, batch=2, data=data, loss_type="ForCausalLM")
+    big = ipu_trainer(tmp_path / "b", accumulation=1, batch=8, data=data, loss_type="ForCausalLM")
     accumulated.train()
     big.train()
     assert_same_training(accumulated, big, steps=8)
@@ -85,7 +88,7 @@ def test_accumulated_token_loss_equals_one_big_batch(tmp_path):
 
 def test_trainer_runs_the_engine_step(tmp_path):
     """`Trainer`'s loop calls the engine's micro-batch step and its gradient preparation, nothing of its own."""
-    trainer = ipu_trainer(tmp_path, accumulation=4, batch=2, data=unevenly_padded(rows=16))
+    trainer = ipu_trainer(tmp_path, accumulation=4, batch=2, data=unevenly_padded(rows=16), loss_type="ForCausalLM")
     with (
         mock.patch.object(Engine, "micro_batch_step", autospec=True, side_effect=Engine.micro_batch_step) as micro,
         mock.patch.object(Engine, "prepare_gradients", autospec=True, side_effect=Engine.prepare_gradients) as prep,

@@ -185,6 +185,10 @@ class IPUTrainer(Trainer):
             device=self.args.device,
         )
         self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=self.engine.device)
+        # A causal LM's loss averages labels[..., 1:] (position t predicts t + 1). Trainer knows it for classes named
+        # ...ForCausalLM only; the stage plan knows it for GPT-2's head too. Read before any sharding renames the class.
+        causal = self.pipelined.plan.loss_kind(type(model).__name__) == "causal"
+        self._loss_shifts_labels_here = self._loss_shifts_labels or causal
         self.engine.loss_scaler.max_consecutive_overflows = args.max_consecutive_skipped_steps
         self.run_record: dict[str, Any] | None = None  # the run id and identity written into checkpoint markers
         if world_size() > 1:
@@ -289,11 +293,12 @@ class IPUTrainer(Trainer):
         """This micro-batch's share of its optimizer step's loss (see `training_step`)."""
         if num_items_in_batch is None:
             return 1 / self.current_gradient_accumulation_steps
-        # Trainer's count (`_get_num_items_in_batch`) for one micro-batch, written out: across processes Trainer's
-        # function all-gathers the count, which would be a collective per micro-batch.
+        # The items this micro-batch's mean loss averages, counted by Trainer's rule (`_get_num_items_in_batch`, written
+        # out: across processes it all-gathers, a collective per micro-batch). Mean x items / step's count = its token
+        # sum over Trainer's count: the stock number, whether or not the model itself takes `num_items_in_batch`.
         labels = inputs.get("shift_labels")
         if labels is None:
-            labels = inputs["labels"][..., 1:] if self._loss_shifts_labels else inputs["labels"]
+            labels = inputs["labels"][..., 1:] if self._loss_shifts_labels_here else inputs["labels"]
         weight = labels.ne(-100).sum() / num_items_in_batch
         if self.args.average_tokens_across_devices and self.accelerator.num_processes > 1:
             weight = weight * self.accelerator.num_processes  # the count is over every process; DDP averages
