@@ -42,6 +42,22 @@ def init_cpu_process_group(backend: str, timeout_s: int) -> None:
     """
     if dist.is_available() and not dist.is_initialized():
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+    set_default_group_timeout(timeout_s)
+
+
+def set_default_group_timeout(timeout_s: int) -> None:
+    """Make `timeout_s` the timeout of every process group created from now on without one of its own.
+
+    `new_group` and `init_device_mesh` (the replica x stage mesh of process pipelines) give their groups torch's
+    module default (30 minutes on gloo, 10 on NCCL), not the default group's: a stage waiting on a stopped stage
+    would ignore `ddp_timeout`. torch reads these module values when a group is made, so setting them is enough.
+    """
+    from torch.distributed import distributed_c10d
+
+    timeout = datetime.timedelta(seconds=timeout_s)
+    distributed_c10d.default_pg_timeout = timeout
+    if isinstance(getattr(distributed_c10d, "default_pg_nccl_timeout", None), datetime.timedelta):
+        distributed_c10d.default_pg_nccl_timeout = timeout
 
 
 _HEARTBEAT = "optimum_ipu/heartbeat/"

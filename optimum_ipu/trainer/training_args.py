@@ -16,7 +16,7 @@ from transformers import TrainingArguments
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError, short_repr
 from ..runtime.devices import default_device, supports_bf16
-from ..runtime.distributed import init_cpu_process_group, start_heartbeat, world_size
+from ..runtime.distributed import init_cpu_process_group, set_default_group_timeout, start_heartbeat, world_size
 from ..runtime.precision import check_loss_scale
 from .checkpoints import last_complete_checkpoint, resolve_resume
 
@@ -182,6 +182,8 @@ class IPUTrainingArguments(TrainingArguments):
         if self.use_cpu and world_size() > 1:
             init_cpu_process_group(self.ddp_backend or "gloo", self.ddp_timeout)
         device = TrainingArguments._setup_devices.func(self)
+        if world_size() > 1:
+            set_default_group_timeout(self.ddp_timeout)  # the groups of pipelines and meshes too, on any backend
         start_heartbeat(self.ddp_timeout)  # so that a collective's timeout can name the rank that stopped
         return device
 

@@ -11,6 +11,8 @@ import socket
 import subprocess
 import time
 
+import pytest
+
 from ..conftest import PYTHON, REPO_ROOT
 
 TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]  # the venv's `torchrun`, whatever PATH says
@@ -53,9 +55,13 @@ from optimum_ipu.errors import run_script
 def main():
     args = IPUTrainingArguments(output_dir=sys.argv[1], ddp_timeout=5, report_to=[])
     args.device  # sets up the process group, as IPUTrainer does
+    group = None
+    if sys.argv[2] == "mesh":  # a group made later, as process pipelines make their replica x stage mesh
+        from torch.distributed.device_mesh import init_device_mesh
+        group = init_device_mesh("cpu", (2,), mesh_dim_names=("replica",)).get_group("replica")
     if dist.get_rank() == 1:
         os.kill(os.getpid(), signal.SIGSTOP)  # stopped, not dead: nothing tells the launcher
-    dist.all_reduce(torch.ones(1))
+    dist.all_reduce(torch.ones(1), group=group)
     print("reduced", flush=True)
 
 run_script(main)
@@ -71,11 +77,13 @@ def torchrun(tmp_path, job: str, *args: str) -> subprocess.CompletedProcess:
                           env=env, timeout=BOUND_S * 3, cwd=tmp_path)  # fmt: skip
 
 
-def test_a_stopped_rank_ends_the_job_after_ddp_timeout_naming_it(tmp_path, reliability):
-    """transformers drops `ddp_timeout` on CPUs: gloo waited 30 minutes. Now the waiting rank gives up after the
-    configured 5 s (gloo's message says so) and names the rank whose heartbeat stopped."""
+@pytest.mark.parametrize("group", ["default", "mesh"])
+def test_a_stopped_rank_ends_the_job_after_ddp_timeout_naming_it(tmp_path, group, reliability):
+    """transformers drops `ddp_timeout` on CPUs, and groups made later (a device mesh) never had it: gloo waited 30
+    minutes. Now the waiting rank gives up after the configured 5 s (gloo's message says so) and names the rank whose
+    heartbeat stopped."""
     reliability.fault_injected()
-    run = torchrun(tmp_path, STOPPED_RANK_JOB, str(tmp_path / "out"))
+    run = torchrun(tmp_path, STOPPED_RANK_JOB, str(tmp_path / "out"), group)
     assert run.returncode != 0 and "reduced" not in run.stdout, (run.returncode, run.stdout)
     lines = [line for line in run.stderr.splitlines() if line.startswith("job.py (rank 0): error:")]
     # one line from the waiting rank, no traceback from it (the launcher's own report follows, naming ranks 0 and 1)
