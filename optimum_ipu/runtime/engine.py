@@ -4,6 +4,10 @@ A training host call holds `device_iterations` optimizer steps, each of `gradien
 micro-batches; an inference host call holds `inference_device_iterations` batches. Stages run in turn on
 the one device, so numbers are those of the stock model. The distributed runtime replaces only how a
 micro-batch travels through the stages.
+
+`micro_batch_step` (forward and backward of one micro-batch) and `prepare_gradients` (unscale, clip, overflow
+check before each optimizer step) are the training step: `train_step` runs them, and so does `IPUTrainer` inside
+`transformers.Trainer`'s loop.
 """
 
 from __future__ import annotations
