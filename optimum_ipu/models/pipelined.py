@@ -53,6 +53,8 @@ class PipelinedModel(nn.Module):
     def __init__(self, model: nn.Module, ipu_config: IPUConfig) -> None:
         super().__init__()
         self.plan: StagePlan = plan_for_model(model)
+        # the class name as built: FSDP2's fully_shard later swaps the class for an `FSDP...` subclass
+        self.class_name = type(model).__name__
         self.model = model
         self.ipu_config = ipu_config
         self._undo: list[Callable[[], None]] = []
@@ -138,7 +140,7 @@ class PipelinedModel(nn.Module):
 
     def describe_layout(self) -> str:
         """A printable table of what each device slot holds."""
-        return f"{type(self.model).__name__} ({self.num_layers} layers):\n{format_layout(self.stage_layout())}"
+        return f"{self.class_name} ({self.num_layers} layers):\n{format_layout(self.stage_layout())}"
 
     # ------------------------------------------------------------- (de)parallelize
     def parallelize(self) -> PipelinedModel:
@@ -192,7 +194,7 @@ class PipelinedModel(nn.Module):
         """The stock model's forward. In training with labels and `projection_serialization_factor > 1`, the
         output projection and its cross-entropy run in chunks and `logits` is `None` (never built whole)."""
         projection = self.model.get_output_embeddings()
-        kind = self.plan.loss_kind(type(self.model).__name__)
+        kind = self.plan.loss_kind(self.class_name)
         if not (self.training and kind and kwargs.get("labels") is not None and hasattr(projection, "capturing")):
             return self.model(*args, **kwargs)
         labels = kwargs.pop("labels")

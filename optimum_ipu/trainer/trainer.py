@@ -51,7 +51,7 @@ from .checkpoints import (
     resolve_resume,
     run_identity,
 )
-from .packing import PACKED_SEQUENCE_IDS, with_packed_block_mask
+from ..packing import PACKED_SEQUENCE_IDS, with_packed_block_mask
 from .stages import ProcessPipeline
 from .training_args import IPUTrainingArguments
 
