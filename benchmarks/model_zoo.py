@@ -45,6 +45,7 @@ MAPPINGS = {
 CATEGORIES = {
     "passes": "pipelines into 2 and 3 stages with the stock outputs, loss and gradients",
     "no_layer_list": "refused clearly: its base model holds no list of identical layers",
+    "refused": "refused clearly when its stages run apart: a layer runs twice, or hands on more than hidden states",
     "unbuildable": "its config could not be shrunk, or the model could not be built or run offline",
     "mismatch": "pipelined, but an output or a gradient differs from the stock model's",
     "crashed": "pipelining raised an exception, hung or killed the process",
@@ -341,7 +342,7 @@ def _plan_kind(model: torch.nn.Module, record: dict[str, Any]) -> bool:
         return True
     except IncompatibleIPUConfigError as error:
         refused = "no list of identical layers" in str(error)
-        record.update(plan="none", category="no_layer_list" if refused else "crashed", reason=_short(error))
+        record.update(plan="none", category="no_layer_list" if refused else "refused", reason=_short(error))
     except Exception as error:  # noqa: BLE001
         record.update(plan="none", category="crashed", reason=f"plan: {_short(error)}")
     return False
@@ -355,6 +356,8 @@ def check_class(class_name: str, info: dict[str, str] | None = None) -> dict[str
         `stages_3` (`"pass"`, `"mismatch"`, `"crash"` or `None` when not run), `category` (a key of
         `CATEGORIES`), `reason`, `parameters`.
     """
+    from optimum_ipu import IncompatibleIPUConfigError
+
     info = info or zoo_classes()[class_name]
     record: dict[str, Any] = {"class": class_name, **info, "plan": None, "stages_2": None, "stages_3": None,
                               "category": None, "reason": "", "parameters": None}  # fmt: skip
@@ -373,6 +376,10 @@ def check_class(class_name: str, info: dict[str, str] | None = None) -> dict[str
     for stages in STAGES:
         try:
             _, outputs, grads = _pipelined_run(copy.deepcopy(pristine), stages, inputs)
+        except IncompatibleIPUConfigError as error:  # the runtime's clear refusal, not a crash
+            record[f"stages_{stages}"] = "refused"
+            problems.append(("refused", f"{stages} stages: {_short(error)}"))
+            continue
         except Exception as error:  # noqa: BLE001
             record[f"stages_{stages}"] = "crash"
             problems.append(("crashed", f"{stages} stages: {_short(error)}"))
@@ -383,8 +390,9 @@ def check_class(class_name: str, info: dict[str, str] | None = None) -> dict[str
             problems.append(("mismatch", f"{stages} stages: {difference}"))
     if not problems:
         record.update(category="passes", reason="")
-    else:  # a crash outranks a mismatch; the first stage count's reason is given
-        category = "crashed" if any(c == "crashed" for c, _ in problems) else "mismatch"
+    else:  # a crash outranks a mismatch, which outranks a refusal; the first stage count's reason is given
+        found = {c for c, _ in problems}
+        category = next(c for c in ("crashed", "mismatch", "refused") if c in found)
         record.update(category=category, reason=next(r for c, r in problems if c == category))
     return record
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -146,6 +146,7 @@ class StageModule(nn.Module):
         self._micro_batches: deque[dict[str, torch.Tensor]] = deque()
         self._layers = [model.get_submodule(p) for p in cut.layer_paths]
         self._stand_ins: dict[int, nn.Module] | None = None  # built on the first forward (see _learn_layers)
+        self._encoder_output: type = BaseModelOutput  # the class the encoder returns (MoE encoders add fields)
         config = getattr(model, "config", None)
         for name in ("layerdrop", "encoder_layerdrop", "decoder_layerdrop"):
             if num_stages > 1 and (getattr(config, name, 0.0) or 0.0) > 0:
@@ -180,6 +181,7 @@ class StageModule(nn.Module):
         """Stand-ins for the layers of other stages, each returning what its layer returns (a tensor or a tuple
         of some length): learnt from one forward of the whole model on one row, so no family needs declaring."""
         probe = probe_layers(self.model, self._layers, {k: v[:1] for k, v in batch.items()}, self.cut)
+        self._encoder_output = probe.encoder_output
         by_class = {type(self._layers[i]): n for i, n in probe.arity.items()}  # for a layer the probe skipped
         stand_ins: dict[int, nn.Module] = {}
         for i, layer in enumerate(self._layers):
@@ -199,7 +201,7 @@ class StageModule(nn.Module):
         received = {} if self.is_first else dict(zip(self.cut.carried(self.layers.start), tensors, strict=True))
         extra = {}
         if ENCODER in received:
-            extra["encoder_outputs"] = BaseModelOutput(last_hidden_state=received[ENCODER])
+            extra["encoder_outputs"] = self._encoder_output(last_hidden_state=received[ENCODER])
         handles, encoder_output = self._hook(received), {}
         if not self.is_last and ENCODER in self.cut.carried(self.layers.stop) and ENCODER not in received:
             # this stage runs the encoder's end: keep its output to send on with the decoder's hidden states
@@ -279,8 +281,19 @@ def _exit_at_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
 class LayerProbe:
     """What one forward of the whole model showed of its layers (`probe_layers`)."""
 
-    arity: dict[int, int]  # 0: the layer returns a tensor; n: a tuple of n items
-    calls: dict[int, int]  # how many times each layer ran
+    arity: dict[int, int] = field(default_factory=dict)  # 0: the layer returns a tensor; n: a tuple of n items
+    calls: dict[int, int] = field(default_factory=dict)  # how many times each layer ran
+    encoder_output: type = BaseModelOutput  # the class of the encoder's output, rebuilt for the decoder stages
+
+
+def _tensor_ids(values: Any) -> set[int]:
+    """Ids of the tensors among `values` and one level of tuples or lists inside them."""
+    found = set()
+    for value in values:
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(item, torch.Tensor):
+                found.add(id(item))
+    return found
 
 
 def probe_layers(model: nn.Module, layers: Sequence[nn.Module], batch: dict[str, Any], cut: StageCut) -> LayerProbe:
@@ -288,39 +301,61 @@ def probe_layers(model: nn.Module, layers: Sequence[nn.Module], batch: dict[str,
     return the same shape; refuse what a pass-through cannot stand in for (a clear error, not other numbers).
 
     The forward runs in the model's own mode (an evaluation forward may change weights: RWKV rescales them in
-    place), with the RNG put back and the buffers restored afterwards (running statistics), so it leaves no
+    place), with the RNG put back and changed buffers restored afterwards (running statistics), so it leaves no
     trace in the training run.
 
     Raises:
-        `IncompatibleIPUConfigError`: a layer runs more than once per forward (ALBERT shares one layer
-            between positions), or, for a derived plan, a layer returns state besides its hidden states (a dict,
-            extra tensors in its tuple) or the encoder returns more than its hidden states (router logits).
+        `IncompatibleIPUConfigError`: a layer runs more than once per forward (ALBERT shares one layer between
+            positions), or, for a derived plan, a layer returns a dict or hands the next layer a tensor besides
+            its hidden states (a position bias, global tokens: state a pass-through would drop).
     """
-    probe, encoder_extra = LayerProbe({}, {}), []
+    probe, inputs, extras, kept = LayerProbe(), {}, {}, []
 
-    def record(i: int) -> Callable[..., None]:
+    def before(i: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            inputs[i] = _tensor_ids([*args, *kwargs.values()])
+
+        return hook
+
+    def after(i: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             probe.calls[i] = probe.calls.get(i, 0) + 1
             if isinstance(output, Mapping) and cut.strict:
                 raise IncompatibleIPUConfigError(f"{_name(model)}: layer {i} returns a {type(output).__name__}; "
                                                  f"{_REGISTER}")  # fmt: skip
             probe.arity[i] = 0 if isinstance(output, torch.Tensor) else len(output)
-            if cut.strict and probe.arity[i] and any(item is not None for item in tuple(output)[1:]):
-                raise IncompatibleIPUConfigError(
-                    f"{_name(model)}: layer {i} hands state besides its hidden states to the next layer (a "
-                    f"{len(output)}-tuple); a derived plan cannot carry it between stages; {_REGISTER}"
-                )
+            rest = tuple(output)[1:] if probe.arity[i] else ()
+            kept.append(rest)  # alive until the end, so that no id is reused
+            extras[i] = _tensor_ids(rest)
 
         return hook
 
-    handles = [layer.register_forward_hook(record(i)) for i, layer in enumerate(layers)]
-    if cut.encoder is not None and cut.strict:
+    handles = [layer.register_forward_pre_hook(before(i), with_kwargs=True) for i, layer in enumerate(layers)]
+    handles += [layer.register_forward_hook(after(i)) for i, layer in enumerate(layers)]
+    if cut.encoder is not None:
+        encoder = model.get_submodule(cut.encoder.path)
+        handles.append(encoder.register_forward_hook(lambda m, a, out: setattr(probe, "encoder_output", type(out))))
+    _run_leaving_no_trace(model, batch, handles)
+    repeated = {i: n for i, n in probe.calls.items() if n > 1}
+    if repeated:
+        first = min(repeated)
+        raise IncompatibleIPUConfigError(
+            f"{_name(model)}: layer {first} ran {repeated[first]} times in one forward; stages can only cut a stack "
+            f"whose layers run once each, in order; {_REGISTER}"
+        )
+    handed = [i for i in extras if extras[i] & inputs.get(i + 1, set())]
+    if cut.strict and handed:
+        raise IncompatibleIPUConfigError(
+            f"{_name(model)}: layer {handed[0]} hands the next layer a tensor besides its hidden states; a derived "
+            f"plan cannot carry it between stages; {_REGISTER}"
+        )
+    if not issubclass(probe.encoder_output, Mapping):
+        probe.encoder_output = BaseModelOutput
+    return probe
 
-        def encoder_output(module: nn.Module, args: Any, output: Any) -> None:
-            if isinstance(output, Mapping):
-                encoder_extra.extend(k for k, v in output.items() if v is not None and k != "last_hidden_state")
 
-        handles.append(model.get_submodule(cut.encoder.path).register_forward_hook(encoder_output))
+def _run_leaving_no_trace(model: nn.Module, batch: dict[str, Any], handles: list[Any]) -> None:
+    """One forward without gradients, the RNG put back and changed buffers restored; removes `handles` after."""
     device = next(v for v in batch.values() if isinstance(v, torch.Tensor)).device
     buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
@@ -334,19 +369,6 @@ def probe_layers(model: nn.Module, layers: Sequence[nn.Module], batch: dict[str,
                 for name, buffer in model.named_buffers():
                     if not torch.equal(buffer, buffers[name]):
                         buffer.copy_(buffers[name])
-    repeated = {i: n for i, n in probe.calls.items() if n > 1}
-    if repeated:
-        first = min(repeated)
-        raise IncompatibleIPUConfigError(
-            f"{_name(model)}: layer {first} ran {repeated[first]} times in one forward; stages can only cut a stack "
-            f"whose layers run once each, in order; {_REGISTER}"
-        )
-    if encoder_extra:
-        raise IncompatibleIPUConfigError(
-            f"{_name(model)}: its encoder returns {', '.join(encoder_extra)} besides its hidden states, which the "
-            f"decoder stages would need; {_REGISTER}"
-        )
-    return probe
 
 
 _REGISTER = "run it in one stage (layers_per_ipu=[-1]) or register a plan (docs/adding_a_family.md)"
