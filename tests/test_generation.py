@@ -4,31 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-import transformers
 from transformers.cache_utils import StaticCache
 
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.models.generation import generate_static
 
-from .tiny_models import VOCAB, tiny_config
+from .helpers import PAD, generating_model
+from .tiny_models import VOCAB
 
-PAD, EOS = 0, VOCAB - 1
 ROWS, PROMPT, BATCH, PROMPT_LENGTH = 3, 7, 5, 11
-
-
-def generating_model(class_name: str) -> transformers.PreTrainedModel:
-    """A tiny random model whose outputs vary from step to step (default init gives one repeated token)."""
-    family = "t5" if class_name.startswith("T5") else "gpt2"
-    config = tiny_config(family)
-    if family == "t5":
-        config.initializer_factor = 8.0
-        config.eos_token_id = EOS
-    else:
-        config.initializer_range = 0.5
-        config.bos_token_id = config.eos_token_id = EOS
-    config.pad_token_id = PAD
-    torch.manual_seed(0)
-    return getattr(transformers, class_name)(config).eval()
 
 
 def prompts(encoder_decoder: bool) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:

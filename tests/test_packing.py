@@ -21,51 +21,15 @@ from optimum_ipu.packing import (
 )
 
 from .conftest import REPO_ROOT
-from .tiny_models import VOCAB, tiny_model
-
-LENGTHS = [9, 14, 5, 20, 7, 11, 16, 3, 12]  # 97 tokens: 4 rows of 32 at best
-MAX_LEN = 32
-
-
-def _features(seed: int = 0) -> dict[str, list]:
-    g = torch.Generator().manual_seed(seed)
-    features: dict[str, list] = {k: [] for k in ("input_ids", "token_type_ids", "start_positions", "end_positions")}
-    features["labels"] = []
-    for n in LENGTHS:
-        features["input_ids"].append(torch.randint(2, VOCAB, (n,), generator=g).tolist())
-        features["token_type_ids"].append([0] * (n // 2) + [1] * (n - n // 2))  # question, then context
-        start, end = sorted(torch.randint(0, n, (2,), generator=g).tolist())
-        features["start_positions"].append(start)
-        features["end_positions"].append(end)
-        features["labels"].append(int(torch.randint(0, 3, (1,), generator=g)))
-    return features
-
-
-def _rows(packed: dict[str, list]) -> list[dict]:
-    return [{k: v[r] for k, v in packed.items()} for r in range(len(packed["input_ids"]))]
-
-
-def _alone(features: dict[str, list], i: int) -> dict[str, torch.Tensor]:
-    return {k: torch.tensor([features[k][i]]) for k in ("input_ids", "token_type_ids")}
-
-
-def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad(set_to_none=True)
-    return grads
-
-
-def _assert_same_grads(packed: dict[str, torch.Tensor], alone: dict[str, torch.Tensor]) -> None:
-    assert packed.keys() == alone.keys() and len(packed) > 10
-    for name, grad in packed.items():
-        torch.testing.assert_close(grad, alone[name], atol=1e-5, rtol=1e-4, msg=name)
+from .helpers import LENGTHS, MAX_LEN, assert_same_grads, feature_alone, packed_rows, packing_features, take_grads
+from .tiny_models import tiny_model
 
 
 @pytest.mark.parametrize(
     ("family", "attn"), [("Bert", "eager"), ("Bert", "sdpa"), ("Roberta", "sdpa"), ("DistilBert", "sdpa")]
 )
 def test_packed_qa_equals_each_feature_alone(family, attn):
-    features = _features()
+    features = packing_features()
     qa = {k: v for k, v in features.items() if k != "labels"}
     packed = pack_features(qa, MAX_LEN)
     assert len(packed["input_ids"]) == math.ceil(sum(LENGTHS) / MAX_LEN)  # best fit reaches the bound here
@@ -73,7 +37,7 @@ def test_packed_qa_equals_each_feature_alone(family, attn):
     model = tiny_model(f"{family}ForQuestionAnswering")
     model.set_attn_implementation(attn)
     check_packing_support(model)
-    batch = PackedDataCollator(MAX_LEN, slots, position_offset=position_offset(model.config))(_rows(packed))
+    batch = PackedDataCollator(MAX_LEN, slots, position_offset=position_offset(model.config))(packed_rows(packed))
     assert batch["attention_mask"].shape == (len(packed["input_ids"]), 1, MAX_LEN, MAX_LEN)
     assert batch["labels"].shape == (len(packed["input_ids"]), slots, 4)
     model.train()  # dropout is off in the tiny config: train mode changes nothing but is what packing is for
@@ -83,56 +47,56 @@ def test_packed_qa_equals_each_feature_alone(family, attn):
     start, end = unpack_logits(out.start_logits, packed), unpack_logits(out.end_logits, packed)
     # the summed per-sequence loss: the mean over the batch's sequences times their number
     (packed_question_answering_loss(out, labels) * len(LENGTHS)).backward()
-    packed_grads = _grads(model)
+    packed_grads = take_grads(model)
 
     total = 0.0
     for i in range(len(LENGTHS)):
-        alone = model(**_alone(features, i))
+        alone = model(**feature_alone(features, i))
         torch.testing.assert_close(start[i], alone.start_logits[0], atol=1e-5, rtol=0)
         torch.testing.assert_close(end[i], alone.end_logits[0], atol=1e-5, rtol=0)
         positions = {k: torch.tensor([features[k][i]]) for k in ("start_positions", "end_positions")}
-        total = total + model(**_alone(features, i), **positions).loss  # (CE start + CE end) / 2 over its tokens
+        total = total + model(**feature_alone(features, i), **positions).loss  # (CE start + CE end) / 2 over its tokens
     total.backward()
-    _assert_same_grads(packed_grads, _grads(model))
+    assert_same_grads(packed_grads, take_grads(model))
 
 
 @pytest.mark.parametrize("family", ["Bert", "Roberta", "DistilBert"])
 def test_packed_classification_takes_each_cls_and_equals_alone(family):
-    features = _features(seed=1)
+    features = packing_features(seed=1)
     cls = {k: features[k] for k in ("input_ids", "token_type_ids", "labels")}
     packed = pack_features(cls, MAX_LEN, max_sequences_per_row=3)
     assert max(map(len, packed["feature_index"])) <= 3
     model = tiny_model(f"{family}ForSequenceClassification").train()
-    batch = PackedDataCollator(MAX_LEN, 3, position_offset=position_offset(model.config))(_rows(packed))
+    batch = PackedDataCollator(MAX_LEN, 3, position_offset=position_offset(model.config))(packed_rows(packed))
     labels = batch.pop("labels")
     out = model(**batch, output_hidden_states=True)
     logits = sequence_classification_logits(model, out.hidden_states[-1], labels)
     order = [i for row in packed["feature_index"] for i in row]  # labelled slots, row-major
     (PackedSequenceClassificationLoss(model)(out, labels) * len(LENGTHS)).backward()
-    packed_grads = _grads(model)
+    packed_grads = take_grads(model)
 
     total = 0.0
     for k, i in enumerate(order):
-        alone = model(**_alone(features, i), labels=torch.tensor([features["labels"][i]]))
+        alone = model(**feature_alone(features, i), labels=torch.tensor([features["labels"][i]]))
         torch.testing.assert_close(logits[k], alone.logits[0], atol=1e-5, rtol=0)
         total = total + alone.loss
     total.backward()
-    _assert_same_grads(packed_grads, _grads(model))
+    assert_same_grads(packed_grads, take_grads(model))
 
 
 def test_rows_without_token_type_ids_and_unpacked_labels():
     """`Trainer` drops the columns a forward does not name (DistilBERT: token_type_ids): the collator then sends
     none; and the packed classification loss gives unpacked (evaluation) batches the model's own loss."""
-    features = _features(seed=2)
+    features = packing_features(seed=2)
     packed = pack_features({k: features[k] for k in ("input_ids", "labels")}, MAX_LEN, max_sequences_per_row=3)
-    rows = [{k: v for k, v in row.items() if k != "token_type_ids"} for row in _rows(packed)]
+    rows = [{k: v for k, v in row.items() if k != "token_type_ids"} for row in packed_rows(packed)]
     model = tiny_model("DistilBertForSequenceClassification").eval()
     batch = PackedDataCollator(MAX_LEN, 3)(rows)
     assert "token_type_ids" not in batch
     labels = batch.pop("labels")
     assert torch.isfinite(PackedSequenceClassificationLoss(model)(model(**batch, output_hidden_states=True), labels))
 
-    alone = _alone(features, 0)
+    alone = feature_alone(features, 0)
     alone.pop("token_type_ids", None)
     label = torch.tensor([features["labels"][0]])
     out = model(**alone, labels=label)
@@ -140,16 +104,16 @@ def test_rows_without_token_type_ids_and_unpacked_labels():
 
 
 def test_bf16_weights_take_a_mask_of_their_type():
-    features = _features()
+    features = packing_features()
     packed = pack_features({k: features[k] for k in ("input_ids", "token_type_ids")}, MAX_LEN)
     slots = max(map(len, packed["feature_index"]))
     for attn in ("eager", "sdpa"):
         model = tiny_model("BertForQuestionAnswering").to(torch.bfloat16)
         model.set_attn_implementation(attn)
-        batch = PackedDataCollator(MAX_LEN, slots, mask_dtype=torch.bfloat16)(_rows(packed))
+        batch = PackedDataCollator(MAX_LEN, slots, mask_dtype=torch.bfloat16)(packed_rows(packed))
         assert batch["attention_mask"].dtype == torch.bfloat16
         start = unpack_logits(model(**batch).start_logits.float(), packed)
-        alone = model(**_alone(features, 3)).start_logits[0].float()
+        alone = model(**feature_alone(features, 3)).start_logits[0].float()
         torch.testing.assert_close(start[3], alone, atol=0.05, rtol=0.05)  # bf16: the same to its precision
 
 
@@ -186,7 +150,7 @@ def test_real_squad_features_pack_without_loss(squad_features):
                 assert packed["input_ids"][r][packed[name][r][j]] == features["input_ids"][i][features[name][i]]
 
     slots = max(map(len, packed["feature_index"]))
-    first = _rows(packed)[:8]
+    first = packed_rows(packed)[:8]
     batch = PackedDataCollator(384, slots, pad_token_id=tokenizer.pad_token_id)(first)
     mask = batch["attention_mask"][:, 0] == 0  # True where attention is allowed
     for r, row in enumerate(first):
@@ -220,7 +184,7 @@ def test_packing_rejects_bad_input_with_a_clear_error():
         pack_features({"input_ids": [[1, 2, 3]], "start_positions": [0], "end_positions": [3]}, 32)
     packed = pack_features({"input_ids": [[1, 2], [3, 4], [5]]}, 8)
     with pytest.raises(ValueError, match="holds 3 sequences, more than max_sequences_per_row=2"):
-        PackedDataCollator(8, 2)(_rows(packed))
+        PackedDataCollator(8, 2)(packed_rows(packed))
     with pytest.raises(ValueError, match=r"GPT2ForSequenceClassification \(gpt2\) is not supported; packing runs bert"):
         check_packing_support(tiny_model("GPT2ForSequenceClassification"))  # a 4-D mask would replace its causal one
     bert = tiny_model("BertForQuestionAnswering")

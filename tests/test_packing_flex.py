@@ -28,7 +28,7 @@ from optimum_ipu.packing import (
     with_packed_block_mask,
 )
 
-from .test_packing import LENGTHS, MAX_LEN, _alone, _assert_same_grads, _features, _grads, _rows
+from .helpers import LENGTHS, MAX_LEN, assert_same_grads, feature_alone, packed_rows, packing_features, take_grads
 from .tiny_models import VOCAB
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -53,11 +53,11 @@ def _flex_model(family: str = "Bert", seed: int = 0) -> transformers.PreTrainedM
 
 
 def _packed_qa(model: transformers.PreTrainedModel, attention: str) -> tuple[dict, dict, dict]:
-    features = _features()
+    features = packing_features()
     packed = pack_features({k: v for k, v in features.items() if k != "labels"}, MAX_LEN)
     slots = max(map(len, packed["feature_index"]))
     collator = PackedDataCollator(MAX_LEN, slots, position_offset=position_offset(model.config), attention=attention)
-    return features, packed, collator(_rows(packed))
+    return features, packed, collator(packed_rows(packed))
 
 
 @pytest.mark.parametrize("length", [64, 100, 384])
@@ -107,7 +107,7 @@ def test_flex_packed_forward_equals_each_feature_alone(family):
     model.set_attn_implementation("sdpa")  # each feature alone, with the same weights
     with torch.no_grad():
         for i in range(len(LENGTHS)):
-            alone = model(**_alone(features, i))
+            alone = model(**feature_alone(features, i))
             torch.testing.assert_close(start[i], alone.start_logits[0], atol=1e-5, rtol=0)
             torch.testing.assert_close(end[i], alone.end_logits[0], atol=1e-5, rtol=0)
 
@@ -138,7 +138,7 @@ def test_ipu_trainer_evaluates_flex_packed_rows_as_the_dense_mask(tmp_path):
     flex = _flex_model()
     dense = copy.deepcopy(flex)
     dense.set_attn_implementation("sdpa")
-    rows = len(pack_features({"input_ids": _features()["input_ids"]}, MAX_LEN)["input_ids"])
+    rows = len(pack_features({"input_ids": packing_features()["input_ids"]}, MAX_LEN)["input_ids"])
     results = {}
     for name, model in (("flex", flex), ("dense", dense)):
         trainer, dataset = _trainer(model, rows, tmp_path / name, name)
@@ -186,18 +186,18 @@ def test_flex_packed_gradients_equal_each_feature_alone_on_gpu(family):
     out = model(**with_packed_block_mask({k: v.cuda() for k, v in batch.items()}))
     start = unpack_logits(out.start_logits.detach().cpu(), packed)
     (packed_question_answering_loss(out, labels) * len(LENGTHS)).backward()
-    packed_grads = _grads(model)
+    packed_grads = take_grads(model)
 
     model.set_attn_implementation("sdpa")  # each feature alone with the same weights (one compile per length else)
     total = 0.0
     for i in range(len(LENGTHS)):
-        inputs = {k: v.cuda() for k, v in _alone(features, i).items()}
+        inputs = {k: v.cuda() for k, v in feature_alone(features, i).items()}
         positions = {k: torch.tensor([features[k][i]], device="cuda") for k in ("start_positions", "end_positions")}
         alone = model(**inputs, **positions)
         torch.testing.assert_close(start[i], alone.start_logits[0].detach().cpu(), atol=1e-5, rtol=0)
         total = total + alone.loss
     total.backward()
-    _assert_same_grads(packed_grads, _grads(model))
+    assert_same_grads(packed_grads, take_grads(model))
 
 
 @pytest.mark.gpu
@@ -210,7 +210,7 @@ def test_ipu_trainer_step_with_flex_equals_the_dense_mask_on_gpu(tmp_path):
     flex = _flex_model()
     dense = copy.deepcopy(flex)
     dense.set_attn_implementation("sdpa")
-    rows = len(pack_features({"input_ids": _features()["input_ids"]}, MAX_LEN)["input_ids"])
+    rows = len(pack_features({"input_ids": packing_features()["input_ids"]}, MAX_LEN)["input_ids"])
     initial = {k: v.detach().float().cpu().clone() for k, v in flex.state_dict().items()}
     losses, weights = {}, {}
     for name, model in (("flex", flex), ("dense", dense)):

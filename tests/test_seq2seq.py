@@ -11,7 +11,7 @@ import transformers
 
 from optimum_ipu import IPUConfig, IPUSeq2SeqTrainer, IPUSeq2SeqTrainingArguments, IPUTrainingArguments
 
-from .test_generation import PAD, generating_model
+from .helpers import PAD, generating_model
 
 PROMPT_LENGTHS = [6, 3, 8, 5, 4]  # five examples: with 2 per batch, the last batch has one row
 STATIC_PROMPT = 10

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import time
 
@@ -13,25 +11,10 @@ import torch
 from safetensors.torch import load_file
 
 from ..conftest import PYTHON, REPO_ROOT
+from ..helpers import TORCHRUN, env, free_port, launch
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "worker.py")
-TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]
 REPLICAS_2 = json.dumps({"replication_factor": 2, "gradient_accumulation_steps": 2})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **extra}
-
-
-def launch(*args: str, extra_env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(list(args), capture_output=True, text=True, env=env(**(extra_env or {})), timeout=timeout,
-                          cwd=REPO_ROOT)  # fmt: skip
 
 
 def torchrun(nproc: int, out, config: str, steps: int, *extra: str, **kw) -> subprocess.CompletedProcess:

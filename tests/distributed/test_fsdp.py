@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from ..conftest import PYTHON, REPO_ROOT
-from .test_data_parallel import TORCHRUN, free_port, launch
+from ..helpers import TORCHRUN, free_port, launch
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "fsdp_worker.py")
 

@@ -15,8 +15,8 @@ from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.runtime.engine import Engine
 
 from ..conftest import PYTHON, REPO_ROOT
+from ..helpers import TORCHRUN, free_port, launch
 from .pipeline_worker import tiny_for
-from .test_data_parallel import TORCHRUN, free_port, launch
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "pipeline_worker.py")
 TRAINER_WORKER = str(REPO_ROOT / "tests" / "distributed" / "worker.py")

@@ -1,0 +1,89 @@
+"""Helpers shared by the test modules (a test module imports from here, never from another test module)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+
+import torch
+import transformers
+
+from .conftest import PYTHON, REPO_ROOT
+from .tiny_models import VOCAB, tiny_config
+
+# ------------------------------------------------------------------ processes (torchrun, scripts)
+TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **extra}
+
+
+def launch(*args: str, extra_env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), capture_output=True, text=True, env=env(**(extra_env or {})), timeout=timeout,
+                          cwd=REPO_ROOT)  # fmt: skip
+
+
+# ------------------------------------------------------------------ packing: features of known lengths
+LENGTHS = [9, 14, 5, 20, 7, 11, 16, 3, 12]  # 97 tokens: 4 rows of 32 at best
+MAX_LEN = 32
+
+
+def packing_features(seed: int = 0) -> dict[str, list]:
+    g = torch.Generator().manual_seed(seed)
+    features: dict[str, list] = {k: [] for k in ("input_ids", "token_type_ids", "start_positions", "end_positions")}
+    features["labels"] = []
+    for n in LENGTHS:
+        features["input_ids"].append(torch.randint(2, VOCAB, (n,), generator=g).tolist())
+        features["token_type_ids"].append([0] * (n // 2) + [1] * (n - n // 2))  # question, then context
+        start, end = sorted(torch.randint(0, n, (2,), generator=g).tolist())
+        features["start_positions"].append(start)
+        features["end_positions"].append(end)
+        features["labels"].append(int(torch.randint(0, 3, (1,), generator=g)))
+    return features
+
+
+def packed_rows(packed: dict[str, list]) -> list[dict]:
+    return [{k: v[r] for k, v in packed.items()} for r in range(len(packed["input_ids"]))]
+
+
+def feature_alone(features: dict[str, list], i: int) -> dict[str, torch.Tensor]:
+    return {k: torch.tensor([features[k][i]]) for k in ("input_ids", "token_type_ids")}
+
+
+def take_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def assert_same_grads(packed: dict[str, torch.Tensor], alone: dict[str, torch.Tensor]) -> None:
+    assert packed.keys() == alone.keys() and len(packed) > 10
+    for name, grad in packed.items():
+        torch.testing.assert_close(grad, alone[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+# ------------------------------------------------------------------ generation: a model whose tokens vary
+PAD, EOS = 0, VOCAB - 1
+
+
+def generating_model(class_name: str) -> transformers.PreTrainedModel:
+    """A tiny random model whose outputs vary from step to step (default init gives one repeated token)."""
+    family = "t5" if class_name.startswith("T5") else "gpt2"
+    config = tiny_config(family)
+    if family == "t5":
+        config.initializer_factor = 8.0
+        config.eos_token_id = EOS
+    else:
+        config.initializer_range = 0.5
+        config.bos_token_id = config.eos_token_id = EOS
+    config.pad_token_id = PAD
+    torch.manual_seed(0)
+    return getattr(transformers, class_name)(config).eval()
