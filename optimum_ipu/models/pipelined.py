@@ -9,11 +9,11 @@ those of the stock model; the distributed runtime builds one stage per process f
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
 from torch import nn
+from transformers.utils.logging import get_logger
 
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
@@ -22,17 +22,14 @@ from ..runtime.stage_cut import EncoderSplit, StageCut
 from .layout import StageSpec, format_layout, stage_layout
 from .plans import StagePlan, plan_for_model
 
-logger = logging.getLogger(__name__)
-
-_reported_ipu_knobs: set[str] = set()
+logger = get_logger(__name__)
 
 
 def _report_ipu_only_knobs(ipu_config: IPUConfig) -> None:
-    fields = [f for f in ipu_config.ipu_only_fields_set() if f not in _reported_ipu_knobs]
+    fields = sorted(ipu_config.ipu_only_fields_set())
     if fields:
-        _reported_ipu_knobs.update(fields)
-        logger.warning(
-            "%s: IPU compiler memory knobs, kept in the config but without effect on GPUs and CPUs.", ", ".join(fields)
+        logger.warning_once(
+            f"{', '.join(fields)}: IPU compiler memory knobs, kept in the config but without effect on GPUs and CPUs."
         )
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,7 +25,8 @@ from ..config import IPUConfig
 from .devices import default_device
 from .distributed import replicas_per_process
 from .fsdp import unsharded_norm
-from .precision import PRECISIONS, LossScaler, autocast, set_half_partials
+from .precision import PRECISIONS, LossScaler, autocast
+from .process_flags import configure_compile_cache, set_half_partials
 
 logger = logging.getLogger(__name__)
 
@@ -52,17 +52,6 @@ def reduce_output(values: torch.Tensor, output_mode: str, training: bool) -> tor
     if output_mode == "sum":
         return values.sum(0)
     return values
-
-
-def configure_compile_cache(cache_dir: str) -> None:
-    """`executable_cache_dir`: keep inductor's compiled graphs there, so a second run starts warm."""
-    if cache_dir:
-        # Set even if present: inductor writes its default folder into this variable on first use.
-        os.makedirs(cache_dir, exist_ok=True)
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(cache_dir)
-        import torch._inductor.config as inductor_config
-
-        inductor_config.fx_graph_cache = True  # on by default in recent torch; explicit, since we rely on it
 
 
 class Engine:

@@ -44,13 +44,6 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def set_half_partials(device: torch.device, enabled: bool) -> None:
-    """`enable_half_partials`: let CUDA matmuls reduce in half precision (faster, slightly less exact)."""
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = enabled
-        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = enabled
-
-
 class LossScaler:
     """Loss scaling for fp16 training.
 

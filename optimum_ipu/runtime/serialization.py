@@ -9,16 +9,15 @@ state_dict keys, optimizer state and weight tying are untouched, and swapping th
 from __future__ import annotations
 
 import contextlib
-import functools
-import logging
 from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
+from transformers.utils.logging import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)  # transformers' logger: warning_once, once a message per process
 
 
 def _chunk_size(total: int, factor: int) -> int:
@@ -170,11 +169,6 @@ def chunked_cross_entropy(
     return total / (labels != ignore_index).sum().to(total.dtype)
 
 
-@functools.cache  # one warning per distinct message per process, however often models are swapped
-def _log_once(message: str) -> None:
-    logger.warning(message)
-
-
 def _replace_everywhere(model: nn.Module, old: nn.Module, new: nn.Module) -> list[tuple[nn.Module, str]]:
     # Every (parent, attribute) holding `old`: a module may be registered in several places (e.g. a shared
     # encoder/decoder embedding), and all of them must see the swap or the model would use both.
@@ -222,18 +216,18 @@ def swap_serialized(model: nn.Module, embedding_factor: int, projection_factor: 
             module = None
         # Exact type: a subclass may change forward in ways the chunked version would silently drop.
         if type(module) is not plain:
-            _log_once(
+            logger.warning_once(
                 f"{type(model).__name__}.{accessor}() gave {type(module).__name__}, not {plain.__name__}: left as is"
             )
             continue
         try:
             replacement = serialized(module, factor)
         except ValueError as err:
-            _log_once(f"{type(model).__name__}.{accessor}(): {err}; left as is")
+            logger.warning_once(f"{type(model).__name__}.{accessor}(): {err}; left as is")
             continue
         places = _replace_everywhere(model, module, replacement)
         if not places:
-            _log_once(f"{type(model).__name__}.{accessor}() returned a module not registered in the model")
+            logger.warning_once(f"{type(model).__name__}.{accessor}() returned a module not registered in the model")
             continue
         swapped.append((places, module))
 

@@ -34,13 +34,15 @@ from ..config import IPUConfig
 from ..errors import SkippedStepsError
 from ..files import write_text_atomic
 from ..models.pipelined import to_pipelined
+from ..packing import PACKED_SEQUENCE_IDS, with_packed_block_mask
 from ..runtime import fsdp
 from ..runtime.devices import default_device
 from ..runtime.distributed import check_ranks_agree, release_process_group_at_exit, replicas_per_process, world_size
-from ..runtime.engine import Engine, configure_compile_cache
+from ..runtime.engine import Engine
 from ..runtime.fsdp import FSDP_HELP, ShardedModel, full_state_dict, shard_model
 from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
+from ..runtime.process_flags import configure_compile_cache
 from ..runtime.sharding import ShardedOptimizer
 from .checkpoints import (
     MarkCheckpointComplete,
@@ -51,7 +53,6 @@ from .checkpoints import (
     resolve_resume,
     run_identity,
 )
-from ..packing import PACKED_SEQUENCE_IDS, with_packed_block_mask
 from .stages import ProcessPipeline
 from .training_args import IPUTrainingArguments
 

@@ -1,0 +1,65 @@
+"""Every process-wide setting the library changes, in one place.
+
+Two `IPUConfig` fields have no other handle than process-wide state:
+- `enable_half_partials`: CUDA matmuls may reduce in half precision
+  (`torch.backends.cuda.matmul.allow_{fp16,bf16}_reduced_precision_reduction`); set on CUDA devices only, and
+  only when it changes the current value, which is logged once.
+- `executable_cache_dir`: inductor keeps its compiled graphs in `TORCHINDUCTOR_CACHE_DIR` (an environment
+  variable inductor reads, and writes its default into on first use) with its FX graph cache on.
+
+Nothing else in `optimum_ipu` writes to `torch.backends`, inductor's config or the environment. Both are set when
+an `Engine` is built (the engine is what runs the model) and stay for the process, as the user's own
+`torch.backends` settings would; `half_partials(...)` also serves as a context manager that puts the flags back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import torch
+from transformers.utils.logging import get_logger
+
+logger = get_logger(__name__)
+
+
+def _matmul_flags() -> tuple[bool, bool]:
+    matmul = torch.backends.cuda.matmul
+    return matmul.allow_fp16_reduced_precision_reduction, matmul.allow_bf16_reduced_precision_reduction
+
+
+def _set_matmul_flags(fp16: bool, bf16: bool) -> None:
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = fp16
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = bf16
+
+
+def set_half_partials(device: torch.device, enabled: bool) -> None:
+    """`enable_half_partials`: let CUDA matmuls reduce in half precision (faster, slightly less exact)."""
+    if device.type != "cuda" or _matmul_flags() == (enabled, enabled):
+        return
+    logger.warning_once(f"enable_half_partials={enabled}: CUDA matmuls of this process reduce in "
+                        f"{'half' if enabled else 'full'} precision (torch.backends.cuda.matmul)")  # fmt: skip
+    _set_matmul_flags(enabled, enabled)
+
+
+@contextlib.contextmanager
+def half_partials(device: torch.device, enabled: bool) -> Iterator[None]:
+    """`set_half_partials` for a block only: the flags are put back after it."""
+    before = _matmul_flags()
+    set_half_partials(device, enabled)
+    try:
+        yield
+    finally:
+        _set_matmul_flags(*before)
+
+
+def configure_compile_cache(cache_dir: str) -> None:
+    """`executable_cache_dir`: keep inductor's compiled graphs there, so a second run starts warm."""
+    if cache_dir:
+        # Set even if present: inductor writes its default folder into this variable on first use.
+        os.makedirs(cache_dir, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(cache_dir)
+        import torch._inductor.config as inductor_config
+
+        inductor_config.fx_graph_cache = True  # on by default in recent torch; explicit, since we rely on it
