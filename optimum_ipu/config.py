@@ -279,12 +279,14 @@ class IPUConfig:
         """Device slots of the current mode: `ipus_per_replica * replication_factor`."""
         return self.ipus_per_replica * self.replication_factor
 
-    def layers_per_stage(self, num_layers: int) -> list[int]:
-        """`layers_per_ipu` of the current mode with its `-1` wildcards resolved against `num_layers`."""
+    def layers_per_stage(self, num_layers: int, inference: bool | None = None) -> list[int]:
+        """`layers_per_ipu` with its `-1` wildcards resolved against `num_layers`: of the current mode, or of the
+        inference (`inference=True`) or training (`inference=False`) layout whatever the mode."""
         from .config_validation import resolve_layers_per_ipu
 
-        field = "inference_layers_per_ipu" if self.mode == "inference" else "layers_per_ipu"
-        return resolve_layers_per_ipu(self.layers_per_ipu, num_layers, field=field)
+        inference = self.mode == "inference" if inference is None else inference
+        field = "inference_layers_per_ipu" if inference else "layers_per_ipu"
+        return resolve_layers_per_ipu(self.value("layers_per_ipu", inference=inference), num_layers, field=field)
 
     def ipu_only_fields_set(self) -> list[str]:
         """IPU compiler knobs of this config that differ from their defaults (they have no effect here)."""

@@ -33,9 +33,10 @@ class StageSpec:
         return " + ".join(parts) or "(empty: passes activations on)"
 
 
-def stage_layout(ipu_config: IPUConfig, num_layers: int) -> list[StageSpec]:
-    """Stages of the current mode of `ipu_config` for a model of `num_layers` layers."""
-    counts = ipu_config.layers_per_stage(num_layers)
+def stage_layout(ipu_config: IPUConfig, num_layers: int, inference: bool | None = None) -> list[StageSpec]:
+    """Stages of `ipu_config` for a model of `num_layers` layers: of its current mode, or of the inference
+    (`inference=True`) or training layout."""
+    counts = ipu_config.layers_per_stage(num_layers, inference=inference)
     stages, start = [], 0
     for index, count in enumerate(counts):
         stages.append(

@@ -114,9 +114,9 @@ class PipelinedModel(nn.Module):
     def num_layers(self) -> int:
         return len(self.layer_paths())
 
-    def stage_layout(self) -> list[StageSpec]:
-        """The stages of the current mode (training or inference) of the config."""
-        return stage_layout(self.ipu_config, self.num_layers)
+    def stage_layout(self, inference: bool | None = None) -> list[StageSpec]:
+        """The stages of the config's current mode, or of its inference (`inference=True`) or training layout."""
+        return stage_layout(self.ipu_config, self.num_layers, inference=inference)
 
     def stage_modules(self) -> list[list[str]]:
         """Dotted module paths owned by each stage: embeddings with stage 0, layers as laid out, and every
@@ -144,11 +144,8 @@ class PipelinedModel(nn.Module):
         """Check the layout against the model and turn on the config's execution features."""
         if self._parallelized:
             return self
-        mode = self.ipu_config.mode
-        for training in (True, False):  # both layouts must fit the model: a clear error now, not mid-run
-            self.ipu_config.train(training)
-            self.stage_layout()
-        self.ipu_config.train(mode == "training")
+        for inference in (False, True):  # both layouts must fit the model: a clear error now, not mid-run
+            self.stage_layout(inference=inference)
         _report_ipu_only_knobs(self.ipu_config)
         cfg = self.ipu_config
         if cfg.recompute_checkpoint_every_layer:

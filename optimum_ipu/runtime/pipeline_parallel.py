@@ -72,7 +72,7 @@ class PipelineEngine:
                 f"precision {precision!r} is not supported with pipeline stages on separate processes; use --bf16 "
                 "(or fp32)"
             )
-        counts = ipu_config.train().layers_per_stage(len(cut.layer_paths))
+        counts = ipu_config.layers_per_stage(len(cut.layer_paths), inference=False)
         stages, replicas, world = len(counts), ipu_config.value("replication_factor"), dist.get_world_size()
         if stages * replicas != world:
             raise IncompatibleIPUConfigError(
