@@ -1,0 +1,339 @@
+#!/usr/bin/env python
+"""Fine-tune (or train from scratch) an audio classifier (Wav2Vec2, HuBERT, ...) with `IPUTrainer`.
+
+The flags of the `transformers` example of the same name, plus `--ipu_config_name` and the other
+`IPUTrainingArguments`. From this folder (it reads `./ipu_config.json`), the recipe of Optimum Graphcore:
+
+    python run_audio_classification.py --ipu_config_name=./ --model_name_or_path facebook/wav2vec2-base \\
+      --dataset_name superb --dataset_config_name ks --output_dir ./output --remove_unused_columns False \\
+      --do_train --do_eval --learning_rate 3e-5 --max_length_seconds 1 --attention_mask False \\
+      --num_train_epochs 5 --per_device_train_batch_size 1 --per_device_eval_batch_size 1
+
+Data: `--dataset_name` (from the local `datasets` cache; its audio is decoded here, not by `datasets`), or
+`--train_dir` / `--eval_dir`, `audiofolder` splits (audio files with a `metadata.csv` naming them in `file_name`
+and giving the labels). Audio is decoded with `soundfile` (WAV, FLAC, OGG; no FFmpeg), made mono and resampled to
+the feature extractor's rate. Every clip becomes `--max_length_seconds` of audio, so every batch has one shape:
+training clips are cut at a random offset (as `transformers`' script does), evaluation clips keep their start;
+shorter clips are padded (with an attention mask where the feature extractor returns one). Without pretrained
+weights, train from scratch: `--model_type wav2vec2 --config_overrides "hidden_size=64,..."` (the family's feature
+extractor at 16 kHz). Writes `train_results.json`, `eval_results.json` (`eval_accuracy`, from `torchmetrics`),
+`all_results.json`, and the model with its feature extractor and `ipu_config.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import datasets
+import numpy as np
+import torch
+import transformers
+from torchmetrics.functional import accuracy
+from transformers import (
+    CONFIG_MAPPING,
+    AutoConfig,
+    AutoFeatureExtractor,
+    AutoModelForAudioClassification,
+    EvalPrediction,
+    HfArgumentParser,
+    set_seed,
+)
+from transformers.models.auto.feature_extraction_auto import feature_extractor_class_from_name
+
+from optimum_ipu import IPUTrainer, IPUTrainingArguments
+from optimum_ipu.errors import run_script
+from optimum_ipu.pipelines.audio import load_audio, read_audio_folder
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelArguments:
+    """Which model, config and feature extractor to fine-tune (or which family to train from scratch)."""
+
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Model folder or id in the local Hugging Face cache; leave out to train from "
+                                        "scratch (--model_type or --config_name)."}
+    )  # fmt: skip
+    model_type: str | None = field(default=None, metadata={"help": "Family to train from scratch, e.g. wav2vec2."})
+    config_overrides: str | None = field(
+        default=None, metadata={"help": "From scratch: config values, e.g. 'hidden_size=64,num_hidden_layers=2'."}
+    )
+    config_name: str | None = field(default=None, metadata={"help": "Config folder or id, if not the model's."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded models are cached."})
+    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model."})
+    feature_extractor_name: str | None = field(default=None, metadata={"help": "Feature extractor folder or id."})
+    freeze_feature_encoder: bool = field(
+        default=True, metadata={"help": "Do not train the convolutional feature encoder (a pretrained one)."}
+    )
+    attention_mask: bool = field(
+        default=True, metadata={"help": "Give the model an attention mask over the padding (if the extractor can)."}
+    )
+    token: str | None = field(default=None, metadata={"help": "Hugging Face Hub token."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from the model's repository."})
+    ignore_mismatched_sizes: bool = field(
+        default=False, metadata={"help": "Load a model whose classification head has another number of labels."}
+    )
+
+    def __post_init__(self) -> None:
+        if self.model_type is not None and self.model_type not in CONFIG_MAPPING:
+            raise ValueError(f"--model_type {self.model_type}: unknown to transformers; e.g. wav2vec2, hubert")
+        if self.config_overrides is not None and self.model_name_or_path is not None:
+            raise ValueError("--config_overrides changes the config of a model trained from scratch; leave out "
+                             "--model_name_or_path, or use --config_name")  # fmt: skip
+        if self.model_name_or_path is None and self.model_type is None and self.config_name is None:
+            raise ValueError("give --model_name_or_path, or --model_type (e.g. wav2vec2) / --config_name to train "
+                             "from scratch")  # fmt: skip
+
+
+@dataclass
+class DataTrainingArguments:
+    """What audio to train and evaluate on."""
+
+    dataset_name: str | None = field(default=None, metadata={"help": "Dataset name (from the local datasets cache)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
+    train_dir: str | None = field(default=None, metadata={"help": "Training split: an audiofolder (metadata.csv)."})
+    eval_dir: str | None = field(default=None, metadata={"help": "Evaluation split: an audiofolder."})
+    train_split_name: str = field(default="train", metadata={"help": "The training split of --dataset_name."})
+    eval_split_name: str = field(default="validation", metadata={"help": "The evaluation split of --dataset_name."})
+    audio_column_name: str = field(default="audio", metadata={"help": "The column of the audio."})
+    label_column_name: str = field(default="label", metadata={"help": "The column of the labels."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep this many training examples."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep this many evaluation examples."})
+    max_length_seconds: float = field(default=20.0, metadata={"help": "Seconds of audio per clip (cut or padded)."})
+
+    def __post_init__(self) -> None:
+        if self.dataset_name is None and self.train_dir is None and self.eval_dir is None:
+            raise ValueError("give --dataset_name or --train_dir/--eval_dir (audiofolder splits with metadata.csv)")
+        if self.max_length_seconds <= 0:
+            raise ValueError(f"--max_length_seconds {self.max_length_seconds}: expected a positive duration")
+
+
+def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dict[str, datasets.Dataset]:
+    """The train / eval splits, from audiofolder folders or the local `datasets` cache (audio left undecoded)."""
+    if data.dataset_name is None:
+        dirs = {"train": data.train_dir, "eval": data.eval_dir}
+        return {split: read_audio_folder(path, data.audio_column_name) for split, path in dirs.items() if path}
+    try:
+        raw = datasets.load_dataset(data.dataset_name, data.dataset_config_name, cache_dir=model.cache_dir,
+                                    token=model.token)  # fmt: skip
+    except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
+        raise SystemExit(
+            f"--dataset_name {data.dataset_name}: not in the local datasets cache and the Hub cannot be reached "
+            f"({type(err).__name__}). Pass local folders instead, e.g. --train_dir "
+            "../../../shared/data/audio/fsdd/train --eval_dir ../../../shared/data/audio/fsdd/test"
+        ) from None
+    splits = {"train": data.train_split_name, "eval": data.eval_split_name}
+    out = {}
+    for split, name in splits.items():
+        if name in raw:
+            dataset = raw[name]
+            if isinstance(dataset.features.get(data.audio_column_name), datasets.Audio):
+                # decoded by soundfile here: datasets' own decoding needs torchcodec and FFmpeg
+                dataset = dataset.cast_column(data.audio_column_name, datasets.Audio(decode=False))
+            out[split] = dataset
+    return out
+
+
+def label_names(raw: dict[str, datasets.Dataset], data: DataTrainingArguments) -> list[str]:
+    """The label names (a `ClassLabel`'s, else the sorted distinct values); a clear error for a missing column."""
+    for split, dataset in raw.items():
+        for flag, column in (("--audio_column_name", data.audio_column_name),
+                             ("--label_column_name", data.label_column_name)):  # fmt: skip
+            if column not in dataset.column_names:
+                raise ValueError(f"{flag} {column}: the {split} data has no such column (columns: "
+                                 f"{', '.join(dataset.column_names)}); name the right one")  # fmt: skip
+    feature = raw["train" if "train" in raw else "eval"].features[data.label_column_name]
+    if isinstance(feature, datasets.ClassLabel):
+        return list(feature.names)
+    values = {v for split in raw.values() for v in split.unique(data.label_column_name)}
+    return [str(v) for v in sorted(values)]
+
+
+def new_config(model_type: str, overrides: str | None) -> transformers.PretrainedConfig:
+    """The config of a model trained from scratch: the family's defaults with `--config_overrides`, given as
+    `key=value,...` (scalars, `transformers`' `update_from_string`) or as a JSON object of constructor arguments
+    (lists too, e.g. `{"conv_dim": [32, 32]}`); a clear error for an unknown key or a bad value."""
+    config_class = CONFIG_MAPPING[model_type]
+    try:
+        if overrides and overrides.lstrip().startswith("{"):
+            values = json.loads(overrides)
+            defaults = config_class()
+            unknown = [key for key in values if not hasattr(defaults, key)]
+            if unknown:
+                raise ValueError(f"{model_type} configs have no {', '.join(unknown)}")
+            return config_class(**values)
+        config = config_class()
+        if overrides:
+            config.update_from_string(overrides)
+        return config
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--config_overrides {overrides!r}: {err}") from None
+
+
+def build_model(
+    model_args: ModelArguments, labels: list[str]
+) -> tuple[transformers.PreTrainedModel, transformers.FeatureExtractionMixin]:
+    """The classifier (pretrained, or new from `--model_type` / `--config_name`) and its feature extractor."""
+    hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token,
+           "trust_remote_code": model_args.trust_remote_code}  # fmt: skip
+    label_kwargs = {"num_labels": len(labels), "label2id": {n: i for i, n in enumerate(labels)},
+                    "id2label": dict(enumerate(labels)), "finetuning_task": "audio-classification"}  # fmt: skip
+    if model_args.config_name or model_args.model_name_or_path:
+        config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path, **label_kwargs,
+                                            **hub)  # fmt: skip
+    else:
+        config = new_config(model_args.model_type, model_args.config_overrides)
+        config.update(label_kwargs)
+    if model_args.model_name_or_path:
+        model = AutoModelForAudioClassification.from_pretrained(
+            model_args.model_name_or_path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
+            **hub,
+        )  # fmt: skip
+    else:
+        logger.info("Training a new %s model from scratch", config.model_type)
+        model = AutoModelForAudioClassification.from_config(config, trust_remote_code=model_args.trust_remote_code)
+    source = model_args.feature_extractor_name or model_args.model_name_or_path
+    if source:
+        extractor = AutoFeatureExtractor.from_pretrained(source, return_attention_mask=model_args.attention_mask,
+                                                         **hub)  # fmt: skip
+    else:
+        extractor = family_feature_extractor(config)
+    if model_args.freeze_feature_encoder and hasattr(model, "freeze_feature_encoder"):
+        model.freeze_feature_encoder()
+    return model, extractor
+
+
+def family_feature_extractor(config: transformers.PretrainedConfig) -> transformers.FeatureExtractionMixin:
+    """The default feature extractor of a config's family (16 kHz, normalized), with an attention mask when the
+    model's feature encoder normalizes each frame alone (`feat_extract_norm="layer"`), as its checkpoints have."""
+    from transformers.models.auto.feature_extraction_auto import FEATURE_EXTRACTOR_MAPPING_NAMES
+
+    name = FEATURE_EXTRACTOR_MAPPING_NAMES.get(config.model_type)
+    if not name:
+        raise ValueError(f"--model_type {config.model_type}: transformers has no feature extractor for it; pass "
+                         "--feature_extractor_name")  # fmt: skip
+    masked = getattr(config, "feat_extract_norm", "layer") == "layer"
+    return feature_extractor_class_from_name(name)(do_normalize=True, return_attention_mask=masked)
+
+
+def fixed_length(waveform: np.ndarray, length: int, rng: np.random.Generator | None) -> np.ndarray:
+    """`waveform` cut to `length` samples (at a random offset with `rng`, else from the start)."""
+    if len(waveform) <= length:
+        return waveform
+    start = int(rng.integers(0, len(waveform) - length + 1)) if rng is not None else 0
+    return waveform[start : start + length]
+
+
+def accuracy_metric(num_labels: int):
+    """`compute_metrics`: top-1 accuracy (`accuracy`) by torchmetrics."""
+
+    def compute(p: EvalPrediction) -> dict[str, float]:
+        logits = p.predictions[0] if isinstance(p.predictions, tuple) else p.predictions
+        preds = torch.as_tensor(np.argmax(logits, axis=-1))
+        labels = torch.as_tensor(np.asarray(p.label_ids)).long()
+        classes = max(num_labels, 2)
+        return {"accuracy": float(accuracy(preds, labels, task="multiclass", num_classes=classes, average="micro"))}
+
+    return compute
+
+
+def collate_fn(examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Stack the fixed-length clips (and masks) and their labels."""
+    batch = {key: torch.stack([torch.as_tensor(e[key]) for e in examples]) for key in examples[0] if key != "labels"}
+    batch["labels"] = torch.tensor([e["labels"] for e in examples], dtype=torch.long)
+    return batch
+
+
+def main() -> None:
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUTrainingArguments))
+    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
+        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
+    else:
+        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    log_level = training_args.get_process_log_level()
+    for lib_logger in (logger, logging.getLogger("optimum_ipu")):
+        lib_logger.setLevel(log_level)
+    datasets.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+    logger.info("Training/evaluation parameters %s", training_args)
+
+    # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
+    last_checkpoint = training_args.checkpoint_in_output_dir()
+    set_seed(training_args.seed)
+
+    raw = load_raw_datasets(data_args, model_args)
+    labels = label_names(raw, data_args)
+    label_to_id = {name: i for i, name in enumerate(labels)}
+    model, feature_extractor = build_model(model_args, labels)
+    rate = feature_extractor.sampling_rate
+    length = int(round(data_args.max_length_seconds * rate))
+    audio_column, label_column = data_args.audio_column_name, data_args.label_column_name
+    is_class_label = isinstance(raw[next(iter(raw))].features[label_column], datasets.ClassLabel)
+    rng = np.random.default_rng(training_args.seed)
+
+    def transform(batch: dict[str, list], train: bool) -> dict[str, list]:
+        """Decode, resample, cut to `length` samples, and run the feature extractor padding to `length`."""
+        clips = [fixed_length(load_audio(a, rate), length, rng if train else None) for a in batch[audio_column]]
+        features = feature_extractor(clips, sampling_rate=rate, padding="max_length", max_length=length,
+                                     truncation=True, return_tensors="np")  # fmt: skip
+        out = {key: list(value) for key, value in features.items()}
+        out["labels"] = batch[label_column] if is_class_label else [label_to_id[str(v)] for v in batch[label_column]]
+        return out
+
+    def prepared(split: str, limit: int | None, flag: str) -> datasets.Dataset:
+        if split not in raw:
+            raise ValueError(f"{flag} needs a {split} dataset: give --{split}_dir (or --dataset_name with one)")
+        dataset = raw[split].shuffle(seed=training_args.seed) if limit is not None else raw[split]
+        if limit is not None:
+            dataset = dataset.select(range(min(limit, len(dataset))))
+        return dataset.with_transform(lambda batch: transform(batch, train=split == "train"))
+
+    train_dataset = prepared("train", data_args.max_train_samples, "--do_train") if training_args.do_train else None
+    eval_dataset = prepared("eval", data_args.max_eval_samples, "--do_eval") if training_args.do_eval else None
+    training_args.remove_unused_columns = False  # the transform reads the audio column: keep it
+
+    trainer = IPUTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        compute_metrics=accuracy_metric(len(labels)),
+        processing_class=feature_extractor,
+        data_collator=collate_fn,
+    )
+
+    if training_args.do_train:
+        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
+        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        if training_args.compile_only:
+            logger.info("--compile_only: graphs compiled and cached; nothing trained or saved")
+            return
+        trainer.save_model()  # the feature extractor too
+        metrics = train_result.metrics
+        metrics["train_samples"] = len(train_dataset)
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        trainer.save_state()
+
+    if training_args.do_eval:
+        logger.info("*** Evaluate ***")
+        metrics = trainer.evaluate()
+        metrics["eval_samples"] = len(eval_dataset)
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+
+
+if __name__ == "__main__":
+    run_script(main)  # a bad input: one line on stderr, exit code 2 (OPTIMUM_IPU_DEBUG=1 for the traceback)

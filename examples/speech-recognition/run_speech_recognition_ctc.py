@@ -1,0 +1,351 @@
+#!/usr/bin/env python
+"""Fine-tune (or train from scratch) a CTC speech recognizer (Wav2Vec2, HuBERT) with `IPUTrainer`, scored by word and
+character error rates (`jiwer`).
+
+The flags of the `transformers` example of the same name, plus `--ipu_config_name` and the other
+`IPUTrainingArguments`. From this folder, the recipe of Optimum Graphcore (LibriSpeech, 4 stages):
+
+    python run_speech_recognition_ctc.py --ipu_config_name Graphcore/wav2vec2-ctc-base-ipu \\
+      --model_name_or_path facebook/wav2vec2-base --dataset_name librispeech_asr --dataset_config_name clean \\
+      --train_split_name train.100 --eval_split_name validation --output_dir ./output --overwrite_output_dir \\
+      --num_train_epochs 10 --per_device_train_batch_size 1 --learning_rate 3e-4 --warmup_ratio 0.1 \\
+      --text_column_name text --max_duration_in_seconds 15 --do_train --do_eval
+
+Data: `--dataset_name` (from the local `datasets` cache; audio decoded here), or `--train_dir` / `--eval_dir`,
+`audiofolder` splits (a `metadata.csv` with `file_name` and `--text_column_name`). Transcriptions are lower-cased and
+stripped of `--chars_to_ignore`; the vocabulary is built from their characters (`|` between words, `[UNK]`,
+`[PAD]` as the CTC blank) and saved as `vocab.json` beside the model. Audio is decoded with `soundfile`, resampled to
+16 kHz, and every clip padded to `--max_duration_in_seconds` (longer ones, and those under
+`--min_duration_in_seconds`, left out), every label sequence to the longest transcription: one shape for every
+batch. Writes `train_results.json`, `eval_results.json` (`eval_wer`, `eval_cer`), `all_results.json`, the model,
+its feature extractor and tokenizer, and `ipu_config.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+
+import datasets
+import jiwer
+import numpy as np
+import transformers
+from transformers import (
+    CONFIG_MAPPING,
+    AutoConfig,
+    AutoFeatureExtractor,
+    AutoModelForCTC,
+    EvalPrediction,
+    HfArgumentParser,
+    Wav2Vec2CTCTokenizer,
+    Wav2Vec2FeatureExtractor,
+    set_seed,
+)
+
+from optimum_ipu import IPUTrainer, IPUTrainingArguments
+from optimum_ipu.errors import run_script
+from optimum_ipu.pipelines.audio import load_audio, read_audio_folder
+
+logger = logging.getLogger(__name__)
+
+METRICS = ("wer", "cer")
+
+
+@dataclass
+class ModelArguments:
+    """Which model to fine-tune (or which family to train from scratch), and its regularisation."""
+
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Model folder or id in the local Hugging Face cache; leave out to train from "
+                                        "scratch (--model_type)."}
+    )  # fmt: skip
+    model_type: str | None = field(default=None, metadata={"help": "Family to train from scratch: wav2vec2, hubert."})
+    config_overrides: str | None = field(
+        default=None, metadata={"help": "From scratch: config values, e.g. 'hidden_size=64,num_hidden_layers=2'."}
+    )
+    tokenizer_name_or_path: str | None = field(
+        default=None, metadata={"help": "A CTC tokenizer folder; by default a vocabulary is built from the data."}
+    )
+    cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded models are cached."})
+    freeze_feature_encoder: bool = field(default=True, metadata={"help": "Do not train the feature encoder."})
+    attention_dropout: float = field(default=0.0, metadata={"help": "Dropout of the attention probabilities."})
+    activation_dropout: float = field(default=0.0, metadata={"help": "Dropout inside the feed-forward layers."})
+    feat_proj_dropout: float = field(default=0.0, metadata={"help": "Dropout of the feature projection."})
+    hidden_dropout: float = field(default=0.0, metadata={"help": "Dropout of the hidden states."})
+    final_dropout: float = field(default=0.0, metadata={"help": "Dropout before the CTC head."})
+    mask_time_prob: float = field(default=0.05, metadata={"help": "SpecAugment: share of frames masked in time."})
+    mask_time_length: int = field(default=10, metadata={"help": "SpecAugment: frames per time mask."})
+    mask_feature_prob: float = field(default=0.0, metadata={"help": "SpecAugment: share of features masked."})
+    mask_feature_length: int = field(default=10, metadata={"help": "SpecAugment: features per feature mask."})
+    layerdrop: float = field(default=0.0, metadata={"help": "Probability of skipping a layer in training."})
+    ctc_loss_reduction: str = field(default="mean", metadata={"help": "CTC loss reduction: mean or sum."})
+    ctc_zero_infinity: bool = field(default=False, metadata={"help": "Zero infinite CTC losses (too-short inputs)."})
+    token: str | None = field(default=None, metadata={"help": "Hugging Face Hub token."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from the model's repository."})
+
+    def __post_init__(self) -> None:
+        if self.model_type is not None and self.model_type not in CONFIG_MAPPING:
+            raise ValueError(f"--model_type {self.model_type}: unknown to transformers; e.g. wav2vec2, hubert")
+        if self.config_overrides is not None and self.model_name_or_path is not None:
+            raise ValueError("--config_overrides changes the config of a model trained from scratch; leave out "
+                             "--model_name_or_path")  # fmt: skip
+        if self.model_name_or_path is None and self.model_type is None:
+            raise ValueError("give --model_name_or_path, or --model_type (e.g. wav2vec2) to train from scratch")
+        if self.ctc_loss_reduction not in ("mean", "sum"):
+            raise ValueError(f"--ctc_loss_reduction {self.ctc_loss_reduction}: expected mean or sum")
+
+
+@dataclass
+class DataTrainingArguments:
+    """What speech to train and evaluate on, and how its transcriptions are normalized."""
+
+    dataset_name: str | None = field(default=None, metadata={"help": "Dataset name (from the local datasets cache)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
+    train_dir: str | None = field(default=None, metadata={"help": "Training split: an audiofolder (metadata.csv)."})
+    eval_dir: str | None = field(default=None, metadata={"help": "Evaluation split: an audiofolder."})
+    train_split_name: str = field(default="train+validation", metadata={"help": "Training split(s), '+'-joined."})
+    eval_split_name: str = field(default="test", metadata={"help": "The evaluation split of --dataset_name."})
+    audio_column_name: str = field(default="audio", metadata={"help": "The column of the audio."})
+    text_column_name: str = field(default="text", metadata={"help": "The column of the transcriptions."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep this many training examples."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep this many evaluation examples."})
+    chars_to_ignore: list[str] | None = field(default=None, metadata={"help": "Characters removed from the text."})
+    eval_metrics: list[str] = field(default_factory=lambda: list(METRICS), metadata={"help": "wer and/or cer."})
+    max_duration_in_seconds: float = field(default=20.0, metadata={"help": "Clips are padded to this; longer ones "
+                                                                           "are left out."})  # fmt: skip
+    min_duration_in_seconds: float = field(default=0.0, metadata={"help": "Shorter clips are left out."})
+    unk_token: str = field(default="[UNK]", metadata={"help": "The unknown token of a built vocabulary."})
+    pad_token: str = field(default="[PAD]", metadata={"help": "The padding token (CTC blank) of a built vocabulary."})
+    word_delimiter_token: str = field(default="|", metadata={"help": "The word delimiter of a built vocabulary."})
+
+    def __post_init__(self) -> None:
+        if self.dataset_name is None and self.train_dir is None and self.eval_dir is None:
+            raise ValueError("give --dataset_name or --train_dir/--eval_dir (audiofolder splits with metadata.csv)")
+        unknown = [m for m in self.eval_metrics if m not in METRICS]
+        if unknown:
+            raise ValueError(f"--eval_metrics {' '.join(unknown)}: unknown; choose from {', '.join(METRICS)}")
+        if self.max_duration_in_seconds <= self.min_duration_in_seconds:
+            raise ValueError(f"--max_duration_in_seconds {self.max_duration_in_seconds} must be more than "
+                             f"--min_duration_in_seconds {self.min_duration_in_seconds}")  # fmt: skip
+
+
+def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dict[str, datasets.Dataset]:
+    """The train / eval splits, from audiofolder folders or the local `datasets` cache (audio left undecoded)."""
+    if data.dataset_name is None:
+        dirs = {"train": data.train_dir, "eval": data.eval_dir}
+        return {split: read_audio_folder(path, data.audio_column_name) for split, path in dirs.items() if path}
+    out = {}
+    for split, names in (("train", data.train_split_name), ("eval", data.eval_split_name)):
+        try:
+            parts = [
+                datasets.load_dataset(data.dataset_name, data.dataset_config_name, split=name,
+                                      cache_dir=model.cache_dir, token=model.token)
+                for name in names.split("+")
+            ]  # fmt: skip
+        except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
+            raise SystemExit(
+                f"--dataset_name {data.dataset_name} ({names}): not in the local datasets cache and the Hub cannot be "
+                f"reached ({type(err).__name__}). Pass local folders instead, e.g. --train_dir "
+                "../../../shared/data/audio/fsdd/train --eval_dir ../../../shared/data/audio/fsdd/test "
+                "--text_column_name transcription"
+            ) from None
+        dataset = datasets.concatenate_datasets(parts)
+        if isinstance(dataset.features.get(data.audio_column_name), datasets.Audio):
+            dataset = dataset.cast_column(data.audio_column_name, datasets.Audio(decode=False))  # decoded here
+        out[split] = dataset
+    return out
+
+
+def normalizer(chars_to_ignore: list[str] | None):
+    """Lower-case a transcription and remove `chars_to_ignore` (as `transformers`' script does)."""
+    pattern = re.compile(f"[{re.escape(''.join(chars_to_ignore))}]") if chars_to_ignore else None
+
+    def normalize(text: str) -> str:
+        text = text.lower()
+        return pattern.sub("", text) if pattern else text
+
+    return normalize
+
+
+def build_vocabulary(texts: list[str], data: DataTrainingArguments) -> dict[str, int]:
+    """Every character of the transcriptions, sorted, with `|` for the space (there even if no text has two words),
+    then the unknown and padding tokens."""
+    chars = sorted(set("".join(texts)) | {" "})
+    vocab = {(data.word_delimiter_token if c == " " else c): i for i, c in enumerate(chars)}
+    for token in (data.unk_token, data.pad_token):
+        vocab.setdefault(token, len(vocab))
+    return vocab
+
+
+def new_config(model_type: str, overrides: str | None) -> transformers.PretrainedConfig:
+    """The config of a model trained from scratch: the family's defaults with `--config_overrides`, given as
+    `key=value,...` (scalars, `transformers`' `update_from_string`) or as a JSON object of constructor arguments
+    (lists too, e.g. `{"conv_dim": [32, 32]}`); a clear error for an unknown key or a bad value."""
+    config_class = CONFIG_MAPPING[model_type]
+    try:
+        if overrides and overrides.lstrip().startswith("{"):
+            values = json.loads(overrides)
+            defaults = config_class()
+            unknown = [key for key in values if not hasattr(defaults, key)]
+            if unknown:
+                raise ValueError(f"{model_type} configs have no {', '.join(unknown)}")
+            return config_class(**values)
+        config = config_class()
+        if overrides:
+            config.update_from_string(overrides)
+        return config
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--config_overrides {overrides!r}: {err}") from None
+
+
+def build_model(
+    model_args: ModelArguments, tokenizer: Wav2Vec2CTCTokenizer
+) -> tuple[transformers.PreTrainedModel, Wav2Vec2FeatureExtractor]:
+    """The CTC model with a head over the tokenizer's vocabulary, and its feature extractor."""
+    overrides = {key: getattr(model_args, key) for key in (
+        "attention_dropout", "activation_dropout", "feat_proj_dropout", "hidden_dropout", "final_dropout",
+        "mask_time_prob", "mask_time_length", "mask_feature_prob", "mask_feature_length", "layerdrop",
+        "ctc_loss_reduction", "ctc_zero_infinity")}  # fmt: skip
+    overrides |= {"pad_token_id": tokenizer.pad_token_id, "vocab_size": len(tokenizer)}
+    hub = {"cache_dir": model_args.cache_dir, "token": model_args.token,
+           "trust_remote_code": model_args.trust_remote_code}  # fmt: skip
+    if model_args.model_name_or_path:
+        config = AutoConfig.from_pretrained(model_args.model_name_or_path, **hub)
+        config.update(overrides)
+        model = AutoModelForCTC.from_pretrained(model_args.model_name_or_path, config=config,
+                                                ignore_mismatched_sizes=True, **hub)  # fmt: skip
+        extractor = AutoFeatureExtractor.from_pretrained(model_args.model_name_or_path, **hub)
+    else:
+        config = new_config(model_args.model_type, model_args.config_overrides)
+        config.update(overrides)
+        logger.info("Training a new %s model from scratch", config.model_type)
+        model = AutoModelForCTC.from_config(config, trust_remote_code=model_args.trust_remote_code)
+        # an attention mask only for feature encoders that normalize each frame alone, as the checkpoints have it
+        masked = getattr(config, "feat_extract_norm", "group") == "layer"
+        extractor = Wav2Vec2FeatureExtractor(do_normalize=True, return_attention_mask=masked)
+    if model_args.freeze_feature_encoder and hasattr(model, "freeze_feature_encoder"):
+        model.freeze_feature_encoder()
+    return model, extractor
+
+
+def error_rates(tokenizer: Wav2Vec2CTCTokenizer, metrics: list[str]):
+    """`compute_metrics`: word and character error rates (`jiwer`) of the greedy CTC transcriptions."""
+
+    def compute(p: EvalPrediction) -> dict[str, float]:
+        pred_ids = p.predictions[0] if isinstance(p.predictions, tuple) else p.predictions
+        labels = np.where(p.label_ids == -100, tokenizer.pad_token_id, p.label_ids)
+        predicted = tokenizer.batch_decode(pred_ids)
+        # labels are the characters themselves: no grouping of repeated ones ("ll" stays "ll")
+        references = tokenizer.batch_decode(labels, group_tokens=False)
+        scores = {"wer": jiwer.wer, "cer": jiwer.cer}
+        return {name: float(scores[name](references, predicted)) for name in metrics}
+
+    return compute
+
+
+def main() -> None:  # noqa: C901 - the script's steps, in order, as transformers' script has them
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUTrainingArguments))
+    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
+        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
+    else:
+        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%m/%d/%Y %H:%M:%S",
+                        handlers=[logging.StreamHandler(sys.stdout)])  # fmt: skip
+    log_level = training_args.get_process_log_level()
+    for lib_logger in (logger, logging.getLogger("optimum_ipu")):
+        lib_logger.setLevel(log_level)
+    datasets.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+    logger.info("Training/evaluation parameters %s", training_args)
+    last_checkpoint = training_args.checkpoint_in_output_dir()
+    set_seed(training_args.seed)
+
+    raw = load_raw_datasets(data_args, model_args)
+    audio_column, text_column = data_args.audio_column_name, data_args.text_column_name
+    for split, dataset in raw.items():
+        for flag, column in (("--audio_column_name", audio_column), ("--text_column_name", text_column)):
+            if column not in dataset.column_names:
+                raise ValueError(f"{flag} {column}: the {split} data has no such column (columns: "
+                                 f"{', '.join(dataset.column_names)}); name the right one")  # fmt: skip
+    normalize = normalizer(data_args.chars_to_ignore)
+    texts = {split: [normalize(str(t)) for t in dataset[text_column]] for split, dataset in raw.items()}
+
+    if model_args.tokenizer_name_or_path:
+        tokenizer = Wav2Vec2CTCTokenizer.from_pretrained(model_args.tokenizer_name_or_path)
+    else:
+        os.makedirs(training_args.output_dir, exist_ok=True)
+        vocab_file = os.path.join(training_args.output_dir, "vocab.json")
+        with open(vocab_file, "w", encoding="utf-8") as f:
+            json.dump(build_vocabulary(texts.get("train", []) + texts.get("eval", []), data_args), f)
+        tokenizer = Wav2Vec2CTCTokenizer(vocab_file, unk_token=data_args.unk_token, pad_token=data_args.pad_token,
+                                         word_delimiter_token=data_args.word_delimiter_token)  # fmt: skip
+    model, feature_extractor = build_model(model_args, tokenizer)
+    rate = feature_extractor.sampling_rate
+    max_samples = int(round(data_args.max_duration_in_seconds * rate))
+    min_samples = int(round(data_args.min_duration_in_seconds * rate))
+    label_length = max(len(tokenizer(t).input_ids) for split_texts in texts.values() for t in split_texts)
+
+    def prepare(split: str, limit: int | None) -> datasets.Dataset:
+        """Decode, resample and pad every clip to `max_samples`; tokenize and pad every transcription."""
+        dataset = raw[split].add_column("_text", texts[split])
+        if limit is not None:
+            dataset = dataset.select(range(min(limit, len(dataset))))
+
+        def features(batch: dict[str, list]) -> dict[str, list]:
+            clips = [load_audio(a, rate) for a in batch[audio_column]]
+            out = dict(feature_extractor(clips, sampling_rate=rate, padding="max_length", max_length=max_samples,
+                                         truncation=True))  # fmt: skip
+            out["input_length"] = [len(c) for c in clips]
+            ids = tokenizer(batch["_text"]).input_ids
+            out["labels"] = [seq + [-100] * (label_length - len(seq)) for seq in ids]
+            return out
+
+        with training_args.main_process_first(desc=f"decode {split}"):
+            dataset = dataset.map(features, batched=True, remove_columns=dataset.column_names, desc=f"decode {split}")
+        kept = dataset.filter(lambda n: min_samples <= n <= max_samples, input_columns="input_length")
+        if len(kept) < len(dataset):
+            bounds = (data_args.min_duration_in_seconds, data_args.max_duration_in_seconds)
+            logger.warning("%s: %d of %d clips are outside %s s and left out", split, len(dataset) - len(kept),
+                           len(dataset), bounds)  # fmt: skip
+        return kept.remove_columns("input_length").with_format("torch")
+
+    train_dataset = prepare("train", data_args.max_train_samples) if training_args.do_train else None
+    eval_dataset = prepare("eval", data_args.max_eval_samples) if training_args.do_eval else None
+    feature_extractor.save_pretrained(training_args.output_dir)
+    tokenizer.save_pretrained(training_args.output_dir)
+
+    trainer = IPUTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        compute_metrics=error_rates(tokenizer, data_args.eval_metrics),
+        preprocess_logits_for_metrics=lambda logits, labels: logits.argmax(dim=-1),
+        processing_class=feature_extractor,
+    )
+    if training_args.do_train:
+        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint or last_checkpoint)
+        if training_args.compile_only:
+            logger.info("--compile_only: graphs compiled and cached; nothing trained or saved")
+            return
+        trainer.save_model()
+        tokenizer.save_pretrained(training_args.output_dir)
+        metrics = train_result.metrics
+        metrics["train_samples"] = len(train_dataset)
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        trainer.save_state()
+    if training_args.do_eval:
+        logger.info("*** Evaluate ***")
+        metrics = trainer.evaluate()
+        metrics["eval_samples"] = len(eval_dataset)
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+
+
+if __name__ == "__main__":
+    run_script(main)  # a bad input: one line on stderr, exit code 2 (OPTIMUM_IPU_DEBUG=1 for the traceback)
