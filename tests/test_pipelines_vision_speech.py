@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from optimum_ipu import IncompatibleIPUConfigError, pipeline
 from optimum_ipu.pipelines.audio import AudioDecodingError, load_audio, read_audio, read_audio_folder
+
+from .tiny_models_vision_speech import save_tiny_whisper
 
 RATE = 16_000
 LAYOUT = {"layers_per_ipu": [1, 3], "inference_layers_per_ipu": [2, 2], "inference_device_iterations": 2}
@@ -78,27 +79,7 @@ def wav2vec2_dirs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def whisper_dir(tmp_path_factory):
-    """A tiny Whisper (2 + 2 layers, 16 mel bins) with a byte-level vocabulary of letters and Whisper's tokens."""
-    path = tmp_path_factory.mktemp("whisper")
-    byte_chars = bytes_to_unicode()
-    vocab = {"<|endoftext|>": 0, **{byte_chars[b]: i + 1 for i, b in enumerate(b" abcdefghijklmnopqrstuvwxyz'.,")}}
-    (path / "vocab.json").write_text(json.dumps(vocab))
-    (path / "merges.txt").write_text("#version: 0.2\n")
-    eot = "<|endoftext|>"
-    tokenizer = transformers.WhisperTokenizer(str(path / "vocab.json"), str(path / "merges.txt"), unk_token=eot,
-                                              bos_token=eot, eos_token=eot, pad_token=eot)  # fmt: skip
-    specials = ["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|translate|>", "<|notimestamps|>"]
-    tokenizer.add_special_tokens({"additional_special_tokens": specials})
-    torch.manual_seed(0)
-    config = transformers.WhisperConfig(
-        vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, num_mel_bins=16, max_source_positions=1500,
-        max_target_positions=64, pad_token_id=0, bos_token_id=0, eos_token_id=0,
-        decoder_start_token_id=tokenizer.convert_tokens_to_ids("<|startoftranscript|>"), suppress_tokens=None,
-        begin_suppress_tokens=None,
-    )  # fmt: skip
-    model = transformers.WhisperForConditionalGeneration(config)
-    return _saved(path, model, tokenizer, transformers.WhisperFeatureExtractor(feature_size=16))
+    return save_tiny_whisper(tmp_path_factory.mktemp("whisper"))
 
 
 def test_image_classification_equals_transformers(vit_dir, shared_data):

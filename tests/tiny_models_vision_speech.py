@@ -132,3 +132,31 @@ def scalar_objective(outputs) -> torch.Tensor:
     if getattr(outputs, "loss", None) is not None:
         return outputs.loss
     return outputs.last_hidden_state.pow(2).mean()
+
+
+def save_tiny_whisper(path) -> str:
+    """A folder with a tiny Whisper for speech recognition (2 + 2 layers, 16 mel bins, a 30 s window of 3,000
+    frames), its feature extractor and a byte-level tokenizer of lower-case letters and Whisper's special tokens."""
+    import json
+
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    path.mkdir(parents=True, exist_ok=True)
+    byte_chars = bytes_to_unicode()
+    vocab = {"<|endoftext|>": 0, **{byte_chars[b]: i + 1 for i, b in enumerate(b" abcdefghijklmnopqrstuvwxyz'.,")}}
+    (path / "vocab.json").write_text(json.dumps(vocab))
+    (path / "merges.txt").write_text("#version: 0.2\n")
+    eot = "<|endoftext|>"
+    tokenizer = transformers.WhisperTokenizer(str(path / "vocab.json"), str(path / "merges.txt"), unk_token=eot,
+                                              bos_token=eot, eos_token=eot, pad_token=eot)  # fmt: skip
+    specials = ["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|translate|>", "<|notimestamps|>"]
+    tokenizer.add_special_tokens({"additional_special_tokens": specials})
+    config = tiny_config("whisper")
+    config.update({"vocab_size": len(tokenizer), "max_source_positions": 1500, "max_target_positions": 64,
+                   "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0,
+                   "decoder_start_token_id": tokenizer.convert_tokens_to_ids("<|startoftranscript|>")})  # fmt: skip
+    torch.manual_seed(0)
+    transformers.WhisperForConditionalGeneration(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    transformers.WhisperFeatureExtractor(feature_size=MEL_BINS).save_pretrained(path)
+    return str(path)

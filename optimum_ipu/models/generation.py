@@ -57,6 +57,8 @@ def generate_static(
     ```
     """
     model = model.model if isinstance(model, PipelinedModel) else model
+    if main_input_name(model) != "input_ids":  # speech (Whisper's input_features): fixed-size inputs, rows padded
+        return _generate_from_features(model, input_ids, attention_mask, batch_size, generate_kwargs)
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids: expected a (batch, length) tensor, got shape {tuple(input_ids.shape)}")
     if batch_size is not None and input_ids.shape[0] > batch_size:
@@ -93,6 +95,40 @@ def generate_static(
     if isinstance(output, torch.Tensor):
         return output[:keep]
     output.sequences = output.sequences[:keep]
+    return output
+
+
+def main_input_name(model: nn.Module) -> str:
+    """The input `generate()` starts from: `"input_ids"`, or e.g. Whisper's `"input_features"`."""
+    model = model.model if isinstance(model, PipelinedModel) else model
+    return getattr(model, "main_input_name", "input_ids")
+
+
+def _generate_from_features(
+    model: nn.Module,
+    features: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    batch_size: int | None,
+    generate_kwargs: dict[str, Any],
+) -> torch.Tensor | ModelOutput:
+    """`generate_static` for a model whose main input is not tokens (Whisper's log-mel `input_features`, already of
+    one size): only the batch is padded, with copies of the first row, which are dropped from the result."""
+    rows = features.shape[0]
+    if batch_size is not None and rows > batch_size:
+        raise ValueError(f"a batch of {rows} inputs is larger than batch_size {batch_size}: raise batch_size")
+    if batch_size is not None and rows < batch_size:
+        features = torch.cat([features, features[:1].expand(batch_size - rows, *features.shape[1:])])
+        if attention_mask is not None:
+            attention_mask = torch.cat([attention_mask, attention_mask[:1].expand(batch_size - rows, -1)])
+    generate_kwargs.setdefault("cache_implementation", "static")
+    inputs = {main_input_name(model): features}
+    if attention_mask is not None:
+        inputs["attention_mask"] = attention_mask
+    with torch.no_grad():
+        output = model.generate(**inputs, **generate_kwargs)
+    if isinstance(output, torch.Tensor):
+        return output[:rows]
+    output.sequences = output.sequences[:rows]
     return output
 
 

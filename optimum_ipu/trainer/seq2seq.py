@@ -21,7 +21,7 @@ from torch import nn
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from ..config import IPUConfig
-from ..models.generation import generate_static
+from ..models.generation import generate_static, main_input_name
 from .trainer import PAD_MASK_KEY, IPUTrainer, _select_rows
 from .training_args import IPUTrainingArguments
 
@@ -131,17 +131,18 @@ class IPUSeq2SeqTrainer(IPUTrainer, Seq2SeqTrainer):
         if "labels" in inputs:
             loss = super().prediction_step(model, dict(inputs), True, ignore_keys=ignore_keys)[0]
         inputs = self._prepare_inputs(inputs)
-        if "input_ids" not in inputs:
+        main = main_input_name(self.model)  # input_ids; Whisper: input_features
+        if main not in inputs:
             raise ValueError(
-                f"predict_with_generate needs `input_ids` in the evaluation batches; got {sorted(inputs)}. Keep the "
-                "tokenized prompts in the dataset (remove_unused_columns keeps model inputs)"
+                f"predict_with_generate needs `{main}` in the evaluation batches; got {sorted(inputs)}. Keep the "
+                "model inputs in the dataset (remove_unused_columns keeps model inputs)"
             )
         gen_kwargs = gen_kwargs or dict(getattr(self, "_gen_kwargs", {}))
         # `None` means "the generation config's value", as in Seq2SeqTrainer
         gen_kwargs = {k: v for k, v in gen_kwargs.items() if not (k in ("num_beams", "max_length") and v is None)}
         gen_kwargs.pop("synced_gpus", None)  # each replica generates on its own: no sharded weights here
         generated = self._generate(inputs, gen_kwargs)
-        length = self._output_length(generated, gen_kwargs, inputs["input_ids"].shape[-1])
+        length = self._output_length(generated, gen_kwargs, inputs[main].shape[-1])
         if generated.shape[-1] < length:
             generated = self._pad_tensors_to_max_len(generated, length)
         labels = inputs.get("labels")
@@ -156,7 +157,7 @@ class IPUSeq2SeqTrainer(IPUTrainer, Seq2SeqTrainer):
         with self.engine.autocast():
             generated = generate_static(
                 self.model,
-                inputs["input_ids"],
+                inputs[main_input_name(self.model)],
                 inputs.get("attention_mask"),
                 batch_size=self.args.eval_batch_size,
                 prompt_length=self.args.generation_prompt_length,
