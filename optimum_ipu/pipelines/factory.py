@@ -189,7 +189,8 @@ def pipeline(
     elif model_kwargs:
         raise ValueError("model_kwargs apply when the model is loaded from a path; this model is already built")
     needed = processors_of(spec.impl)
-    if tokenizer is None and not all(kwargs.get(name) is not None for name in needed if name != "tokenizer"):
+    others_given = all(kwargs.get(name) is not None for name in needed if name != "tokenizer")
+    if tokenizer is None and ("tokenizer" in needed or not others_given):
         stock = model.model if isinstance(model, PipelinedModel) else model
         source = getattr(stock.config, "_name_or_path", "") or getattr(stock, "name_or_path", "")
         if not (source and os.path.isdir(source)):
