@@ -85,16 +85,16 @@ def _collective_failed(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and any(text in str(err) for text in _COLLECTIVE_FAILURES)
 
 
+# Notes added to a failed collective's one line by the layers that know more (`runtime.distributed` registers the
+# ranks whose heartbeat stopped): registered from below, so this module imports nothing of the layers above it.
+COLLECTIVE_FAILURE_NOTES: list[Callable[[], str]] = []
+
+
 def _silent_ranks_note() -> str:
-    """Which ranks stopped sending heartbeats (only where torch.distributed is already in use)."""
+    """What the registered notes say of a failed collective (only where torch.distributed is already in use)."""
     if "torch.distributed" not in sys.modules:
         return ""
-    from .runtime.distributed import silent_ranks
-
-    silent = silent_ranks()
-    if not silent:
-        return ""
-    return f"; rank(s) {', '.join(map(str, silent))} stopped responding (no heartbeat): check those processes"
+    return "".join(note() for note in COLLECTIVE_FAILURE_NOTES)
 
 
 def run_script(main: Callable[[], Any], prog: str | None = None) -> None:

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from optimum_ipu.benchmark import ARCHITECTURES, flops_per_sample, format_report, run_benchmark
-from optimum_ipu.benchmark_packing import build_workload, load_feature_lengths, sample_feature_lengths
+from optimum_ipu.cli.benchmark import ARCHITECTURES, flops_per_sample, format_report, run_benchmark
+from optimum_ipu.cli.benchmark_packing import build_workload, load_feature_lengths, sample_feature_lengths
 
 from .conftest import PYTHON, REPO_ROOT
 

@@ -9,7 +9,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "optimum_ipu"
 # top to bottom; a module may import its own layer and the ones after it
-ORDER = ["cli", "benchmark", "trainer", "pipelines", "models", "runtime", "config"]
+ORDER = ["cli", "trainer", "pipelines", "packing", "models", "runtime", "config"]
 
 
 def layer_of(module: str) -> str | None:
@@ -17,8 +17,6 @@ def layer_of(module: str) -> str | None:
     if parts[0] != "optimum_ipu" or len(parts) < 2:
         return None
     head = parts[1]
-    if head == "benchmark_packing":  # the benchmark's packing runners: part of the top layer
-        return "benchmark"
     return "config" if head in ("config", "config_validation", "errors", "files") else head
 
 
@@ -49,3 +47,26 @@ def test_imports_go_down_only(path):
             assert ORDER.index(target) >= ORDER.index(own), f"{path.name} ({own}) imports {module} ({target})"
     if own == "config":
         assert not any(m.split(".")[0] == "torch" for m in imported_modules(path)), f"{path.name} imports torch"
+
+
+def test_the_library_imports_without_matplotlib():
+    """Only the command draws (matplotlib): the library imports without it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "import optimum_ipu.trainer, optimum_ipu.pipelines, optimum_ipu.packing, optimum_ipu.models, optimum_ipu.cli\n"
+        "from optimum_ipu import IPUTrainer, pipeline, to_pipelined\n"
+        "print('ok')"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_the_command_draws_and_shows_progress(path):
+    if path.relative_to(PACKAGE).parts[0] == "cli":
+        return
+    drawn = {m for m in imported_modules(path) if m.split(".")[0] in ("matplotlib", "tqdm")}
+    assert not drawn, f"{path.name} imports {drawn}: only optimum_ipu/cli/ draws charts and progress bars"

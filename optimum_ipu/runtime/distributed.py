@@ -13,7 +13,7 @@ import time
 import torch.distributed as dist
 
 from ..config import IPUConfig
-from ..errors import IncompatibleIPUConfigError
+from ..errors import COLLECTIVE_FAILURE_NOTES, IncompatibleIPUConfigError
 
 
 def world_size() -> int:
@@ -105,6 +105,16 @@ def silent_ranks() -> list[int]:
         if now - beat > 2.5 * interval + 1:
             silent.append(rank)
     return silent
+
+
+def _silent_ranks_note() -> str:
+    silent = silent_ranks()
+    if not silent:
+        return ""
+    return f"; rank(s) {', '.join(map(str, silent))} stopped responding (no heartbeat): check those processes"
+
+
+COLLECTIVE_FAILURE_NOTES.append(_silent_ranks_note)
 
 
 def check_ranks_agree(text: str, what: str = "the resolved IPU config and training arguments") -> None:

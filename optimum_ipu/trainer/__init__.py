@@ -2,7 +2,7 @@
 
 from .checkpoints import last_complete_checkpoint
 from .seq2seq import IPUSeq2SeqTrainer, IPUSeq2SeqTrainingArguments
-from .trainer import IPUTrainer
+from .trainer import IPUTrainer, StepTimer
 from .training_args import IPUTrainingArguments
 
 __all__ = [
@@ -10,5 +10,6 @@ __all__ = [
     "IPUSeq2SeqTrainingArguments",
     "IPUTrainer",
     "IPUTrainingArguments",
+    "StepTimer",
     "last_complete_checkpoint",
 ]

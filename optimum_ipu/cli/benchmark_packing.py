@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .packing import IGNORE_INDEX, pack_features, pack_sequences, packed_question_answering_loss
+from ..packing import IGNORE_INDEX, pack_features, pack_sequences, packed_question_answering_loss
 
-FEATURE_LENGTHS_FILE = Path(__file__).resolve().parent / "data" / "squad_v1.1_feature_lengths_seq384.json"
+FEATURE_LENGTHS_FILE = Path(__file__).resolve().parents[1] / "data" / "squad_v1.1_feature_lengths_seq384.json"
 
 
 def load_feature_lengths(path: str | Path = FEATURE_LENGTHS_FILE) -> dict[str, Any]:

@@ -37,7 +37,14 @@ import transformers
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
-from . import __version__
+from .. import __version__
+from ..config import IPUConfig
+from ..models import plan_for_config
+from ..models.pipelined import to_pipelined
+from ..models.plans import position_offset
+from ..packing import PackedDataCollator, check_packing_support
+from ..runtime.engine import Engine
+from ..trainer import IPUTrainer, IPUTrainingArguments, StepTimer
 from .benchmark_packing import (
     FEATURE_LENGTHS_FILE,
     FeatureCountingLoss,
@@ -48,14 +55,6 @@ from .benchmark_packing import (
     feature_flops,
     load_feature_lengths,
 )
-from .config import IPUConfig
-from .models import plan_for_config
-from .models.pipelined import to_pipelined
-from .models.plans import position_offset
-from .packing import PackedDataCollator, check_packing_support
-from .runtime.engine import Engine
-from .trainer import IPUTrainer, IPUTrainingArguments
-from .trainer.trainer import StepTimer
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from .config import IPUConfig
-from .errors import IncompatibleIPUConfigError
+from ..config import IPUConfig
+from ..errors import IncompatibleIPUConfigError
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
@@ -22,8 +22,8 @@ def _cmd_env(args: argparse.Namespace) -> int:
     import torch
     import transformers
 
-    from . import __version__
-    from .runtime.devices import detect_devices
+    from .. import __version__
+    from ..runtime.devices import detect_devices
 
     info = detect_devices()
     print(f"optimum-ipu version: {__version__}")
@@ -51,8 +51,8 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
-    from .config_validation import check_processes, replication_for_devices
-    from .models.layout import format_layout, stage_layout
+    from ..config_validation import check_processes, replication_for_devices
+    from ..models.layout import format_layout, stage_layout
 
     pod = {} if args.n_ipu is None else {"n_ipu": args.n_ipu}  # 0 is refused below, not taken as "not given"
     config = IPUConfig.from_pretrained(args.file, **pod)
@@ -84,7 +84,7 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
 def _model_layers(name_or_dir: str) -> tuple[int, str]:
     from transformers import AutoConfig
 
-    from .models import plan_for_config
+    from ..models import plan_for_config
 
     try:
         model_config = AutoConfig.from_pretrained(name_or_dir)
@@ -205,7 +205,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         library.removeHandler(notes)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
