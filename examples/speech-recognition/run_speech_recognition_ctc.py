@@ -247,7 +247,7 @@ def error_rates(tokenizer: Wav2Vec2CTCTokenizer, metrics: list[str]):
     return compute
 
 
-def main() -> None:  # noqa: C901 - the script's steps, in order, as transformers' script has them
+def main() -> None:
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUTrainingArguments))
     if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
         model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
