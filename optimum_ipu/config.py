@@ -8,47 +8,35 @@ decided by `optimum_ipu.runtime`; the table lives in the README and in DESIGN.md
 from __future__ import annotations
 
 import copy
-import inspect
 import json
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
+from .config_schema import (
+    CONFIG_NAME,
+    DEPRECATED_KEYS,
+    FIELDS,
+    IPU_ONLY_FIELDS,
+    MODE_MANAGED_FIELDS,
+)
+from .config_validation import (
+    check_exclusive_serialization,
+    check_field_types,
+    check_unknown_keys,
+    known_keys,
+    locate_config_file,
+    parse_update_string,
+    read_json,
+    resolve_layers_per_ipu,
+    resolve_pod_values,
+    validate,
+)
 from .errors import IncompatibleIPUConfigError, short_repr
 from .files import write_text_atomic
 
 logger = logging.getLogger(__name__)
-
-CONFIG_NAME = "ipu_config.json"
-
-# Fields that have an `inference_*` twin: in `eval()` mode, reading or writing the plain name
-# reaches the twin. `gradient_accumulation_steps` has none (inference accumulates nothing).
-MODE_MANAGED_FIELDS = (
-    "replication_factor",
-    "layers_per_ipu",
-    "ipus_per_replica",
-    "matmul_proportion",
-    "device_iterations",
-    "embedding_serialization_factor",
-    "serialized_embedding_splits_per_ipu",
-    "projection_serialization_factor",
-    "serialized_projection_splits_per_ipu",
-    "parallelize_kwargs",
-)
-
-OUTPUT_MODES = ("all", "sum", "final", "default")
-
-# Keys of older Graphcore files: accepted, one warning each, no effect of their own.
-DEPRECATED_KEYS = {
-    "enable_half_first_order_momentum": "optimizer state precision follows the training precision here",
-    "sharded_execution_for_inference": "inference uses `inference_layers_per_ipu` / `inference_ipus_per_replica`",
-    "pod_type": "per-pod values are resolved from `n_ipu` (the number of devices); "
-    "`pod_type` is still honoured for this file",
-}
-
-# IPU-compiler memory knobs: kept in the file, no meaning on GPUs or CPUs.
-IPU_ONLY_FIELDS = ("matmul_proportion", "inference_matmul_proportion", "explicit_ir_inference")
 
 _warned: set[str] = set()
 
@@ -210,14 +198,6 @@ class IPUConfig:
         n_ipu: int | None = None,
         **kwargs: Any,
     ) -> None:
-        from .config_validation import (
-            check_exclusive_serialization,
-            check_field_types,
-            check_unknown_keys,
-            resolve_pod_values,
-            validate,
-        )
-
         pod_type = kwargs.get("pod_type")
         for key in kwargs:
             if key in DEPRECATED_KEYS:
@@ -227,7 +207,7 @@ class IPUConfig:
         check_unknown_keys([k for k in kwargs if k not in DEPRECATED_KEYS])
 
         given = dict(locals())
-        values = {name: given[name] for name in _INIT_FIELDS}
+        values = {name: given[name] for name in (*FIELDS, "n_ipu")}
         values = resolve_pod_values(values, n_ipu=n_ipu, pod_type=pod_type)
         check_exclusive_serialization(values)
         check_field_types(values, allow_none=True)  # before deriving defaults from them
@@ -282,7 +262,6 @@ class IPUConfig:
     def layers_per_stage(self, num_layers: int, inference: bool | None = None) -> list[int]:
         """`layers_per_ipu` with its `-1` wildcards resolved against `num_layers`: of the current mode, or of the
         inference (`inference=True`) or training (`inference=False`) layout whatever the mode."""
-        from .config_validation import resolve_layers_per_ipu
 
         inference = self.mode == "inference" if inference is None else inference
         field = "inference_layers_per_ipu" if inference else "layers_per_ipu"
@@ -337,7 +316,6 @@ class IPUConfig:
         odd = [k for k in keys if not isinstance(k, str)]
         if odd:  # Python would stop at `cls(**...)` with a bare TypeError
             raise IncompatibleIPUConfigError(f"IPUConfig field names must be strings, got {short_repr(odd[0])}")
-        from .config_validation import check_unknown_keys, known_keys
 
         # before `cls(**...)`: a key "self" would be a TypeError (two values for the argument `self`)
         check_unknown_keys([k for k in keys if k not in known_keys()])
@@ -345,7 +323,6 @@ class IPUConfig:
 
     @classmethod
     def from_json_file(cls, json_file: str | os.PathLike, **kwargs: Any) -> IPUConfig:
-        from .config_validation import read_json
 
         return cls.from_dict(read_json(json_file), **kwargs)
 
@@ -361,7 +338,6 @@ class IPUConfig:
             kwargs:
                 Field values that override those of the file, and `n_ipu` to resolve per-pod values.
         """
-        from .config_validation import locate_config_file
 
         return cls.from_json_file(locate_config_file(name_or_path), **kwargs)
 
@@ -371,7 +347,6 @@ class IPUConfig:
         Values are parsed as JSON-like literals: integers, floats, `true`/`false`, `null`, lists with spaces
         or commas inside brackets. Fields are those of the current mode's view, or explicit `inference_*`.
         """
-        from .config_validation import parse_update_string, validate
 
         updates = parse_update_string(update_str)
         check = self.to_dict()
@@ -392,14 +367,6 @@ class IPUConfig:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__} ({self.mode}) {self.to_json_string()}"
-
-
-_INIT_FIELDS = [
-    name
-    for name, param in inspect.signature(IPUConfig.__init__).parameters.items()
-    if name != "self" and param.kind is not inspect.Parameter.VAR_KEYWORD
-]
-FIELDS = tuple(name for name in _INIT_FIELDS if name != "n_ipu")
 
 
 def _fill_defaults(values: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .config_schema import CONFIG_NAME, DEPRECATED_KEYS, FIELDS, OUTPUT_MODES
 from .errors import IncompatibleIPUConfigError, short_repr
 
 if TYPE_CHECKING:
@@ -66,7 +67,6 @@ def _is_int(value: Any) -> bool:
 
 
 def known_keys() -> list[str]:
-    from .config import DEPRECATED_KEYS, FIELDS
 
     return [*FIELDS, *DEPRECATED_KEYS, "n_ipu"]
 
@@ -137,7 +137,6 @@ def _check_per_ipu_list(field: str, value: Any, ipus: int, ipus_field: str, mini
 
 def check_field_types(values: dict[str, Any], allow_none: bool = False) -> None:
     """Check each field on its own: type and range. `allow_none` skips fields not given yet (before defaults)."""
-    from .config import OUTPUT_MODES
 
     def given(field: str) -> bool:
         return not (allow_none and values.get(field) is None)
@@ -369,7 +368,6 @@ def _from_hf_cache(repo_id: str) -> str | None:
 
 def locate_config_file(name_or_path: str | os.PathLike) -> Path:
     """Find `ipu_config.json` for a folder, a file, a cached Hub id or a bundled id (in that order)."""
-    from .config import CONFIG_NAME
 
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise IncompatibleIPUConfigError(
@@ -428,7 +426,6 @@ def _parse_value(text: str) -> Any:
 
 def parse_update_string(update_str: str) -> dict[str, Any]:
     """Parse `"k=v,k=[1 2 -1]"` into a dict of known fields."""
-    from .config import FIELDS
 
     if not isinstance(update_str, str):
         raise IncompatibleIPUConfigError(

@@ -244,3 +244,38 @@ def test_invalid_json_gives_line_and_column(tmp_path):
     path.write_text("[1, 2]")
     with pytest.raises(IncompatibleIPUConfigError, match="must be a JSON object"):
         IPUConfig.from_pretrained(path)
+
+
+def test_schema_fields_are_the_init_arguments():
+    """`config_schema.FIELDS` is written out (so validation needs no `IPUConfig`): it must stay the signature's."""
+    import inspect
+
+    from optimum_ipu.config_schema import FIELDS
+
+    params = inspect.signature(IPUConfig.__init__).parameters.items()
+    names = [n for n, p in params if n not in ("self", "n_ipu") and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    assert tuple(names) == FIELDS
+
+
+def test_config_and_validation_import_each_other_not():
+    """No cycle: validation imports `config` only for type annotations (under TYPE_CHECKING), never to run."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).resolve().parents[1] / "optimum_ipu" / "config_validation.py").read_text())
+    annotations_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and getattr(block.test, "id", None) == "TYPE_CHECKING"
+        for node in ast.walk(block)
+    }
+    to_config = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module == "config"
+        and id(node) not in annotations_only
+    ]  # fmt: skip
+    assert not to_config, f"config_validation.py imports config at lines {to_config}"
+    run = subprocess.run([PYTHON, "-c", "import optimum_ipu.config_validation as v; print(len(v.known_keys()))"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0 and int(run.stdout) > 30, run.stderr
