@@ -230,60 +230,6 @@ def validate(config: IPUConfig) -> None:
                 _check_per_ipu_list(splits_field, v[splits_field], ipus, ipus_field, minimum=0)
 
 
-def replication_for_devices(config: IPUConfig, n_ipu: int) -> int:
-    """The training `replication_factor` that fills a pod of `n_ipu` devices: `n_ipu / ipus_per_replica`.
-
-    This is the meaning of Graphcore's `n_ipu` (`--n_ipu` of the example scripts, `--n-ipu` of
-    `optimum-ipu config check`). A pod that cannot hold a whole number of replicas is an error naming
-    `ipus_per_replica`.
-    """
-    if not _is_int(n_ipu) or n_ipu < 1:
-        raise _fail("n_ipu", n_ipu, "expected the number of devices, an integer >= 1")
-    ipus = config.value("ipus_per_replica")
-    if n_ipu % ipus:
-        room = (
-            f"n_ipu {n_ipu} is below it (one replica needs {ipus} device slots)"
-            if n_ipu < ipus
-            else f"n_ipu {n_ipu} is not a multiple of it"
-        )
-        raise _fail(
-            "ipus_per_replica",
-            ipus,
-            f"{room}; use an n_ipu that is a multiple of {ipus}, or fewer stages in `layers_per_ipu`",
-        )
-    return n_ipu // ipus
-
-
-def check_processes(config: IPUConfig, processes: int) -> None:
-    """Check that the training layout of `config` can run as a `torchrun` job of `processes` processes.
-
-    One process runs every device slot in turn, so anything fits. Several processes hold one device slot
-    each: their number must be `ipus_per_replica x replication_factor`, and stages on separate processes
-    need at least one micro-batch (`gradient_accumulation_steps`) per stage for the pipeline schedule.
-    The runtime checks the same when the job starts; this says it before anything is launched.
-    """
-    if not _is_int(processes) or processes < 1:
-        raise _fail("processes", processes, "expected the number of processes of the job, an integer >= 1")
-    if processes == 1:
-        return
-    ipus, replicas = config.value("ipus_per_replica"), config.value("replication_factor")
-    if ipus * replicas != processes:
-        fix = f"set `replication_factor` to {processes // ipus}" if processes % ipus == 0 else "run one process"
-        raise IncompatibleIPUConfigError(
-            f"IPUConfig fields `ipus_per_replica` ({ipus}) x `replication_factor` ({replicas}) make "
-            f"{ipus * replicas} device slots, but the job has {processes} processes (one slot each); launch "
-            f"torchrun --nproc_per_node {ipus * replicas}, or {fix}."
-        )
-    micro = config.value("gradient_accumulation_steps")
-    if ipus > 1 and micro < ipus:
-        raise _fail(
-            "gradient_accumulation_steps",
-            micro,
-            f"it is below the {ipus} pipeline stages that run on separate processes (the schedule needs at least "
-            f"one micro-batch per stage); set it to {ipus} or more",
-        )
-
-
 def resolve_layers_per_ipu(layers_per_ipu: list[int], num_layers: int, field: str = "layers_per_ipu") -> list[int]:
     """Resolve `-1` wildcards so that the stages hold exactly `num_layers` layers.
 

@@ -55,7 +55,7 @@ def test_ipu_config_from_arguments(tmp_path):
     assert config.replication_factor == 4 and config.device_iterations == 3 and config.gradient_accumulation_steps == 4
     assert config.auto_loss_scaling and config.recompute_checkpoint_every_layer and config.seed == 5
     args.n_ipu = 3
-    with pytest.raises(IncompatibleIPUConfigError, match="--n_ipu 3 is not a multiple of ipus_per_replica 2"):
+    with pytest.raises(IncompatibleIPUConfigError, match="--n_ipu 3 is not a multiple of `ipus_per_replica` 2"):
         args.load_ipu_config()
 
 

@@ -51,8 +51,8 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
-    from ..config_validation import check_processes, replication_for_devices
     from ..models.layout import format_layout, stage_layout
+    from ..topology import check_processes, replication_for_devices
 
     pod = {} if args.n_ipu is None else {"n_ipu": args.n_ipu}  # 0 is refused below, not taken as "not given"
     config = IPUConfig.from_pretrained(args.file, **pod)

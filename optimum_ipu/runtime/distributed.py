@@ -12,8 +12,9 @@ import time
 
 import torch.distributed as dist
 
+from .. import topology
 from ..config import IPUConfig
-from ..errors import COLLECTIVE_FAILURE_NOTES, IncompatibleIPUConfigError
+from ..errors import COLLECTIVE_FAILURE_NOTES
 
 
 def world_size() -> int:
@@ -142,22 +143,7 @@ def _destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
-def replicas_per_process(ipu_config: IPUConfig, processes: int | None = None) -> int:
-    """How many data-parallel replicas this process runs, one after the other.
-
-    One process runs every replica of the config in turn (their micro-batches are accumulated, which gives the
-    numbers of as many devices). Under `torchrun`, each process owns one device slot (one stage of one
-    replica): the number of processes must be `ipus_per_replica x replication_factor`, else a clear error says
-    which numbers disagree.
-    """
-    processes = world_size() if processes is None else processes
-    ipus, replicas = ipu_config.value("ipus_per_replica"), ipu_config.value("replication_factor")
-    if processes == 1:
-        return replicas
-    if ipus * replicas != processes:
-        raise IncompatibleIPUConfigError(
-            f"{processes} processes (WORLD_SIZE) but the IPU config asks for {ipus * replicas} device slots "
-            f"(ipus_per_replica {ipus} x replication_factor {replicas}); launch torchrun --nproc_per_node "
-            f"{ipus * replicas}, or set replication_factor={processes // ipus} (--n_ipu {processes})"
-        )
-    return 1
+def replicas_per_process(ipu_config: IPUConfig, processes: int | None = None, inference: bool = False) -> int:
+    """How many data-parallel replicas this process runs, one after the other (`topology.replicas_per_process`
+    with this job's number of processes)."""
+    return topology.replicas_per_process(ipu_config, world_size() if processes is None else processes, inference)

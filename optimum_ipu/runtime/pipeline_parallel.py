@@ -24,10 +24,11 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
+from ..topology import SCHEDULE_NAMES, check_processes, check_schedule
 from .engine import split_batch
 from .stage_cut import StageCut, StageModule, stage_ranges
 
-SCHEDULES = {"1F1B": Schedule1F1B, "GPipe": ScheduleGPipe}
+SCHEDULES = dict(zip(SCHEDULE_NAMES, (Schedule1F1B, ScheduleGPipe), strict=True))
 
 
 class PipelineEngine:
@@ -63,28 +64,16 @@ class PipelineEngine:
     ) -> None:  # fmt: skip
         if not dist.is_initialized():
             raise RuntimeError("PipelineEngine needs torch.distributed: launch with torchrun")
-        if schedule not in SCHEDULES:
-            raise IncompatibleIPUConfigError(
-                f"pipeline_schedule: got {schedule!r}; expected one of {', '.join(SCHEDULES)}"
-            )
+        check_schedule(schedule, "pipeline_schedule")
         if precision not in ("fp32", "bf16"):
             raise IncompatibleIPUConfigError(
                 f"precision {precision!r} is not supported with pipeline stages on separate processes; use --bf16 "
                 "(or fp32)"
             )
         counts = ipu_config.layers_per_stage(len(cut.layer_paths), inference=False)
-        stages, replicas, world = len(counts), ipu_config.value("replication_factor"), dist.get_world_size()
-        if stages * replicas != world:
-            raise IncompatibleIPUConfigError(
-                f"{world} processes but layers_per_ipu {ipu_config.layers_per_ipu} has {stages} stages x "
-                f"replication_factor {replicas}; launch torchrun --nproc_per_node {stages * replicas}"
-            )
+        stages, replicas = len(counts), ipu_config.value("replication_factor")
+        check_processes(ipu_config, dist.get_world_size())  # processes = stages x replicas, a micro-batch a stage
         micro = ipu_config.gradient_accumulation_steps
-        if micro < stages:
-            raise IncompatibleIPUConfigError(
-                f"gradient_accumulation_steps {micro} is below the {stages} pipeline stages: the schedule needs at "
-                f"least one micro-batch per stage; set gradient_accumulation_steps >= {stages}"
-            )
         self.device = device or torch.device("cpu")
         mesh = init_device_mesh(self.device.type, (replicas, stages), mesh_dim_names=("replica", "stage"))
         self.stage_group, self.replica_group = mesh.get_group("stage"), mesh.get_group("replica")

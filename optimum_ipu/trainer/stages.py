@@ -26,7 +26,8 @@ from torch import nn
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..runtime.distributed import world_size
-from ..runtime.pipeline_parallel import SCHEDULES, PipelineEngine
+from ..runtime.pipeline_parallel import PipelineEngine
+from ..topology import check_schedule
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +52,7 @@ class ProcessPipeline:
     """
 
     def __init__(self, trainer: Any, schedule: str) -> None:
-        if schedule not in SCHEDULES:
-            raise IncompatibleIPUConfigError(
-                f"pipeline_schedule: got {schedule!r}; expected one of {', '.join(SCHEDULES)}"
-            )
+        check_schedule(schedule, "pipeline_schedule")
         config: IPUConfig = trainer.ipu_config
         if config.value("replicated_tensor_sharding") and config.value("replication_factor") > 1:
             # Graphcore's bert-base config asks for it: refusing would refuse the reference recipe

@@ -241,7 +241,7 @@ class IPUTrainer(Trainer):
         # --fsdp is ours (`_shard_parameters`): transformers refuses it on CPUs and would wrap the model again.
         engine_args.fsdp, engine_args.fsdp_plugin_args = False, None
         # Inference replicas are the processes under torchrun; the ones left run in turn in each process.
-        inference_replicas_here = max(1, self.ipu_config.value("replication_factor", inference=True) // world_size())
+        inference_replicas_here = replicas_per_process(self.ipu_config, inference=True)
         engine_args.per_device_eval_batch_size = (
             args.per_device_eval_batch_size
             * inference_replicas_here

@@ -14,10 +14,11 @@ from functools import cached_property
 from transformers import TrainingArguments
 
 from ..config import IPUConfig
-from ..errors import IncompatibleIPUConfigError, short_repr
+from ..errors import short_repr
 from ..runtime.devices import default_device, supports_bf16
 from ..runtime.distributed import init_cpu_process_group, set_default_group_timeout, start_heartbeat, world_size
 from ..runtime.precision import check_loss_scale
+from ..topology import check_schedule, replication_for_devices
 from .checkpoints import last_complete_checkpoint, resolve_resume
 
 logger = logging.getLogger(__name__)
@@ -126,10 +127,7 @@ class IPUTrainingArguments(TrainingArguments):
                 # transformers 5 reads a warmup_steps below 1 as a ratio of the training steps (a ratio of
                 # exactly 1 would read as one step: just below it rounds up to all the steps).
                 self.warmup_steps = min(self.warmup_ratio, 1.0 - 1e-9)
-        if self.pipeline_schedule not in PIPELINE_SCHEDULES:
-            raise ValueError(
-                f"--pipeline_schedule: got {self.pipeline_schedule!r}; expected one of {', '.join(PIPELINE_SCHEDULES)}"
-            )
+        check_schedule(self.pipeline_schedule)
         if self.dataloader_mode not in DATALOADER_MODES:
             raise ValueError(
                 f"--dataloader_mode: got {self.dataloader_mode!r}; expected one of {', '.join(DATALOADER_MODES)}"
@@ -206,13 +204,7 @@ class IPUTrainingArguments(TrainingArguments):
             )
             config.update_from_string(f"gradient_accumulation_steps={int(self.gradient_accumulation_steps)}")
         if self.n_ipu:
-            ipus = config.__dict__["ipus_per_replica"]
-            if self.n_ipu % ipus:
-                raise IncompatibleIPUConfigError(
-                    f"--n_ipu {self.n_ipu} is not a multiple of ipus_per_replica {ipus}; "
-                    f"use a multiple of {ipus} or change layers_per_ipu"
-                )
-            config.update_from_string(f"replication_factor={self.n_ipu // ipus}")
+            config.update_from_string(f"replication_factor={replication_for_devices(config, self.n_ipu, '--n_ipu')}")
         if self.auto_loss_scaling:
             config.auto_loss_scaling = True
         # `activation_checkpointing` is transformers 5.2x's name for `gradient_checkpointing`.

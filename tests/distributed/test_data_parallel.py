@@ -85,8 +85,8 @@ def test_two_hosts_on_loopback(tmp_path, one_process):
 def test_process_count_that_does_not_fit_the_config_is_a_clear_error(tmp_path):
     run = torchrun(2, tmp_path, json.dumps({"replication_factor": 1}), 3)
     assert run.returncode != 0
-    assert "2 processes (WORLD_SIZE) but the IPU config asks for 1 device slots" in run.stderr
-    assert "--nproc_per_node 1, or set replication_factor=2 (--n_ipu 2)" in run.stderr
+    assert "2 processes, but `ipus_per_replica` (1) x `replication_factor` (1) make 1 device slots" in run.stderr
+    assert "--nproc_per_node 1, or set `replication_factor` to 2 (--n_ipu 2)" in run.stderr
 
 
 def test_a_dead_rank_ends_the_job_in_bounded_time(tmp_path):

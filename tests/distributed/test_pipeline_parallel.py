@@ -96,7 +96,7 @@ def test_too_few_micro_batches_for_the_stages(tmp_path):
     run = launch(*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", WORKER, str(tmp_path),
                  json.dumps(config), "1F1B", "1")  # fmt: skip
     assert run.returncode != 0
-    assert "gradient_accumulation_steps 1 is below the 2 pipeline stages" in run.stderr
+    assert "`gradient_accumulation_steps` 1 is below the 2 pipeline stages" in run.stderr
 
 
 # ---------------------------------------------------------------- through IPUTrainer (tests/distributed/worker.py)

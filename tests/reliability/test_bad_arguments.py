@@ -28,7 +28,7 @@ def arguments(out, **kwargs) -> IPUTrainingArguments:
     [
         (
             {"n_ipu": 3, "ipu_config_overrides": "layers_per_ipu=[2 2],ipus_per_replica=2"},
-            ("--n_ipu 3", "ipus_per_replica 2"),
+            ("--n_ipu 3", "`ipus_per_replica` 2"),
         ),
         ({"n_ipu": -4}, ("--n_ipu", "-4")),
         ({"ipu_config_overrides": "gradient_acumulation_steps=4"}, ("`gradient_acumulation_steps`",)),

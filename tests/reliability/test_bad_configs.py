@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from optimum_ipu import IncompatibleIPUConfigError, IPUConfig
 from optimum_ipu.cli import main as cli_main
 from optimum_ipu.config import FIELDS
-from optimum_ipu.config_validation import check_processes, replication_for_devices
+from optimum_ipu.topology import check_processes, replication_for_devices
 
 from ..conftest import PYTHON
 from .config_strategies import MODE_MANAGED_FIELDS, bad_override_strings, malformed_configs, valid_config_dicts

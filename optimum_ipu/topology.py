@@ -1,0 +1,91 @@
+"""The device-topology rules, one message each: how an `IPUConfig`'s device slots map onto processes and devices.
+
+Pure Python (no torch), at the config layer, so the CLI, the training arguments, the runtime and the trainer all
+call the same rule and say the same thing:
+
+- a pod of `n_ipu` devices holds `n_ipu / ipus_per_replica` replicas (`replication_for_devices`);
+- under `torchrun`, each process holds one device slot: processes = `ipus_per_replica x replication_factor`
+  (`check_processes`; one process runs every slot in turn);
+- stages on separate processes need at least one micro-batch each (`check_micro_batches`);
+- the pipeline schedule is one of `SCHEDULE_NAMES` (`check_schedule`);
+- how many replicas one process runs in turn, in training and in inference (`replicas_per_process`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import IncompatibleIPUConfigError, short_repr
+
+if TYPE_CHECKING:
+    from .config import IPUConfig
+
+SCHEDULE_NAMES = ("1F1B", "GPipe")
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_schedule(name: str, flag: str = "--pipeline_schedule") -> None:
+    """A pipeline schedule name: `"1F1B"` or `"GPipe"`."""
+    if name not in SCHEDULE_NAMES:
+        raise IncompatibleIPUConfigError(f"{flag}: got {short_repr(name)}; expected one of {', '.join(SCHEDULE_NAMES)}")
+
+
+def replication_for_devices(config: IPUConfig, n_ipu: int, flag: str = "n_ipu") -> int:
+    """The training `replication_factor` that fills a pod of `n_ipu` devices: `n_ipu / ipus_per_replica`
+    (Graphcore's `n_ipu`: `--n_ipu` of the scripts, `--n-ipu` of `optimum-ipu config check`)."""
+    if not _is_count(n_ipu):
+        name = flag if flag.startswith("--") else f"`{flag}`"
+        raise IncompatibleIPUConfigError(f"{name}: got {short_repr(n_ipu)}; expected the number of devices, >= 1")
+    ipus = config.value("ipus_per_replica")
+    if n_ipu % ipus:
+        raise IncompatibleIPUConfigError(
+            f"{flag} {n_ipu} is not a multiple of `ipus_per_replica` {ipus} (one replica needs {ipus} device slots); "
+            f"use a multiple of {ipus}, or fewer stages in `layers_per_ipu`"
+        )
+    return n_ipu // ipus
+
+
+def check_micro_batches(micro_batches: int, stages: int) -> None:
+    """Stages on separate processes need at least one micro-batch each for the pipeline schedule."""
+    if stages > 1 and micro_batches < stages:
+        raise IncompatibleIPUConfigError(
+            f"`gradient_accumulation_steps` {micro_batches} is below the {stages} pipeline stages on separate "
+            f"processes (the schedule needs at least one micro-batch per stage); set it to {stages} or more"
+        )
+
+
+def check_processes(config: IPUConfig, processes: int) -> None:
+    """The training layout of `config` runs as a job of `processes` processes: one runs every device slot in turn;
+    several hold one slot each, `ipus_per_replica x replication_factor` of them, with a micro-batch per stage."""
+    if not _is_count(processes):
+        raise IncompatibleIPUConfigError(f"`processes`: got {short_repr(processes)}; expected an integer >= 1")
+    if processes == 1:
+        return
+    ipus, replicas = config.value("ipus_per_replica"), config.value("replication_factor")
+    if ipus * replicas != processes:
+        fix = f"set `replication_factor` to {processes // ipus} (--n_ipu {processes})" if processes % ipus == 0 else (
+            "run one process")  # fmt: skip
+        raise IncompatibleIPUConfigError(
+            f"{processes} processes, but `ipus_per_replica` ({ipus}) x `replication_factor` ({replicas}) make "
+            f"{ipus * replicas} device slots, one a process; launch torchrun --nproc_per_node {ipus * replicas}, "
+            f"or {fix}"
+        )
+    check_micro_batches(config.value("gradient_accumulation_steps"), ipus)
+
+
+def replicas_per_process(config: IPUConfig, processes: int, inference: bool = False) -> int:
+    """How many data-parallel replicas one process runs, one after the other (their micro-batches accumulate).
+
+    Training: all of them in one process; under `torchrun` one (`check_processes` says why a job does not fit).
+    Inference: the inference replicas shared out over the processes, at least one each.
+    """
+    replicas = config.value("replication_factor", inference=inference)
+    if inference:
+        return max(1, replicas // processes)
+    if processes == 1:
+        return replicas
+    check_processes(config, processes)
+    return 1
