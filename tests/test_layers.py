@@ -17,7 +17,7 @@ def layer_of(module: str) -> str | None:
     if parts[0] != "optimum_ipu" or len(parts) < 2:
         return None
     head = parts[1]
-    return "config" if head in ("config", "config_validation", "errors", "files") else head
+    return "config" if head in ("config", "config_schema", "config_validation", "topology", "errors", "files") else head
 
 
 def imported_modules(path: Path) -> set[str]:
