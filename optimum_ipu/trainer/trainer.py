@@ -14,7 +14,6 @@ Everything else (callbacks, logging, TensorBoard, tqdm, evaluate/predict, checkp
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import logging
 import os
@@ -24,22 +23,17 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
 from torch import nn
 from transformers import Trainer, TrainerCallback, TrainingArguments
-from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
-from transformers.utils import SAFE_WEIGHTS_NAME
 
 from ..config import IPUConfig
 from ..errors import SkippedStepsError
 from ..files import write_text_atomic
 from ..models.pipelined import to_pipelined
-from ..packing import PACKED_SEQUENCE_IDS, with_packed_block_mask
-from ..runtime import fsdp
 from ..runtime.devices import default_device
 from ..runtime.distributed import check_ranks_agree, release_process_group_at_exit, replicas_per_process, world_size
 from ..runtime.engine import Engine
-from ..runtime.fsdp import FSDP_HELP, ShardedModel, full_state_dict, shard_model
+from ..runtime.fsdp import FSDP_HELP, full_state_dict, shard_model
 from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
 from ..runtime.process_flags import configure_compile_cache
@@ -47,12 +41,12 @@ from ..runtime.sharding import ShardedOptimizer
 from .checkpoints import (
     MarkCheckpointComplete,
     check_run_identity,
-    discard_checkpoint,
     discard_checkpoints,
     new_run_id,
     resolve_resume,
     run_identity,
 )
+from .compat import TrainerPrivateHooks
 from .stages import ProcessPipeline
 from .training_args import IPUTrainingArguments
 
@@ -145,7 +139,7 @@ class _PadToStaticBatch:
         return batch
 
 
-class IPUTrainer(Trainer):
+class IPUTrainer(TrainerPrivateHooks):
     """`transformers.Trainer` with an `IPUConfig`.
 
     Args:
@@ -312,17 +306,6 @@ class IPUTrainer(Trainer):
                 "lower the learning rate, use bf16 or loss scaling, or pass --stop_on_nan false to train on"
             )
 
-    def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """`Trainer`'s, then packed rows for flex attention get their `BlockMask`, made on the device (its
-        `mask_mod` reads the sequence ids there) outside any compiled region."""
-        inputs = super()._prepare_inputs(inputs)
-        if PACKED_SEQUENCE_IDS in inputs and self.process_pipeline is not None:
-            raise ValueError(
-                "PackedDataCollator(attention='flex') is not supported with pipeline stages on separate processes; "
-                "run one process per replica (its stages run in turn)"
-            )
-        return with_packed_block_mask(inputs)
-
     def _shard_parameters(self, args: IPUTrainingArguments) -> bool:
         """`--fsdp` (transformers' flag): shard parameters, gradients and optimizer state over the replicas
         (FSDP2, `optimum_ipu.runtime.fsdp`), one process per replica. Returns whether the model is sharded."""
@@ -335,18 +318,6 @@ class IPUTrainer(Trainer):
             raise ValueError(FSDP_HELP)
         shard_model(self.model, self.pipelined.layer_paths())
         return True
-
-    def _wrap_model(self, model: nn.Module, training: bool = True, dataloader: Any = None) -> nn.Module:
-        if self.fsdp and training:
-            return model if isinstance(model, ShardedModel) else ShardedModel(model)  # no DDP around shards
-        if self.process_pipeline is not None and training:
-            return self.process_pipeline.wrap(model)  # stages reduce their own gradients: no DDP over all
-        return super()._wrap_model(model, training, dataloader)
-
-    def _clip_grad_norm(self, model: nn.Module) -> Any:
-        if self.process_pipeline is not None:
-            return self.process_pipeline.clip_grad_norm(self.args.max_grad_norm)  # the norm over every stage
-        return self.engine.last_grad_norm  # clipped by Engine.prepare_gradients at the end of training_step
 
     def get_total_train_batch_size(self, args: TrainingArguments) -> int:
         total = super().get_total_train_batch_size(args)
@@ -412,14 +383,6 @@ class IPUTrainer(Trainer):
         finally:
             self.args.dataloader_drop_last = drop_last
         return self.process_pipeline.shard_loader(loader) if self.process_pipeline is not None else loader
-
-    def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        logged = self._globalstep_last_logged
-        super()._maybe_log_save_evaluate(tr_loss, *args, **kwargs)
-        if self._globalstep_last_logged != logged:
-            # Trainer resets its running loss with `tr_loss -= tr_loss`, which leaves a NaN: one NaN loss (with
-            # --stop_on_nan false, its fp16 step skipped) would make every later logged loss NaN.
-            tr_loss.zero_()
 
     def _run_identity(self) -> dict[str, Any]:
         dataset = self.train_dataset
@@ -527,46 +490,6 @@ class IPUTrainer(Trainer):
         return loss, logits, labels
 
     # -------------------------------------------------------------------- saving
-    def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
-        if self.process_pipeline is not None:
-            self.process_pipeline.synchronize(self.optimizer)  # the checkpoint of a single-process run
-        # Trainer deletes old checkpoints (save_total_limit) before the new one is marked complete: a kill in
-        # between would leave none. MarkCheckpointComplete rotates once the marker is written.
-        limit, self.args.save_total_limit = self.args.save_total_limit, None
-        # A folder of this step left by an earlier run is deleted first, its marker first: never rewritten in
-        # place under a marker that would still call it complete.
-        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-        if self.args.should_save and os.path.isdir(folder):
-            discard_checkpoint(folder)
-        self.accelerator.wait_for_everyone()
-        try:
-            super()._save_checkpoint(model, trial)
-        finally:
-            self.args.save_total_limit = limit
-        self.pending_rotation = (self._get_output_dir(trial=trial), limit) if limit else None
-
-    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        if not self.fsdp:
-            return super()._save_optimizer_and_scheduler(output_dir)
-        # The whole state, gathered by every process, written by one, in the one-process layout.
-        state = fsdp.full_optimizer_state_dict(self.model, getattr(self.optimizer, "optimizer", self.optimizer))
-        if self.args.should_save:
-            torch.save(state, os.path.join(output_dir, OPTIMIZER_NAME))
-            torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
-
-    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
-        if not self.fsdp:
-            return super()._load_from_checkpoint(resume_from_checkpoint, model)
-        weights = load_file(os.path.join(resume_from_checkpoint, SAFE_WEIGHTS_NAME))
-        fsdp.load_full_state_dict(self.model, weights)  # each process keeps its shards
-
-    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        if not self.fsdp or checkpoint is None or not os.path.isfile(os.path.join(checkpoint, OPTIMIZER_NAME)):
-            return super()._load_optimizer_and_scheduler(checkpoint)
-        load = functools.partial(torch.load, map_location="cpu", weights_only=True)
-        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)
-        fsdp.load_full_optimizer_state_dict(self.model, optimizer, load(os.path.join(checkpoint, OPTIMIZER_NAME)))
-        self.lr_scheduler.load_state_dict(load(os.path.join(checkpoint, SCHEDULER_NAME)))
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Save the stock model (`transformers` layout) and `ipu_config.json` beside it; in checkpoints also
@@ -576,7 +499,7 @@ class IPUTrainer(Trainer):
         if self.fsdp:  # the whole weights, gathered by every process, written by one: they load in one process
             state_dict = full_state_dict(self.model)
             if self.args.should_save:
-                self._save(output_dir, state_dict=state_dict)
+                self.save_state_dict(output_dir, state_dict)
         else:
             super().save_model(output_dir, _internal_call)
         if not self.args.should_save:

@@ -1,0 +1,115 @@
+"""Every override of a private `transformers.Trainer` method that `IPUTrainer` needs, in one place.
+
+`IPUTrainer` subclasses `Trainer` through its public hooks (`training_step`, `prediction_step`, `create_optimizer`,
+`get_train_dataloader`, `save_model`, ...) where they exist. What has no public hook is here, so the next
+`transformers` release that renames one breaks this module only:
+
+- `_prepare_inputs`: flex-attention packed rows get their `BlockMask` on the device;
+- `_wrap_model`: no DDP around sharded (`--fsdp`) models or around stages on separate processes;
+- `_clip_grad_norm`: the engine has clipped already; stages apart clip with the norm over every stage;
+- `_maybe_log_save_evaluate`: a NaN loss does not poison every later logged loss;
+- `_save` (through `save_state_dict`), `_save_checkpoint`, `_save_optimizer_and_scheduler`,
+  `_load_from_checkpoint`, `_load_optimizer_and_scheduler`: checkpoints marked complete only once whole, old
+  ones rotated after, FSDP state gathered in the one-process layout.
+
+The mixin reads the attributes `IPUTrainer.__init__` sets: `engine`, `process_pipeline`, `fsdp`,
+`pending_rotation`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+from transformers import Trainer
+from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
+from transformers.utils import SAFE_WEIGHTS_NAME
+
+from ..packing import PACKED_SEQUENCE_IDS, with_packed_block_mask
+from ..runtime import fsdp
+from ..runtime.fsdp import ShardedModel
+from .checkpoints import discard_checkpoint
+
+
+class TrainerPrivateHooks(Trainer):
+    """The private `Trainer` methods `IPUTrainer` overrides (see the module docstring)."""
+
+    def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """`Trainer`'s, then packed rows for flex attention get their `BlockMask`, made on the device (its
+        `mask_mod` reads the sequence ids there) outside any compiled region."""
+        inputs = super()._prepare_inputs(inputs)
+        if PACKED_SEQUENCE_IDS in inputs and self.process_pipeline is not None:
+            raise ValueError(
+                "PackedDataCollator(attention='flex') is not supported with pipeline stages on separate processes; "
+                "run one process per replica (its stages run in turn)"
+            )
+        return with_packed_block_mask(inputs)
+
+    def _wrap_model(self, model: nn.Module, training: bool = True, dataloader: Any = None) -> nn.Module:
+        if self.fsdp and training:
+            return model if isinstance(model, ShardedModel) else ShardedModel(model)  # no DDP around shards
+        if self.process_pipeline is not None and training:
+            return self.process_pipeline.wrap(model)  # stages reduce their own gradients: no DDP over all
+        return super()._wrap_model(model, training, dataloader)
+
+    def _clip_grad_norm(self, model: nn.Module) -> Any:
+        if self.process_pipeline is not None:
+            return self.process_pipeline.clip_grad_norm(self.args.max_grad_norm)  # the norm over every stage
+        return self.engine.last_grad_norm  # clipped by Engine.prepare_gradients at the end of training_step
+
+    def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        logged = self._globalstep_last_logged
+        super()._maybe_log_save_evaluate(tr_loss, *args, **kwargs)
+        if self._globalstep_last_logged != logged:
+            # Trainer resets its running loss with `tr_loss -= tr_loss`, which leaves a NaN: one NaN loss (with
+            # --stop_on_nan false, its fp16 step skipped) would make every later logged loss NaN.
+            tr_loss.zero_()
+
+    def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
+        if self.process_pipeline is not None:
+            self.process_pipeline.synchronize(self.optimizer)  # the checkpoint of a single-process run
+        # Trainer deletes old checkpoints (save_total_limit) before the new one is marked complete: a kill in
+        # between would leave none. MarkCheckpointComplete rotates once the marker is written.
+        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        # A folder of this step left by an earlier run is deleted first, its marker first: never rewritten in
+        # place under a marker that would still call it complete.
+        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+        if self.args.should_save and os.path.isdir(folder):
+            discard_checkpoint(folder)
+        self.accelerator.wait_for_everyone()
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
+        self.pending_rotation = (self._get_output_dir(trial=trial), limit) if limit else None
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        if not self.fsdp:
+            return super()._save_optimizer_and_scheduler(output_dir)
+        # The whole state, gathered by every process, written by one, in the one-process layout.
+        state = fsdp.full_optimizer_state_dict(self.model, getattr(self.optimizer, "optimizer", self.optimizer))
+        if self.args.should_save:
+            torch.save(state, os.path.join(output_dir, OPTIMIZER_NAME))
+            torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        if not self.fsdp:
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        weights = load_file(os.path.join(resume_from_checkpoint, SAFE_WEIGHTS_NAME))
+        fsdp.load_full_state_dict(self.model, weights)  # each process keeps its shards
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if not self.fsdp or checkpoint is None or not os.path.isfile(os.path.join(checkpoint, OPTIMIZER_NAME)):
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        load = functools.partial(torch.load, map_location="cpu", weights_only=True)
+        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)
+        fsdp.load_full_optimizer_state_dict(self.model, optimizer, load(os.path.join(checkpoint, OPTIMIZER_NAME)))
+        self.lr_scheduler.load_state_dict(load(os.path.join(checkpoint, SCHEDULER_NAME)))
+
+    def save_state_dict(self, output_dir: str | None, state_dict: dict[str, torch.Tensor]) -> None:
+        """Write a model `state_dict` as `Trainer` writes the model (`_save`: safetensors, config, processor)."""
+        self._save(output_dir, state_dict=state_dict)
