@@ -27,8 +27,17 @@ from typing import Any
 
 # What `optimum-ipu benchmark` imports on its way (the package, `transformers.Trainer`, the chart). `datasets` is
 # not among them: the GPU machine has none, and neither the benchmark nor the trainer needs it.
-REQUIRED = ["torch", "transformers", "accelerate", "safetensors", "tokenizers", "huggingface_hub", "tqdm", "numpy",
-            "matplotlib"]  # fmt: skip
+REQUIRED = [
+    "torch",
+    "transformers",
+    "accelerate",
+    "safetensors",
+    "tokenizers",
+    "huggingface_hub",
+    "tqdm",
+    "numpy",
+    "matplotlib",
+]
 VERSIONED = ["torch", "transformers", "accelerate", "numpy", "matplotlib"]
 RUN_FILES = ("benchmark.json", "benchmark.png", "run.log")
 ERROR_TAIL_LINES = 15
@@ -46,7 +55,9 @@ def preflight(work: Path, ipu_config: str | None) -> int:
     try:
         import optimum_ipu.cli.benchmark  # noqa: F401  (the whole import chain of the benchmark, once)
     except ImportError as err:
-        print(f"gpu_check: cannot import optimum_ipu.cli.benchmark: {err} (install it, or run from the repository root)")
+        print(
+            f"gpu_check: cannot import optimum_ipu.cli.benchmark: {err} (install it, or run from the repository root)"
+        )
         return 3
     import torch
 
@@ -73,8 +84,12 @@ def _read_manifest(work: Path) -> dict[str, dict[str, Any]]:
     path = work / "runs.tsv"
     for line in path.read_text().splitlines() if path.exists() else []:
         name, code, start, end, estimate, note = line.split("\t")
-        runs[name] = {"exit_code": int(code), "seconds": round(float(end) - float(start), 1),
-                      "h200_estimate_s": int(estimate), "note": note}  # fmt: skip
+        runs[name] = {
+            "exit_code": int(code),
+            "seconds": round(float(end) - float(start), 1),
+            "h200_estimate_s": int(estimate),
+            "note": note,
+        }
     return runs
 
 
@@ -164,8 +179,11 @@ def _chart(summary: dict[str, Any], path: Path) -> None:
         packing = report.get("packing")  # --packing: ours on packed rows, the baselines padded; bars are features/s
         if packing:
             split += f", ours packed {packing['packing_factor']:.2f} features a row vs padded, SQuAD features/s"
-        ax.set_title(f"{name}: {report['model']} {report['mode']}{compiled}, seq {report['seq_len']} x batch "
-                     f"{report['batch_size']}{split}, {report['precision']}\nours vs {ratios}", fontsize=8)  # fmt: skip
+        ax.set_title(
+            f"{name}: {report['model']} {report['mode']}{compiled}, seq {report['seq_len']} x batch "
+            f"{report['batch_size']}{split}, {report['precision']}\nours vs {ratios}",
+            fontsize=8,
+        )
         ax.tick_params(labelsize=7)
     device = summary.get("device") or "?"
     axes[-1, 0].set_xlabel(f"samples (--packing: SQuAD features) / s on {device} ({summary['date']})", fontsize=8)

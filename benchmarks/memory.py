@@ -29,9 +29,13 @@ def main() -> None:
     args = parser.parse_args()
 
     config = transformers.BertConfig(
-        hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=max(1, args.hidden // 64),
-        intermediate_size=4 * args.hidden, vocab_size=args.vocab, max_position_embeddings=max(512, args.seq),
-    )  # fmt: skip
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=max(1, args.hidden // 64),
+        intermediate_size=4 * args.hidden,
+        vocab_size=args.vocab,
+        max_position_embeddings=max(512, args.seq),
+    )
     torch.manual_seed(0)
     stock = transformers.BertForQuestionAnswering(config).train()
     ids = torch.randint(0, args.vocab, (args.batch, args.seq))
@@ -50,8 +54,13 @@ def main() -> None:
         print(f"  {name:36s} {value / 2**20:10.1f} MiB saved for backward")
     print(f"  recompute keeps {results['recompute_checkpoint_every_layer'] / results['no recompute']:.1%} of it")
 
-    gpt2 = transformers.GPT2Config(n_embd=args.hidden, n_layer=args.layers, n_head=max(1, args.hidden // 64),
-                                   n_positions=max(1024, args.seq), vocab_size=50257)  # fmt: skip
+    gpt2 = transformers.GPT2Config(
+        n_embd=args.hidden,
+        n_layer=args.layers,
+        n_head=max(1, args.hidden // 64),
+        n_positions=max(1024, args.seq),
+        vocab_size=50257,
+    )
     torch.manual_seed(0)
     lm = transformers.GPT2LMHeadModel(gpt2).train()
     ids = torch.randint(0, 50257, (args.batch, args.seq))

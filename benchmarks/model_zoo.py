@@ -58,36 +58,168 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, POSITIONS = 32, 4, 2, 8, 64, 64  # group
 
 # Config fields shrunk by name, wherever they occur (nested configs included): (size, field names).
 SIZES: tuple[tuple[int, tuple[str, ...]], ...] = (
-    (HIDDEN, ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "model_dim", "word_embed_proj_dim",
-             "embedding_size", "hidden_dim", "input_embedding_size", "output_embedding_size", "lru_width",
-             "true_hidden_size", "intra_bottleneck_size", "d_latents", "cross_attention_hidden_size",
-             "audio_hidden_size", "projector_input_dim", "projector_output_dim", "backbone_hidden_size", "emb_dim",
-             "entity_emb_size", "pronunciation_embed_dim", "shape_embed_dim", "xpath_unit_hidden_size")),
-    (HEADS, ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "decoder_attention_heads",
-            "n_heads", "attention_heads", "index_n_heads", "linear_num_key_heads", "linear_num_value_heads",
-            "mamba_n_heads", "linear_num_heads", "swa_num_attention_heads")),
-    (KV_HEADS, ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num", "n_kv_heads",
-                "swa_num_key_value_heads")),
-    (HEAD_DIM, ("head_dim", "d_kv", "attention_head_size", "attention_head_dim", "dim_head", "v_head_dim",
-               "swa_head_dim", "index_head_dim", "linear_key_head_dim", "linear_value_head_dim", "kv_lora_rank",
-               "q_lora_rank", "mamba_headdim", "rotary_dim", "query_pre_attn_scalar", "hidden_size_per_layer_input",
-               "d_head")),
-    (8, ("qk_nope_head_dim", "qk_rope_head_dim", "mamba_d_state", "state_size", "time_step_rank", "index_topk",
-        "o_lora_rank", "embedding_rank", "adapter_rank", "loop_gate_rank", "linear_head_dim")),
-    (FFN, ("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "n_inner", "ffn_hidden_size",
-          "moe_intermediate_size", "shared_expert_intermediate_size", "dense_intermediate_size", "feed_forward_size",
-          "dim_ff", "dff", "mlp_dim", "expert_ffn_hidden_size", "router_hidden_size", "mamba_d_ssm", "d_inner")),
+    (
+        HIDDEN,
+        (
+            "hidden_size",
+            "d_model",
+            "n_embd",
+            "dim",
+            "embed_dim",
+            "model_dim",
+            "word_embed_proj_dim",
+            "embedding_size",
+            "hidden_dim",
+            "input_embedding_size",
+            "output_embedding_size",
+            "lru_width",
+            "true_hidden_size",
+            "intra_bottleneck_size",
+            "d_latents",
+            "cross_attention_hidden_size",
+            "audio_hidden_size",
+            "projector_input_dim",
+            "projector_output_dim",
+            "backbone_hidden_size",
+            "emb_dim",
+            "entity_emb_size",
+            "pronunciation_embed_dim",
+            "shape_embed_dim",
+            "xpath_unit_hidden_size",
+        ),
+    ),
+    (
+        HEADS,
+        (
+            "num_attention_heads",
+            "n_head",
+            "num_heads",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
+            "n_heads",
+            "attention_heads",
+            "index_n_heads",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "mamba_n_heads",
+            "linear_num_heads",
+            "swa_num_attention_heads",
+        ),
+    ),
+    (
+        KV_HEADS,
+        (
+            "num_key_value_heads",
+            "num_kv_heads",
+            "n_head_kv",
+            "multi_query_group_num",
+            "n_kv_heads",
+            "swa_num_key_value_heads",
+        ),
+    ),
+    (
+        HEAD_DIM,
+        (
+            "head_dim",
+            "d_kv",
+            "attention_head_size",
+            "attention_head_dim",
+            "dim_head",
+            "v_head_dim",
+            "swa_head_dim",
+            "index_head_dim",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "kv_lora_rank",
+            "q_lora_rank",
+            "mamba_headdim",
+            "rotary_dim",
+            "query_pre_attn_scalar",
+            "hidden_size_per_layer_input",
+            "d_head",
+        ),
+    ),
+    (
+        8,
+        (
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "mamba_d_state",
+            "state_size",
+            "time_step_rank",
+            "index_topk",
+            "o_lora_rank",
+            "embedding_rank",
+            "adapter_rank",
+            "loop_gate_rank",
+            "linear_head_dim",
+        ),
+    ),
+    (
+        FFN,
+        (
+            "intermediate_size",
+            "ffn_dim",
+            "encoder_ffn_dim",
+            "decoder_ffn_dim",
+            "d_ff",
+            "n_inner",
+            "ffn_hidden_size",
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+            "dense_intermediate_size",
+            "feed_forward_size",
+            "dim_ff",
+            "dff",
+            "mlp_dim",
+            "expert_ffn_hidden_size",
+            "router_hidden_size",
+            "mamba_d_ssm",
+            "d_inner",
+        ),
+    ),
     (4, ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")),
     (2, ("num_experts_per_tok", "moe_topk", "moe_k", "num_experts_per_token", "zero_expert_num")),
     (1, ("n_group", "topk_group", "num_expert_group")),  # group-limited expert routing: one group
-    (POSITIONS, ("max_position_embeddings", "n_positions", "max_source_positions", "max_target_positions", "n_ctx",
-                "max_encoder_position_embeddings", "max_decoder_position_embeddings", "context_length")),
-    (VOCAB, ("vocab_size", "decoder_vocab_size", "src_vocab_size", "tgt_vocab_size", "vocab_size_per_layer_input",
-           "entity_vocab_size", "pronunciation_vocab_size", "shape_vocab_size", "unpadded_vocab_size",
-           "encoder_hash_byte_group_vocab")),
-)  # fmt: skip
-LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_decoder_layers", "encoder_layers",
-                "decoder_layers", "num_encoder_layers")  # fmt: skip
+    (
+        POSITIONS,
+        (
+            "max_position_embeddings",
+            "n_positions",
+            "max_source_positions",
+            "max_target_positions",
+            "n_ctx",
+            "max_encoder_position_embeddings",
+            "max_decoder_position_embeddings",
+            "context_length",
+        ),
+    ),
+    (
+        VOCAB,
+        (
+            "vocab_size",
+            "decoder_vocab_size",
+            "src_vocab_size",
+            "tgt_vocab_size",
+            "vocab_size_per_layer_input",
+            "entity_vocab_size",
+            "pronunciation_vocab_size",
+            "shape_vocab_size",
+            "unpadded_vocab_size",
+            "encoder_hash_byte_group_vocab",
+        ),
+    ),
+)
+LAYER_FIELDS = (
+    "num_hidden_layers",
+    "n_layer",
+    "num_layers",
+    "n_layers",
+    "num_decoder_layers",
+    "encoder_layers",
+    "decoder_layers",
+    "num_encoder_layers",
+)
 SPECIAL_IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 2}
 
 
@@ -174,8 +306,13 @@ def shrink_kwargs(defaults: dict[str, Any], encoder_decoder: bool) -> dict[str, 
 
 def _keep_relations(defaults: dict[str, Any], changed: dict[str, Any]) -> dict[str, Any]:
     """Sizes that a config derives from others, or that must stay equal to others, set consistently."""
-    computed = {"head_dim": HEAD_DIM, "num_key_value_heads": KV_HEADS, "num_experts_per_tok": 2, "n_routed_experts": 4,
-                "n_shared_experts": 1}  # fmt: skip
+    computed = {
+        "head_dim": HEAD_DIM,
+        "num_key_value_heads": KV_HEADS,
+        "num_experts_per_tok": 2,
+        "n_routed_experts": 4,
+        "n_shared_experts": 1,
+    }
     for key, size in computed.items():
         if key in defaults and defaults[key] is None:  # computed by some models' configs, not by others'
             changed[key] = size
@@ -359,8 +496,16 @@ def check_class(class_name: str, info: dict[str, str] | None = None) -> dict[str
     from optimum_ipu import IncompatibleIPUConfigError
 
     info = info or zoo_classes()[class_name]
-    record: dict[str, Any] = {"class": class_name, **info, "plan": None, "stages_2": None, "stages_3": None,
-                              "category": None, "reason": "", "parameters": None}  # fmt: skip
+    record: dict[str, Any] = {
+        "class": class_name,
+        **info,
+        "plan": None,
+        "stages_2": None,
+        "stages_3": None,
+        "category": None,
+        "reason": "",
+        "parameters": None,
+    }
     built = _build(info, class_name, record)
     if built is None or not _plan_kind(built[0], record):
         return record
@@ -463,8 +608,16 @@ class WorkerPool:
         self.process.join()
         reason = reason if self.process.exitcode is None or "Timeout" in reason else f"{reason} ({self._exit()})"
         self.process = None
-        return {"class": class_name, **info, "plan": None, "stages_2": None, "stages_3": None,
-                "category": "crashed", "reason": reason, "parameters": None}  # fmt: skip
+        return {
+            "class": class_name,
+            **info,
+            "plan": None,
+            "stages_2": None,
+            "stages_3": None,
+            "category": "crashed",
+            "reason": reason,
+            "parameters": None,
+        }
 
     def _exit(self) -> str:
         code = self.process.exitcode
@@ -482,8 +635,10 @@ def summary_markdown(results: list[dict[str, Any]]) -> str:
     lines += ["| class | plan | 2 stages | 3 stages | category | reason |", "|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (list(CATEGORIES).index(r["category"]), r["class"])):
         reason = (r.get("reason") or "").replace("|", "\\|")
-        lines.append(f"| {r['class']} | {r.get('plan') or '-'} | {r.get('stages_2') or '-'} | "
-                     f"{r.get('stages_3') or '-'} | {r['category']} | {reason} |")  # fmt: skip
+        lines.append(
+            f"| {r['class']} | {r.get('plan') or '-'} | {r.get('stages_2') or '-'} | "
+            f"{r.get('stages_3') or '-'} | {r['category']} | {reason} |"
+        )
     return "\n".join(lines)
 
 
@@ -496,8 +651,11 @@ def run_sweep(classes: dict[str, dict[str, str]], timeout: float) -> list[dict[s
             record = pool.check(name, info)
             record["seconds"] = round(time.perf_counter() - start, 2)
             results.append(record)
-            print(f"[{i + 1}/{len(classes)}] {name}: {record['category']} {record.get('reason', '')}"[:200],
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"[{i + 1}/{len(classes)}] {name}: {record['category']} {record.get('reason', '')}"[:200],
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         pool.stop()
     return results
@@ -526,11 +684,16 @@ def main(argv: list[str] | None = None) -> None:
     import transformers
 
     report = {
-        "transformers": transformers.__version__, "torch": torch.__version__, "stages": STAGES, "atol": ATOL,
-        "date": time.strftime("%Y-%m-%d", time.gmtime()), "seconds": round(time.perf_counter() - start, 1),
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "stages": STAGES,
+        "atol": ATOL,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "seconds": round(time.perf_counter() - start, 1),
         "categories": CATEGORIES,
-        "counts": dict(Counter(r["category"] for r in results)), "classes": results,
-    }  # fmt: skip
+        "counts": dict(Counter(r["category"] for r in results)),
+        "classes": results,
+    }
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(report, indent=1) + "\n")
     print(summary_markdown(results))

@@ -47,15 +47,25 @@ def worker(out: str, config_json: str, steps: int, layers: int, hidden: int, seq
         }
     )
     config = transformers.BertConfig(
-        vocab_size=1000, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=hidden // 64,
-        intermediate_size=4 * hidden, max_position_embeddings=seq, hidden_dropout_prob=0.0,
+        vocab_size=1000,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        intermediate_size=4 * hidden,
+        max_position_embeddings=seq,
+        hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
-    )  # fmt: skip
+    )
     torch.manual_seed(0)
     args = IPUTrainingArguments(
-        output_dir=out, per_device_train_batch_size=batch, max_steps=steps, report_to=[], save_strategy="no",
-        disable_tqdm=True, logging_steps=steps,
-    )  # fmt: skip
+        output_dir=out,
+        per_device_train_batch_size=batch,
+        max_steps=steps,
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+        logging_steps=steps,
+    )
     trainer = IPUTrainer(transformers.BertForSequenceClassification(config), ipu_config, args, train_dataset=data)
     trainer.train()
     if trainer.args.process_index == 0:
@@ -80,32 +90,52 @@ def main() -> None:
     parser.add_argument("--accumulation", type=int, default=4)
     options = parser.parse_args()
     shape = [str(options.steps), str(options.layers), str(options.hidden), str(options.seq), str(options.batch)]
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # fmt: skip
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
     rows = []
     for name, (processes, fields) in LAYOUTS.items():
         replicas = fields.get("replication_factor", 1)
         # the same global batch for every layout: fewer micro-batches per replica as replicas grow
         config = json.dumps({**fields, "gradient_accumulation_steps": options.accumulation * 2 // replicas})
         with tempfile.TemporaryDirectory() as out:
-            launcher = [sys.executable] if processes == 1 else [
-                sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
-                f"--master_port={free_port()}",
-            ]  # fmt: skip
-            run = subprocess.run([*launcher, __file__, "--worker", out, config, *shape], env=env, text=True,
-                                 capture_output=True)  # fmt: skip
+            launcher = (
+                [sys.executable]
+                if processes == 1
+                else [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    f"--nproc_per_node={processes}",
+                    f"--master_port={free_port()}",
+                ]
+            )
+            run = subprocess.run(
+                [*launcher, __file__, "--worker", out, config, *shape], env=env, text=True, capture_output=True
+            )
             if run.returncode:
                 sys.exit(f"{name}: failed\n{run.stderr[-3000:]}")
             timing = json.loads(Path(out, "timing.json").read_text())
         samples = options.batch * options.accumulation * 2
-        rows.append({"layout": name, "processes": processes, "median_step_s": round(timing["median_step_s"], 4),
-                     "samples_per_second": round(samples / timing["median_step_s"], 2)})  # fmt: skip
+        rows.append(
+            {
+                "layout": name,
+                "processes": processes,
+                "median_step_s": round(timing["median_step_s"], 4),
+                "samples_per_second": round(samples / timing["median_step_s"], 2),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     base = rows[0]["median_step_s"]
     print("\n| layout | processes | step (s) | samples/s | step vs 1 process |\n|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row['layout']} | {row['processes']} | {row['median_step_s']:.3f} | {row['samples_per_second']:.1f} "
-              f"| {row['median_step_s'] / base:.2f}x |")  # fmt: skip
+        print(
+            f"| {row['layout']} | {row['processes']} | {row['median_step_s']:.3f} | {row['samples_per_second']:.1f} "
+            f"| {row['median_step_s'] / base:.2f}x |"
+        )
 
 
 if __name__ == "__main__":

@@ -68,9 +68,14 @@ def main(argv: list[str] | None = None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     questions, contexts, articles = squad_pairs(args.squad_file)
     encoded = tokenizer(
-        questions, contexts, truncation="only_second", max_length=args.max_seq_length, stride=args.doc_stride,
-        return_overflowing_tokens=True, padding=False,
-    )  # fmt: skip
+        questions,
+        contexts,
+        truncation="only_second",
+        max_length=args.max_seq_length,
+        stride=args.doc_stride,
+        return_overflowing_tokens=True,
+        padding=False,
+    )
     lengths = [len(ids) for ids in encoded["input_ids"]]
     histogram = collections.Counter(lengths)
     vocab = folder / "vocab.txt"

@@ -395,8 +395,11 @@ def parse_update_string(update_str: str) -> dict[str, Any]:
             # a known key that is no stored field: accepting it silently would ignore what the user asked for
             raise IncompatibleIPUConfigError(
                 f"IPUConfig update {short_repr(item)}: `{key}` is not a field that can be updated "
-                + ("(the pod size is given apart: `n_ipu=` of from_pretrained, or --n_ipu)" if key == "n_ipu"
-                   else "(a deprecated key without effect); leave it out")
-            )  # fmt: skip
+                + (
+                    "(the pod size is given apart: `n_ipu=` of from_pretrained, or --n_ipu)"
+                    if key == "n_ipu"
+                    else "(a deprecated key without effect); leave it out"
+                )
+            )
         updates[key] = _parse_value(value)
     return updates

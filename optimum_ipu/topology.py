@@ -66,8 +66,11 @@ def check_processes(config: IPUConfig, processes: int) -> None:
         return
     ipus, replicas = config.value("ipus_per_replica"), config.value("replication_factor")
     if ipus * replicas != processes:
-        fix = f"set `replication_factor` to {processes // ipus} (--n_ipu {processes})" if processes % ipus == 0 else (
-            "run one process")  # fmt: skip
+        fix = (
+            f"set `replication_factor` to {processes // ipus} (--n_ipu {processes})"
+            if processes % ipus == 0
+            else ("run one process")
+        )
         raise IncompatibleIPUConfigError(
             f"{processes} processes, but `ipus_per_replica` ({ipus}) x `replication_factor` ({replicas}) make "
             f"{ipus * replicas} device slots, one a process; launch torchrun --nproc_per_node {ipus * replicas}, "

@@ -39,9 +39,13 @@ def tiny_qa_model_dir(tmp_path_factory, minilm_dir) -> Path:
     path = tmp_path_factory.mktemp("tiny-bert-qa")
     tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     config = transformers.BertConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=128, max_position_embeddings=512,
-    )  # fmt: skip
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=512,
+    )
     torch.manual_seed(0)
     transformers.BertForQuestionAnswering(config).save_pretrained(path)
     tokenizer.save_pretrained(path)

@@ -27,8 +27,9 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def launch(*args: str, extra_env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(list(args), capture_output=True, text=True, env=env(**(extra_env or {})), timeout=timeout,
-                          cwd=REPO_ROOT)  # fmt: skip
+    return subprocess.run(
+        list(args), capture_output=True, text=True, env=env(**(extra_env or {})), timeout=timeout, cwd=REPO_ROOT
+    )
 
 
 # ------------------------------------------------------------------ packing: features of known lengths

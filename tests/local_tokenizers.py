@@ -83,9 +83,12 @@ def t5_unigram(shared_data: Path, vocab_size: int = 1000, extra_ids: int = 10) -
     )
     sentinels = [f"<extra_id_{i}>" for i in range(extra_ids)]
     return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
+        tokenizer_object=tokenizer,
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
         additional_special_tokens=sentinels,
-    )  # fmt: skip
+    )
 
 
 def save_tiny_pretrained(

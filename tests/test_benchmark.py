@@ -27,13 +27,16 @@ def _run(tmp_path, mode: str) -> tuple[str, dict]:
     if mode == "train":
         result = subprocess.run(
             [PYTHON, "-m", "optimum_ipu.cli", "benchmark", "--mode", mode, *args, "--output-dir", str(out)],
-            capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         stdout = result.stdout
     else:
-        report = run_benchmark(model="tiny-bert-config", seq_len=32, batch_size=4, steps=4, warmup=1, mode=mode,
-                               output_dir=str(out))  # fmt: skip
+        report = run_benchmark(
+            model="tiny-bert-config", seq_len=32, batch_size=4, steps=4, warmup=1, mode=mode, output_dir=str(out)
+        )
         stdout = format_report(report)
     assert (out / "benchmark.png").read_bytes()[:8] == PNG_MAGIC
     report = json.loads((out / "benchmark.json").read_text())
@@ -107,8 +110,9 @@ def test_packing_benchmark_counts_the_same_features_in_every_runner(tmp_path):
     """`--packing`: ours on packed rows, the baselines on the same features padded; features/s for each runner,
     over the steps after the warm-up. In this process (one interpreter start less), lengths scaled to seq 64."""
     out = tmp_path / "packing"
-    report = run_benchmark(model="tiny-bert-config", seq_len=64, batch_size=4, steps=3, warmup=1, packing=True,
-                           output_dir=str(out))  # fmt: skip
+    report = run_benchmark(
+        model="tiny-bert-config", seq_len=64, batch_size=4, steps=3, warmup=1, packing=True, output_dir=str(out)
+    )
     assert json.loads((out / "benchmark.json").read_text()) == report
     assert (out / "benchmark.png").read_bytes()[:8] == PNG_MAGIC
     packing = report["packing"]
@@ -123,8 +127,9 @@ def test_packing_benchmark_counts_the_same_features_in_every_runner(tmp_path):
         assert run["features"] == packing["features"], r["name"]  # the same work in every runner
         assert run["steps"] == len(r["step_times_s"]) and r["samples_per_second"] == run["features_per_second"] > 0
         assert run["features_per_second"] == pytest.approx(run["timed_features"] / run["timed_seconds"])
-        assert r["tokens_per_second"] == pytest.approx(run["features_per_second"] * packing["mean_feature_length"],
-                                                       rel=1e-3)  # fmt: skip
+        assert r["tokens_per_second"] == pytest.approx(
+            run["features_per_second"] * packing["mean_feature_length"], rel=1e-3
+        )
     ours, *baselines = report["results"]
     assert ours["packing"]["steps"] == 3 and ours["packing"]["rows_per_step"] == 4
     assert all(b["packing"]["steps"] == packing["steps"]["padded"] for b in baselines)

@@ -135,15 +135,23 @@ def test_folder_without_config(tmp_path):
 
 def test_modes_switch_every_twin():
     kwargs = {
-        "replication_factor": 2, "inference_replication_factor": 3,
-        "layers_per_ipu": [1, 1], "inference_layers_per_ipu": [2],
-        "ipus_per_replica": 2, "inference_ipus_per_replica": 1,
-        "matmul_proportion": 0.3, "inference_matmul_proportion": 0.6,
-        "device_iterations": 4, "inference_device_iterations": 5,
-        "embedding_serialization_factor": 2, "inference_embedding_serialization_factor": 3,
-        "projection_serialization_factor": 4, "inference_projection_serialization_factor": 5,
-        "parallelize_kwargs": {"a": 1}, "inference_parallelize_kwargs": {"b": 2},
-    }  # fmt: skip
+        "replication_factor": 2,
+        "inference_replication_factor": 3,
+        "layers_per_ipu": [1, 1],
+        "inference_layers_per_ipu": [2],
+        "ipus_per_replica": 2,
+        "inference_ipus_per_replica": 1,
+        "matmul_proportion": 0.3,
+        "inference_matmul_proportion": 0.6,
+        "device_iterations": 4,
+        "inference_device_iterations": 5,
+        "embedding_serialization_factor": 2,
+        "inference_embedding_serialization_factor": 3,
+        "projection_serialization_factor": 4,
+        "inference_projection_serialization_factor": 5,
+        "parallelize_kwargs": {"a": 1},
+        "inference_parallelize_kwargs": {"b": 2},
+    }
     c = IPUConfig(**kwargs)
     assert c.eval() is c and c.mode == "inference"
     for field in MODE_MANAGED_FIELDS:
@@ -166,8 +174,12 @@ def test_inference_defaults_follow_training():
     assert c.inference_matmul_proportion == [0.1, 0.2]
     assert c.inference_serialized_embedding_splits_per_ipu == [1, 1] and c.inference_embedding_serialization_factor == 2
     # a different inference layout cannot inherit per-IPU lists: the meaning stays, the placement goes
-    c = IPUConfig(layers_per_ipu=[3, 3], matmul_proportion=[0.1, 0.2], inference_layers_per_ipu=[6],
-                  serialized_embedding_splits_per_ipu=[1, 1])  # fmt: skip
+    c = IPUConfig(
+        layers_per_ipu=[3, 3],
+        matmul_proportion=[0.1, 0.2],
+        inference_layers_per_ipu=[6],
+        serialized_embedding_splits_per_ipu=[1, 1],
+    )
     assert c.inference_ipus_per_replica == 1 and c.inference_matmul_proportion == 0.1
     assert c.inference_serialized_embedding_splits_per_ipu is None and c.inference_embedding_serialization_factor == 2
 
@@ -272,10 +284,16 @@ def test_config_and_validation_import_each_other_not():
     to_config = [
         node.lineno
         for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module == "config"
+        if isinstance(node, ast.ImportFrom)
+        and node.level == 1
+        and node.module == "config"
         and id(node) not in annotations_only
-    ]  # fmt: skip
+    ]
     assert not to_config, f"config_validation.py imports config at lines {to_config}"
-    run = subprocess.run([PYTHON, "-c", "import optimum_ipu.config_validation as v; print(len(v.known_keys()))"],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = subprocess.run(
+        [PYTHON, "-c", "import optimum_ipu.config_validation as v; print(len(v.known_keys()))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0 and int(run.stdout) > 30, run.stderr

@@ -62,8 +62,15 @@ def test_update_from_string_sets_what_it_says(fields, other, inference):
     """Scalar fields of another valid config, written as `key=value` text, land on this config unchanged."""
     config = IPUConfig.from_dict(fields).train(not inference)
     source = IPUConfig.from_dict(other).to_dict()
-    keys = ["gradient_accumulation_steps", "device_iterations", "replication_factor", "output_mode", "seed",
-            "recompute_checkpoint_every_layer", "auto_loss_scaling"]  # fmt: skip
+    keys = [
+        "gradient_accumulation_steps",
+        "device_iterations",
+        "replication_factor",
+        "output_mode",
+        "seed",
+        "recompute_checkpoint_every_layer",
+        "auto_loss_scaling",
+    ]
     update = ",".join(f"{k}={source[k] if isinstance(source[k], str) else json.dumps(source[k])}" for k in keys)
     config.update_from_string(update)
     for key in keys:

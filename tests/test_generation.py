@@ -55,9 +55,14 @@ def test_the_kv_cache_is_static_at_full_length():
     model = generating_model("T5ForConditionalGeneration")
     ids, mask, _ = prompts(encoder_decoder=True)
     out = generate_static(
-        model, ids, mask, batch_size=BATCH, prompt_length=PROMPT_LENGTH, max_new_tokens=6,
+        model,
+        ids,
+        mask,
+        batch_size=BATCH,
+        prompt_length=PROMPT_LENGTH,
+        max_new_tokens=6,
         return_dict_in_generate=True,
-    )  # fmt: skip
+    )
     cache = out.cache
     assert isinstance(cache.self_attention_cache, StaticCache)
     assert isinstance(cache.cross_attention_cache, StaticCache)

@@ -56,10 +56,17 @@ def test_host_offloaded_optimizer_gives_the_plain_optimizer_numbers_and_checkpoi
         return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
 
     plain, offloaded = model(), model()
-    groups = [{"params": list(offloaded[0].parameters()), "weight_decay": 0.1},
-              {"params": list(offloaded[2].parameters()), "weight_decay": 0.0}]  # fmt: skip
-    plain_opt = torch.optim.AdamW([{"params": list(plain[0].parameters()), "weight_decay": 0.1},
-                                   {"params": list(plain[2].parameters()), "weight_decay": 0.0}], lr=1e-2)  # fmt: skip
+    groups = [
+        {"params": list(offloaded[0].parameters()), "weight_decay": 0.1},
+        {"params": list(offloaded[2].parameters()), "weight_decay": 0.0},
+    ]
+    plain_opt = torch.optim.AdamW(
+        [
+            {"params": list(plain[0].parameters()), "weight_decay": 0.1},
+            {"params": list(plain[2].parameters()), "weight_decay": 0.0},
+        ],
+        lr=1e-2,
+    )
     host_opt = HostOffloadedOptimizer(groups, torch.optim.AdamW, lr=1e-2)
     schedules = [torch.optim.lr_scheduler.LinearLR(o, 1.0, 0.1, 5) for o in (plain_opt, host_opt)]
     offloaded[2].bias.requires_grad_(False)  # a frozen parameter stays as it is

@@ -211,14 +211,24 @@ def test_packed_rows_train_and_predict_through_ipu_trainer(squad_features, tiny_
     slots = max(map(len, packed["feature_index"]))
     model = transformers.AutoModelForQuestionAnswering.from_pretrained(tiny_qa_model_dir)
     args = IPUTrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=4, per_device_eval_batch_size=4, max_steps=2,
-        label_names=["labels"], report_to=[], save_strategy="no", disable_tqdm=True, seed=0,
-    )  # fmt: skip
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        max_steps=2,
+        label_names=["labels"],
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+    )
     trainer = IPUTrainer(
-        model=model, ipu_config=IPUConfig(), args=args, train_dataset=datasets.Dataset.from_dict(packed),
+        model=model,
+        ipu_config=IPUConfig(),
+        args=args,
+        train_dataset=datasets.Dataset.from_dict(packed),
         data_collator=PackedDataCollator(384, slots, pad_token_id=tokenizer.pad_token_id),
         compute_loss_func=packed_question_answering_loss,
-    )  # fmt: skip
+    )
     result = trainer.train()
     assert math.isfinite(result.training_loss) and result.training_loss > 0
     prediction = trainer.predict(datasets.Dataset.from_dict(packed))

@@ -43,9 +43,15 @@ def _flex_model(family: str = "Bert", seed: int = 0) -> transformers.PreTrainedM
         )
     else:
         config = getattr(transformers, f"{family}Config")(
-            hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0, **({"pad_token_id": 1} if family == "Roberta" else {}), **common,
-        )  # fmt: skip
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=37,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            **({"pad_token_id": 1} if family == "Roberta" else {}),
+            **common,
+        )
     torch.manual_seed(seed)
     model = transformers.AutoModelForQuestionAnswering.from_config(config, attn_implementation="flex_attention")
     assert model.config._attn_implementation == "flex_attention"
@@ -121,14 +127,24 @@ def _trainer(model, batch_size: int, output_dir, attention: str, **args):
     _, packed, _ = _packed_qa(model, attention)
     slots = max(map(len, packed["feature_index"]))
     training_args = IPUTrainingArguments(
-        output_dir=str(output_dir), per_device_train_batch_size=batch_size, per_device_eval_batch_size=batch_size,
-        label_names=["labels"], report_to=[], save_strategy="no", disable_tqdm=True, seed=0, **args,
-    )  # fmt: skip
+        output_dir=str(output_dir),
+        per_device_train_batch_size=batch_size,
+        per_device_eval_batch_size=batch_size,
+        label_names=["labels"],
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+        **args,
+    )
     trainer = IPUTrainer(
-        model=model, ipu_config=IPUConfig(), args=training_args, train_dataset=datasets.Dataset.from_dict(packed),
+        model=model,
+        ipu_config=IPUConfig(),
+        args=training_args,
+        train_dataset=datasets.Dataset.from_dict(packed),
         data_collator=PackedDataCollator(MAX_LEN, slots, attention=attention),
         compute_loss_func=packed_question_answering_loss,
-    )  # fmt: skip
+    )
     return trainer, datasets.Dataset.from_dict(packed)
 
 

@@ -166,9 +166,15 @@ def test_unregistered_class_gets_a_derived_plan_equal_to_stock(caplog):
     import transformers
 
     config = transformers.ElectraConfig(
-        vocab_size=99, embedding_size=16, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
-        intermediate_size=37, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-    )  # fmt: skip
+        vocab_size=99,
+        embedding_size=16,
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        intermediate_size=37,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     torch.manual_seed(0)
     stock = transformers.ElectraForMaskedLM(config).train()
     inputs = tiny_models.tiny_inputs("BertForMaskedLM")

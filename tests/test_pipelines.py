@@ -138,7 +138,7 @@ QA_EXAMPLES = [
         "id": "ship",
         "question": "Who commanded the ship?",
         "context": FILLER * 4 + "Captain Amelia Hartwell commanded the ship during the storm. " + FILLER * 6,
-    },  # fmt: skip
+    },
     {"id": "short", "question": "Where is the Eiffel tower?", "context": "The Eiffel tower is in Paris, in France."},
     {"id": "empty", "question": "Is there anything here?", "context": ""},
     {"id": "year", "question": "When was it built?", "context": "It was built in 1889 for the World's Fair in Paris."},

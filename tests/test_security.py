@@ -12,8 +12,19 @@ from .conftest import REPO_ROOT
 
 SCANNED = ("optimum_ipu", "examples", "benchmarks")
 # Modules that turn bytes into objects (code included): a config or a checkpoint must never go through them.
-UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "joblib", "marshal", "shelve", "yaml",
-                  "ruamel", "jsonpickle"}  # fmt: skip
+UNSAFE_MODULES = {
+    "pickle",
+    "cPickle",
+    "_pickle",
+    "dill",
+    "cloudpickle",
+    "joblib",
+    "marshal",
+    "shelve",
+    "yaml",
+    "ruamel",
+    "jsonpickle",
+}
 
 
 def _is_true(node: ast.AST | None) -> bool:
@@ -128,10 +139,20 @@ def test_examples_trust_remote_code_only_when_asked():
             n for n in ast.walk(tree) if isinstance(n, ast.AnnAssign) and _dotted(n.target) == "trust_remote_code"
         ]
         assert fields and all(not _is_true(_keyword(f.value, "default")) for f in fields), path.name
-        passed = [k.value for n in ast.walk(tree) if isinstance(n, ast.Call) for k in n.keywords
-                  if k.arg == "trust_remote_code"]  # fmt: skip
-        passed += [v for n in ast.walk(tree) if isinstance(n, ast.Dict) for k, v in zip(n.keys, n.values, strict=True)
-                   if isinstance(k, ast.Constant) and k.value == "trust_remote_code"]  # fmt: skip
+        passed = [
+            k.value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call)
+            for k in n.keywords
+            if k.arg == "trust_remote_code"
+        ]
+        passed += [
+            v
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Dict)
+            for k, v in zip(n.keys, n.values, strict=True)
+            if isinstance(k, ast.Constant) and k.value == "trust_remote_code"
+        ]
         assert passed and all(_dotted(v).endswith(".trust_remote_code") for v in passed), path.name
         checked += 1
     assert checked >= 5

@@ -42,8 +42,13 @@ def collate(features: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
 
 
 def arguments(out, **kwargs) -> IPUSeq2SeqTrainingArguments:
-    defaults = {"per_device_eval_batch_size": 2, "report_to": [], "disable_tqdm": True, "predict_with_generate": True,
-                "generation_prompt_length": STATIC_PROMPT}  # fmt: skip
+    defaults = {
+        "per_device_eval_batch_size": 2,
+        "report_to": [],
+        "disable_tqdm": True,
+        "predict_with_generate": True,
+        "generation_prompt_length": STATIC_PROMPT,
+    }
     return IPUSeq2SeqTrainingArguments(output_dir=str(out), **{**defaults, **kwargs})
 
 
@@ -78,9 +83,12 @@ def test_predict_generates_stock_tokens_at_static_shapes(tmp_path, pad_on_batch_
 def test_evaluate_takes_generation_settings_from_the_arguments(tmp_path):
     model = generating_model("T5ForConditionalGeneration")
     trainer = IPUSeq2SeqTrainer(
-        model, args=arguments(tmp_path, generation_max_length=7, generation_num_beams=2), data_collator=collate,
-        eval_dataset=examples(), compute_metrics=lambda p: {"gen_len": float(p.predictions.shape[1])},
-    )  # fmt: skip
+        model,
+        args=arguments(tmp_path, generation_max_length=7, generation_num_beams=2),
+        data_collator=collate,
+        eval_dataset=examples(),
+        compute_metrics=lambda p: {"gen_len": float(p.predictions.shape[1])},
+    )
     metrics = trainer.evaluate()
     assert metrics["eval_gen_len"] == 7 and np.isfinite(metrics["eval_loss"])
     assert trainer.evaluate(max_length=5)["eval_gen_len"] == 5  # an argument of evaluate() wins, as in HF
@@ -99,10 +107,22 @@ def test_without_generation_evaluate_is_the_teacher_forced_loss(tmp_path):
 def test_arguments_parse_like_hf_seq2seq_arguments(tmp_path):
     parser = transformers.HfArgumentParser(IPUSeq2SeqTrainingArguments)
     (args,) = parser.parse_args_into_dataclasses(
-        ["--output_dir", str(tmp_path), "--predict_with_generate", "--generation_max_length", "64",
-         "--generation_num_beams", "4", "--generation_prompt_length", "128",
-         "--ipu_config_name", "Graphcore/t5-small-ipu", "--warmup_ratio", "0.1"]
-    )  # fmt: skip
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--predict_with_generate",
+            "--generation_max_length",
+            "64",
+            "--generation_num_beams",
+            "4",
+            "--generation_prompt_length",
+            "128",
+            "--ipu_config_name",
+            "Graphcore/t5-small-ipu",
+            "--warmup_ratio",
+            "0.1",
+        ]
+    )
     assert isinstance(args, transformers.Seq2SeqTrainingArguments) and isinstance(args, IPUTrainingArguments)
     assert (args.predict_with_generate, args.generation_max_length, args.generation_num_beams) == (True, 64, 4)
     assert args.generation_prompt_length == 128 and args.ipu_config_name == "Graphcore/t5-small-ipu"

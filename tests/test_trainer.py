@@ -23,8 +23,16 @@ def dataset(rows: int, seed: int = 0) -> datasets.Dataset:
 
 
 def arguments(out, **kwargs) -> IPUTrainingArguments:
-    defaults = {"per_device_train_batch_size": 2, "num_train_epochs": 1, "learning_rate": 1e-3, "logging_steps": 1,
-                "report_to": [], "seed": 7, "save_strategy": "no", "disable_tqdm": True}  # fmt: skip
+    defaults = {
+        "per_device_train_batch_size": 2,
+        "num_train_epochs": 1,
+        "learning_rate": 1e-3,
+        "logging_steps": 1,
+        "report_to": [],
+        "seed": 7,
+        "save_strategy": "no",
+        "disable_tqdm": True,
+    }
     return IPUTrainingArguments(output_dir=str(out), **{**defaults, **kwargs})
 
 
@@ -61,9 +69,11 @@ def test_accumulation_through_the_trainer(tmp_path):
         train_dataset=dataset(32),
     )
     big = IPUTrainer(
-        tiny_model(CLASS), IPUConfig(), arguments(tmp_path / "b", per_device_train_batch_size=8),
+        tiny_model(CLASS),
+        IPUConfig(),
+        arguments(tmp_path / "b", per_device_train_batch_size=8),
         train_dataset=dataset(32),
-    )  # fmt: skip
+    )
     accumulated.train()
     big.train()
     assert accumulated.state.global_step == big.state.global_step == 4
@@ -85,12 +95,22 @@ def test_eval_and_predict_keep_every_sample_with_a_padded_last_batch(tmp_path):
 
 
 def test_parity_with_transformers_trainer(tmp_path):
-    common = {"per_device_train_batch_size": 4, "num_train_epochs": 2, "learning_rate": 1e-3, "logging_steps": 1,
-              "report_to": [], "seed": 7, "save_strategy": "no", "disable_tqdm": True}  # fmt: skip
-    ours = IPUTrainer(tiny_model(CLASS), IPUConfig(), IPUTrainingArguments(str(tmp_path / "a"), **common),
-                      train_dataset=dataset(32))  # fmt: skip
-    stock = transformers.Trainer(tiny_model(CLASS), transformers.TrainingArguments(str(tmp_path / "b"), **common),
-                                 train_dataset=dataset(32))  # fmt: skip
+    common = {
+        "per_device_train_batch_size": 4,
+        "num_train_epochs": 2,
+        "learning_rate": 1e-3,
+        "logging_steps": 1,
+        "report_to": [],
+        "seed": 7,
+        "save_strategy": "no",
+        "disable_tqdm": True,
+    }
+    ours = IPUTrainer(
+        tiny_model(CLASS), IPUConfig(), IPUTrainingArguments(str(tmp_path / "a"), **common), train_dataset=dataset(32)
+    )
+    stock = transformers.Trainer(
+        tiny_model(CLASS), transformers.TrainingArguments(str(tmp_path / "b"), **common), train_dataset=dataset(32)
+    )
     ours.train()
     stock.train()
     assert len(losses(ours)) == len(losses(stock)) == 16
@@ -112,8 +132,9 @@ def test_fp16_loss_scale_is_checkpointed_and_restored(tmp_path):
 
 
 def test_small_dataset_warns(tmp_path, caplog):
-    trainer = IPUTrainer(tiny_model(CLASS), IPUConfig(gradient_accumulation_steps=8), arguments(tmp_path),
-                         train_dataset=dataset(6))  # fmt: skip
+    trainer = IPUTrainer(
+        tiny_model(CLASS), IPUConfig(gradient_accumulation_steps=8), arguments(tmp_path), train_dataset=dataset(6)
+    )
     trainer.get_train_dataloader()
     assert "fewer than one host call takes (16 = micro-batch 2 x 8)" in caplog.text
 
@@ -127,8 +148,9 @@ def test_needs_ipu_training_arguments(tmp_path):
 def test_compiled_training_reports_compilation_apart(tmp_path):
     torch.compiler.reset()  # graphs compiled by earlier tests would make this run's first step a warm one
     config = IPUConfig(executable_cache_dir=str(tmp_path / "cache"))
-    compiled = IPUTrainer(tiny_model(CLASS), config, arguments(tmp_path / "a", torch_compile=True),
-                          train_dataset=dataset(16))  # fmt: skip
+    compiled = IPUTrainer(
+        tiny_model(CLASS), config, arguments(tmp_path / "a", torch_compile=True), train_dataset=dataset(16)
+    )
     eager = IPUTrainer(tiny_model(CLASS), IPUConfig(), arguments(tmp_path / "b"), train_dataset=dataset(16))
     metrics = compiled.train().metrics
     eager.train()
@@ -197,8 +219,12 @@ def test_projection_serialization_computes_the_loss_in_chunks(tmp_path):
     for factor in (1, 2):
         spy = mock.patch.object(pipelined, "chunked_cross_entropy", wraps=pipelined.chunked_cross_entropy)
         with spy as chunked:
-            trainer = IPUTrainer(tiny_model("GPT2LMHeadModel"), IPUConfig(projection_serialization_factor=factor),
-                                 arguments(tmp_path / str(factor), max_steps=3), train_dataset=data)  # fmt: skip
+            trainer = IPUTrainer(
+                tiny_model("GPT2LMHeadModel"),
+                IPUConfig(projection_serialization_factor=factor),
+                arguments(tmp_path / str(factor), max_steps=3),
+                train_dataset=data,
+            )
             trainer.train()
         runs[factor] = (losses(trainer), chunked.call_count)
     assert runs[1][1] == 0 and runs[2][1] == 3  # one chunked loss per micro-batch

@@ -16,8 +16,16 @@ from optimum_ipu.runtime.engine import Engine
 from .tiny_models import VOCAB, tiny_model
 
 CAUSAL = "GPT2LMHeadModel"
-COMMON = {"num_train_epochs": 2, "learning_rate": 1e-3, "logging_steps": 1, "report_to": [], "seed": 7,
-          "save_strategy": "no", "disable_tqdm": True, "max_grad_norm": 1.0}  # fmt: skip
+COMMON = {
+    "num_train_epochs": 2,
+    "learning_rate": 1e-3,
+    "logging_steps": 1,
+    "report_to": [],
+    "seed": 7,
+    "save_strategy": "no",
+    "disable_tqdm": True,
+    "max_grad_norm": 1.0,
+}
 
 
 def unevenly_padded(rows: int = 32, seq: int = 12, seed: int = 0) -> datasets.Dataset:
@@ -28,8 +36,9 @@ def unevenly_padded(rows: int = 32, seq: int = 12, seed: int = 0) -> datasets.Da
     mask = (torch.arange(seq) < lengths[:, None]).long()
     ids = ids * mask  # pad id 0
     labels = ids.masked_fill(mask == 0, -100)
-    return datasets.Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": mask.tolist(),
-                                       "labels": labels.tolist()})  # fmt: skip
+    return datasets.Dataset.from_dict(
+        {"input_ids": ids.tolist(), "attention_mask": mask.tolist(), "labels": labels.tolist()}
+    )
 
 
 def losses(trainer: transformers.Trainer) -> list[float]:

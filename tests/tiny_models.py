@@ -17,9 +17,14 @@ VOCAB, SEQ, BATCH, CHOICES, LABELS = 99, 8, 2, 3, 3
 def tiny_config(family: str) -> transformers.PretrainedConfig:
     common = {"vocab_size": VOCAB, "num_labels": LABELS, "attn_implementation": "eager"}
     bert_like = {
-        "hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 2, "intermediate_size": 37,
-        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "max_position_embeddings": 64,
-    }  # fmt: skip
+        "hidden_size": 32,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 2,
+        "intermediate_size": 37,
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+        "max_position_embeddings": 64,
+    }
     if family == "bert":
         return transformers.BertConfig(**bert_like, **common)
     if family == "roberta":
@@ -38,14 +43,30 @@ def tiny_config(family: str) -> transformers.PretrainedConfig:
         )
     if family == "gpt2":
         return transformers.GPT2Config(
-            n_embd=32, n_layer=4, n_head=2, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-            classifier_dropout=0.0, pad_token_id=0, **common,
-        )  # fmt: skip
+            n_embd=32,
+            n_layer=4,
+            n_head=2,
+            n_positions=64,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            classifier_dropout=0.0,
+            pad_token_id=0,
+            **common,
+        )
     if family == "t5":
         return transformers.T5Config(
-            d_model=32, d_kv=16, d_ff=37, num_layers=2, num_decoder_layers=2, num_heads=2, dropout_rate=0.0,
-            decoder_start_token_id=0, pad_token_id=0, **common,
-        )  # fmt: skip
+            d_model=32,
+            d_kv=16,
+            d_ff=37,
+            num_layers=2,
+            num_decoder_layers=2,
+            num_heads=2,
+            dropout_rate=0.0,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+            **common,
+        )
     if family in ("deberta", "deberta-v2", "mpnet"):
         config_class = {"deberta": transformers.DebertaConfig, "deberta-v2": transformers.DebertaV2Config}
         extra = {"relative_attention": True, "max_relative_positions": 16, "pos_att_type": ["c2p", "p2c"]}
@@ -54,35 +75,76 @@ def tiny_config(family: str) -> transformers.PretrainedConfig:
         return config_class[family](**bert_like, pad_token_id=1, **extra, **common)
     if family == "lxmert":
         return transformers.LxmertConfig(
-            hidden_size=32, num_attention_heads=2, intermediate_size=37, l_layers=4, r_layers=1, x_layers=1,
-            visual_feat_dim=8, visual_pos_dim=4, num_qa_labels=LABELS, hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0, max_position_embeddings=64, **common,
-        )  # fmt: skip
+            hidden_size=32,
+            num_attention_heads=2,
+            intermediate_size=37,
+            l_layers=4,
+            r_layers=1,
+            x_layers=1,
+            visual_feat_dim=8,
+            visual_pos_dim=4,
+            num_qa_labels=LABELS,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            max_position_embeddings=64,
+            **common,
+        )
     if family in ("llama", "mistral", "qwen2"):
         config_class = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig}
         config_class["qwen2"] = transformers.Qwen2Config
         return config_class[family](
-            hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
-            max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, **common,
-        )  # fmt: skip
+            hidden_size=32,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            **common,
+        )
     if family == "bart":
         return transformers.BartConfig(
-            d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
-            encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
-            pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=37,
+            decoder_ffn_dim=37,
+            max_position_embeddings=64,
+            dropout=0.0,
+            attention_dropout=0.0,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+            decoder_start_token_id=2,
+            forced_eos_token_id=None,
             **common,
-        )  # fmt: skip
+        )
     if family == "mt5":
         return transformers.MT5Config(
-            d_model=32, d_kv=16, d_ff=37, num_layers=2, num_decoder_layers=2, num_heads=2, dropout_rate=0.0,
-            decoder_start_token_id=0, pad_token_id=0, **common,
-        )  # fmt: skip
+            d_model=32,
+            d_kv=16,
+            d_ff=37,
+            num_layers=2,
+            num_decoder_layers=2,
+            num_heads=2,
+            dropout_rate=0.0,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+            **common,
+        )
     if family == "vit":
         common.pop("vocab_size")
         return transformers.ViTConfig(
-            image_size=16, patch_size=4, num_channels=3, **{k: v for k, v in bert_like.items() if "max_pos" not in k},
+            image_size=16,
+            patch_size=4,
+            num_channels=3,
+            **{k: v for k, v in bert_like.items() if "max_pos" not in k},
             **common,
-        )  # fmt: skip
+        )
     raise KeyError(family)
 
 

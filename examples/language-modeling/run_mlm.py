@@ -76,7 +76,7 @@ class DataTrainingArguments:
         metadata={
             "help": "With --line_by_line: pad every sequence to max_seq_length (static shapes, one compiled "
             "graph); else batches are padded to their longest sequence."
-        },  # fmt: skip
+        },
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep this many training sequences."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep this many evaluation sequences."})

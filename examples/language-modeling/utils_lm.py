@@ -25,8 +25,15 @@ from transformers import CONFIG_MAPPING, AutoConfig, AutoTokenizer, EvalPredicti
 logger = logging.getLogger(__name__)
 
 # Local file formats -> the `datasets` builder that reads them. WikiText's own files end in `.tokens` / `.raw`.
-FILE_BUILDERS = {"txt": "text", "text": "text", "tokens": "text", "raw": "text", "csv": "csv", "json": "json",
-                 "jsonl": "json"}  # fmt: skip
+FILE_BUILDERS = {
+    "txt": "text",
+    "text": "text",
+    "tokens": "text",
+    "raw": "text",
+    "csv": "csv",
+    "json": "json",
+    "jsonl": "json",
+}
 TORCH_DTYPES = ("auto", "bfloat16", "float16", "float32")
 SHARED_WIKITEXT = "../../../shared/data/wikitext2_tokens"
 
@@ -40,7 +47,7 @@ class ModelArguments:
         metadata={
             "help": "Model folder or id in the local Hugging Face cache; leave out to train "
             "from scratch (with --model_type or --config_name)."
-        },  # fmt: skip
+        },
     )
     model_type: str | None = field(
         default=None, metadata={"help": "Model type to train from scratch, e.g. gpt2, roberta, bert."}
@@ -161,8 +168,12 @@ def load_raw_datasets(data_args: Any, model_args: ModelArguments) -> datasets.Da
 
 def load_config_and_tokenizer(model_args: ModelArguments) -> tuple[Any, Any]:
     """The model config (pretrained, or new for `--model_type` with `--config_overrides`) and the tokenizer."""
-    hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token,
-           "trust_remote_code": model_args.trust_remote_code}  # fmt: skip
+    hub = {
+        "cache_dir": model_args.cache_dir,
+        "revision": model_args.model_revision,
+        "token": model_args.token,
+        "trust_remote_code": model_args.trust_remote_code,
+    }
     if model_args.config_name:
         config = AutoConfig.from_pretrained(model_args.config_name, **hub)
     elif model_args.model_name_or_path:
@@ -196,10 +207,14 @@ def load_model(auto_class: Any, model_args: ModelArguments, config: Any, tokeniz
             else getattr(torch, model_args.torch_dtype)
         )
         model = auto_class.from_pretrained(
-            model_args.model_name_or_path, config=config, cache_dir=model_args.cache_dir,
-            revision=model_args.model_revision, token=model_args.token,
-            trust_remote_code=model_args.trust_remote_code, dtype=dtype,
-        )  # fmt: skip
+            model_args.model_name_or_path,
+            config=config,
+            cache_dir=model_args.cache_dir,
+            revision=model_args.model_revision,
+            token=model_args.token,
+            trust_remote_code=model_args.trust_remote_code,
+            dtype=dtype,
+        )
     else:
         model = auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
         n_params = sum({p.data_ptr(): p.numel() for p in model.parameters()}.values())
@@ -232,8 +247,11 @@ def sequence_length(requested: int | None, flag: str, tokenizer: Any, config: An
         if tokenizer.model_max_length > 1024:
             logger.warning(
                 "The tokenizer picked seems to have a very large `model_max_length` (%s). Using %s instead; "
-                "override it with --%s xxx.", tokenizer.model_max_length, length, flag,
-            )  # fmt: skip
+                "override it with --%s xxx.",
+                tokenizer.model_max_length,
+                length,
+                flag,
+            )
         if positions is not None and length > positions:
             logger.warning("--%s: using the model's %d positions", flag, positions)
             length = positions
@@ -245,8 +263,11 @@ def sequence_length(requested: int | None, flag: str, tokenizer: Any, config: An
     if requested > tokenizer.model_max_length:
         logger.warning(
             "--%s %d is larger than the maximum length for the model (%d). Using %d.",
-            flag, requested, tokenizer.model_max_length, tokenizer.model_max_length,
-        )  # fmt: skip
+            flag,
+            requested,
+            tokenizer.model_max_length,
+            tokenizer.model_max_length,
+        )
     return min(requested, tokenizer.model_max_length)
 
 

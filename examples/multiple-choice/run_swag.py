@@ -162,8 +162,12 @@ def main() -> None:
                 f"; run_swag.py reads SWAG's layout: {CONTEXT}, {QUESTION_HEADER}, {', '.join(ENDINGS)}, label"
             )
 
-    hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token,
-           "trust_remote_code": model_args.trust_remote_code}  # fmt: skip
+    hub = {
+        "cache_dir": model_args.cache_dir,
+        "revision": model_args.model_revision,
+        "token": model_args.token,
+        "trust_remote_code": model_args.trust_remote_code,
+    }
     config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path, **hub)
     tokenizer = AutoTokenizer.from_pretrained(
         model_args.tokenizer_name or model_args.model_name_or_path, use_fast=model_args.use_fast_tokenizer, **hub

@@ -97,8 +97,15 @@ class DataTrainingArguments:
         if self.dataset_name is None and self.train_file is None and self.validation_file is None:
             raise ValueError("give --dataset_name or --train_file/--validation_file (SQuAD JSON, nested or flat)")
         # 0 or negative values gave EM/F1 0.0 silently (n_best_size, max_answer_length) or failed deep inside
-        for flag in ("max_seq_length", "n_best_size", "max_answer_length", "max_sequences_per_pack",
-                     "max_train_samples", "max_eval_samples", "max_predict_samples"):  # fmt: skip
+        for flag in (
+            "max_seq_length",
+            "n_best_size",
+            "max_answer_length",
+            "max_sequences_per_pack",
+            "max_train_samples",
+            "max_eval_samples",
+            "max_predict_samples",
+        ):
             value = getattr(self, flag)
             if value is not None and value < 1:
                 raise ValueError(f"--{flag} {value}: expected an integer >= 1")
@@ -122,8 +129,11 @@ def parse_articles(text: str | None) -> slice | None:
 def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dict[str, datasets.Dataset]:
     """The train / validation / test examples, from local files or the local `datasets` cache."""
     if data.train_file or data.validation_file or data.test_file:
-        files = {"train": (data.train_file, data.train_articles), "validation": (data.validation_file,
-                 data.validation_articles), "test": (data.test_file, None)}  # fmt: skip
+        files = {
+            "train": (data.train_file, data.train_articles),
+            "validation": (data.validation_file, data.validation_articles),
+            "test": (data.test_file, None),
+        }
         return {
             split: load_squad_json(path, parse_articles(articles)) for split, (path, articles) in files.items() if path
         }
@@ -164,8 +174,12 @@ def main() -> None:
     set_seed(training_args.seed)
     raw = load_raw_datasets(data_args, model_args)
 
-    hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token,
-           "trust_remote_code": model_args.trust_remote_code}  # fmt: skip
+    hub = {
+        "cache_dir": model_args.cache_dir,
+        "revision": model_args.model_revision,
+        "token": model_args.token,
+        "trust_remote_code": model_args.trust_remote_code,
+    }
     config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path, **hub)
     tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path, **hub)
     if not tokenizer.is_fast:
@@ -178,8 +192,12 @@ def main() -> None:
     max_seq_length = min(data_args.max_seq_length, tokenizer.model_max_length)
     if data_args.max_seq_length > tokenizer.model_max_length:
         logger.warning("max_seq_length %d > the model's %d: using the latter", data_args.max_seq_length, max_seq_length)
-    features_kwargs = {"tokenizer": tokenizer, "max_seq_length": max_seq_length, "doc_stride": data_args.doc_stride,
-                       "pad_to_max_length": data_args.pad_to_max_length}  # fmt: skip
+    features_kwargs = {
+        "tokenizer": tokenizer,
+        "max_seq_length": max_seq_length,
+        "doc_stride": data_args.doc_stride,
+        "pad_to_max_length": data_args.pad_to_max_length,
+    }
 
     def tokenize(
         split: str, fn, limit: int | None, description: str, pad: bool | None = None

@@ -45,9 +45,12 @@ class IPUQuestionAnsweringTrainer(IPUTrainer):
         return output
 
     def evaluate(
-        self, eval_dataset: Any = None, eval_examples: Any = None, ignore_keys: list[str] | None = None,
+        self,
+        eval_dataset: Any = None,
+        eval_examples: Any = None,
+        ignore_keys: list[str] | None = None,
         metric_key_prefix: str = "eval",
-    ) -> dict[str, float]:  # fmt: skip
+    ) -> dict[str, float]:
         """Run the evaluation features, post-process into answers, and score them (`eval_exact_match`, `eval_f1`)."""
         dataset = self.eval_dataset if eval_dataset is None else eval_dataset
         examples = self.eval_examples if eval_examples is None else eval_examples
@@ -62,9 +65,12 @@ class IPUQuestionAnsweringTrainer(IPUTrainer):
         return metrics
 
     def predict(
-        self, predict_dataset: Any, predict_examples: Any, ignore_keys: list[str] | None = None,
+        self,
+        predict_dataset: Any,
+        predict_examples: Any,
+        ignore_keys: list[str] | None = None,
         metric_key_prefix: str = "test",
-    ) -> PredictionOutput:  # fmt: skip
+    ) -> PredictionOutput:
         """Predict answers for `predict_examples`; scored when they carry answers."""
         output = self._run(predict_dataset, metric_key_prefix, "Prediction")
         if self.post_process_function is None:

@@ -199,8 +199,12 @@ def main() -> None:
     set_seed(training_args.seed)
     raw = load_raw_datasets(data_args, model_args)
 
-    hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token,
-           "trust_remote_code": model_args.trust_remote_code}  # fmt: skip
+    hub = {
+        "cache_dir": model_args.cache_dir,
+        "revision": model_args.model_revision,
+        "token": model_args.token,
+        "trust_remote_code": model_args.trust_remote_code,
+    }
     config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path, **hub)
     tokenizer = AutoTokenizer.from_pretrained(
         model_args.tokenizer_name or model_args.model_name_or_path, use_fast=model_args.use_fast_tokenizer, **hub
@@ -216,8 +220,15 @@ def main() -> None:
     if data_args.forced_bos_token is not None:
         model.config.forced_bos_token_id = tokenizer.convert_tokens_to_ids(data_args.forced_bos_token)
 
-    splits = [s for s, wanted in (("train", training_args.do_train), ("validation", training_args.do_eval),
-              ("test", training_args.do_predict)) if wanted]  # fmt: skip
+    splits = [
+        s
+        for s, wanted in (
+            ("train", training_args.do_train),
+            ("validation", training_args.do_eval),
+            ("test", training_args.do_predict),
+        )
+        if wanted
+    ]
     if not splits:
         logger.info("There is nothing to do: pass --do_train, --do_eval and/or --do_predict")
         return

@@ -84,8 +84,14 @@ TASK_LABELS: dict[str, list[str]] = {
     "wnli": ["not_entailment", "entailment"],
 }
 # Columns of the original GLUE TSV files, renamed to the Hub's names.
-TSV_RENAMES = {"Quality": "label", "#1 String": "sentence1", "#2 String": "sentence2", "is_duplicate": "label",
-               "gold_label": "label", "score": "label"}  # fmt: skip
+TSV_RENAMES = {
+    "Quality": "label",
+    "#1 String": "sentence1",
+    "#2 String": "sentence2",
+    "is_duplicate": "label",
+    "gold_label": "label",
+    "score": "label",
+}
 MNLI_TSV_RENAMES = {"sentence1": "premise", "sentence2": "hypothesis"}
 COLA_TSV_COLUMNS = ["source", "label", "original_label", "sentence"]  # CoLA's train/dev TSVs have no header
 FILE_FORMATS = ("csv", "json", "jsonl", "tsv")
@@ -338,9 +344,15 @@ def packed_training(
     # the packed loss applies the model's head to each sequence's first token: it reads the hidden states;
     # evaluation batches (unpacked labels) get the model's own loss from it
     packing = prepare_packed_training(
-        model, train_dataset, max_seq_length, pad_token_id, collator, PackedSequenceClassificationLoss(model),
-        max_sequences_per_pack, output_hidden_states=True,
-    )  # fmt: skip
+        model,
+        train_dataset,
+        max_seq_length,
+        pad_token_id,
+        collator,
+        PackedSequenceClassificationLoss(model),
+        max_sequences_per_pack,
+        output_hidden_states=True,
+    )
     return packing.train_dataset, packing.data_collator, packing.compute_loss_func
 
 
@@ -401,8 +413,12 @@ def main() -> None:
                 f"; {reader} {wanted}"
             )
 
-    hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token,
-           "trust_remote_code": model_args.trust_remote_code}  # fmt: skip
+    hub = {
+        "cache_dir": model_args.cache_dir,
+        "revision": model_args.model_revision,
+        "token": model_args.token,
+        "trust_remote_code": model_args.trust_remote_code,
+    }
     config = AutoConfig.from_pretrained(
         model_args.config_name or model_args.model_name_or_path, num_labels=num_labels, **hub
     )

@@ -243,8 +243,12 @@ def main() -> None:
         label_to_id = {label: i for i, label in enumerate(label_list)}
     num_labels = len(label_list)
 
-    hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token,
-           "trust_remote_code": model_args.trust_remote_code}  # fmt: skip
+    hub = {
+        "cache_dir": model_args.cache_dir,
+        "revision": model_args.model_revision,
+        "token": model_args.token,
+        "trust_remote_code": model_args.trust_remote_code,
+    }
     config = AutoConfig.from_pretrained(
         model_args.config_name or model_args.model_name_or_path,
         num_labels=num_labels,

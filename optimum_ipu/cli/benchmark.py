@@ -175,9 +175,17 @@ def _make_model(name: str, task: str, seed: int = 0) -> torch.nn.Module:
     return getattr(transformers, TASKS[task]).from_config(config)
 
 
-def _trainer_run(cls: type, args_cls: type, model: torch.nn.Module, batches: list[dict] | torch.utils.data.Dataset,
-                 opts: dict, bar: tqdm, timer: _Timer | None = None, args_extra: dict | None = None,
-                 **extra: Any) -> list[float]:  # fmt: skip
+def _trainer_run(
+    cls: type,
+    args_cls: type,
+    model: torch.nn.Module,
+    batches: list[dict] | torch.utils.data.Dataset,
+    opts: dict,
+    bar: tqdm,
+    timer: _Timer | None = None,
+    args_extra: dict | None = None,
+    **extra: Any,
+) -> list[float]:
     """One optimizer step per batch of `batches` (or per `opts["batch_size"]` rows of a dataset: one epoch), in
     `opts["micro_batches"]` micro-batches (ours: the IPU config's accumulation x replicas; 1 for the baselines),
     so that every runner steps on the same samples."""
@@ -185,12 +193,21 @@ def _trainer_run(cls: type, args_cls: type, model: torch.nn.Module, batches: lis
     micro = opts["batch_size"] // opts.get("micro_batches", 1)
     dataset = batches if isinstance(batches, torch.utils.data.Dataset) else _BatchList(batches)
     with tempfile.TemporaryDirectory() as out:
-        args = args_cls(output_dir=out, per_device_train_batch_size=micro, max_steps=len(dataset) // opts["batch_size"],
-                        report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
-                        bf16=opts["precision"] == "bf16", torch_compile=opts["compile"], seed=0,
-                        dataloader_drop_last=True, **(args_extra or {}),
-                        **({"fp32": True} if opts["precision"] == "fp32" and args_cls is IPUTrainingArguments
-                           else {}))  # fmt: skip
+        args = args_cls(
+            output_dir=out,
+            per_device_train_batch_size=micro,
+            max_steps=len(dataset) // opts["batch_size"],
+            report_to=[],
+            save_strategy="no",
+            logging_strategy="no",
+            disable_tqdm=True,
+            bf16=opts["precision"] == "bf16",
+            torch_compile=opts["compile"],
+            seed=0,
+            dataloader_drop_last=True,
+            **(args_extra or {}),
+            **({"fp32": True} if opts["precision"] == "fp32" and args_cls is IPUTrainingArguments else {}),
+        )
         trainer = cls(model=model, args=args, train_dataset=dataset, callbacks=[timer], **extra)
         trainer.train()
     return timer.durations
@@ -242,8 +259,9 @@ class _PredictTimer(TrainerCallback):
         self.bar.update(1)
 
 
-def _engine_inference(model: torch.nn.Module, batches: list[dict], opts: dict, bar: tqdm,
-                      ipu_config: IPUConfig) -> list[float]:  # fmt: skip
+def _engine_inference(
+    model: torch.nn.Module, batches: list[dict], opts: dict, bar: tqdm, ipu_config: IPUConfig
+) -> list[float]:
     """Ours: the pipelined model in its inference layout, one engine host call per batch, as `pipeline()` runs it
     (outputs kept on the device, as `Trainer.predict` keeps them until the end)."""
     config = ipu_config.copy().eval()
@@ -264,10 +282,16 @@ def _predict_run(model: torch.nn.Module, batches: list[dict], opts: dict, bar: t
     timer = _PredictTimer(bar)
     with tempfile.TemporaryDirectory() as out:
         args = transformers.TrainingArguments(
-            output_dir=out, per_device_eval_batch_size=opts["batch_size"], report_to=[], disable_tqdm=True,
-            bf16=opts["precision"] == "bf16", torch_compile=opts["compile"], seed=0, dataloader_drop_last=True,
+            output_dir=out,
+            per_device_eval_batch_size=opts["batch_size"],
+            report_to=[],
+            disable_tqdm=True,
+            bf16=opts["precision"] == "bf16",
+            torch_compile=opts["compile"],
+            seed=0,
+            dataloader_drop_last=True,
             dataloader_pin_memory=torch.cuda.is_available(),  # on a CPU there is nothing to pin for: it only warns
-        )  # fmt: skip
+        )
         trainer = transformers.Trainer(model=model.eval(), args=args, callbacks=[timer])
         timer.start()
         trainer.predict(_BatchList(batches))
@@ -296,14 +320,15 @@ def _micro_batches_per_step(config: IPUConfig) -> int:
     return config.value("gradient_accumulation_steps") * config.value("replication_factor")
 
 
-def _runners(mode: str, model: str, task: str, batches: list[dict], opts: dict,
-             config: IPUConfig) -> dict[str, Callable[[tqdm], list[float]]]:  # fmt: skip
+def _runners(
+    mode: str, model: str, task: str, batches: list[dict], opts: dict, config: IPUConfig
+) -> dict[str, Callable[[tqdm], list[float]]]:
     """Runner name -> a function timing each step; ours first (the ratios are against it)."""
     if mode == "inference":
         return {
             "optimum-ipu engine (inference)": lambda bar: _engine_inference(
                 _make_model(model, task), batches, opts, bar, config
-            ),  # fmt: skip
+            ),
             "transformers.Trainer.predict": lambda bar: _predict_run(_make_model(model, task), batches, opts, bar),
             "plain torch.no_grad loop": lambda bar: _plain_inference_loop(_make_model(model, task), batches, opts, bar),
         }
@@ -311,49 +336,64 @@ def _runners(mode: str, model: str, task: str, batches: list[dict], opts: dict,
     return {
         "optimum-ipu IPUTrainer": lambda bar: _trainer_run(
             IPUTrainer, IPUTrainingArguments, _make_model(model, task), batches, ours, bar, ipu_config=config
-        ),  # fmt: skip
+        ),
         "transformers.Trainer": lambda bar: _trainer_run(
             transformers.Trainer, transformers.TrainingArguments, _make_model(model, task), batches, opts, bar
-        ),  # fmt: skip
+        ),
         "plain PyTorch loop": lambda bar: _plain_loop(_make_model(model, task), batches, opts, bar),
     }
 
 
-def _packed_trainer_run(model: torch.nn.Module, workload: PackingWorkload, opts: dict, bar: tqdm,
-                        config: IPUConfig) -> tuple[list[float], list[int]]:  # fmt: skip
+def _packed_trainer_run(
+    model: torch.nn.Module, workload: PackingWorkload, opts: dict, bar: tqdm, config: IPUConfig
+) -> tuple[list[float], list[int]]:
     """Ours with `--packing`: `IPUTrainer` on the packed rows, through `PackedDataCollator` and the packed QA loss
     (as `run_qa.py --packing` trains); returns the step times and the features of each step."""
     check_packing_support(model)
     timer = _Timer(bar)
     loss = FeatureCountingLoss(lambda: len(timer.durations))
-    collator = PackedDataCollator(workload.seq_len, workload.max_features_per_row, model.config.pad_token_id or 0,
-                                  position_offset(model.config))  # fmt: skip
-    times = _trainer_run(IPUTrainer, IPUTrainingArguments, model, RowDataset(workload.packed_rows()), opts, bar,
-                         timer=timer, args_extra={"label_names": ["labels"]}, ipu_config=config,
-                         data_collator=collator, compute_loss_func=loss)  # fmt: skip
+    collator = PackedDataCollator(
+        workload.seq_len, workload.max_features_per_row, model.config.pad_token_id or 0, position_offset(model.config)
+    )
+    times = _trainer_run(
+        IPUTrainer,
+        IPUTrainingArguments,
+        model,
+        RowDataset(workload.packed_rows()),
+        opts,
+        bar,
+        timer=timer,
+        args_extra={"label_names": ["labels"]},
+        ipu_config=config,
+        data_collator=collator,
+        compute_loss_func=loss,
+    )
     return times, loss.per_step(len(times))
 
 
-def _packing_runners(model: str, workload: PackingWorkload, opts: dict,
-                     config: IPUConfig) -> dict[str, Callable[[tqdm], tuple[list[float], list[int]]]]:  # fmt: skip
+def _packing_runners(
+    model: str, workload: PackingWorkload, opts: dict, config: IPUConfig
+) -> dict[str, Callable[[tqdm], tuple[list[float], list[int]]]]:
     """`--packing`: runner name -> (step times, features per step); ours on packed rows, the baselines on the same
     features padded to `--seq-len`, `--batch-size` features a step."""
     ours = {**opts, "micro_batches": _micro_batches_per_step(config)}
     task, batches = "question-answering", workload.padded_batches
     padded = [opts["batch_size"]] * len(batches)
     return {
-        OURS_PACKED: lambda bar: _packed_trainer_run(
-            _make_model(model, task), workload, ours, bar, config
+        OURS_PACKED: lambda bar: _packed_trainer_run(_make_model(model, task), workload, ours, bar, config),
+        "transformers.Trainer (padded)": lambda bar: (
+            _trainer_run(
+                transformers.Trainer, transformers.TrainingArguments, _make_model(model, task), batches, opts, bar
+            ),
+            padded,
         ),
-        "transformers.Trainer (padded)": lambda bar: (_trainer_run(
-            transformers.Trainer, transformers.TrainingArguments, _make_model(model, task), batches, opts, bar
-        ), padded),
         "plain PyTorch loop (padded)": lambda bar: (_plain_loop(_make_model(model, task), batches, opts, bar), padded),
-    }  # fmt: skip
+    }
 
 
-def _packing_result(name: str, times: list[float], features: list[int], warmup: int, workload: PackingWorkload,
-                    sample_flops: float) -> dict[str, Any]:  # fmt: skip
+def _packing_result(
+    name: str, times: list[float], features: list[int], warmup: int, workload: PackingWorkload, sample_flops: float
+) -> dict[str, Any]:
     """Features per second over the timed steps (after `warmup`): features in them / their time."""
     timed_s, timed_features = sum(times[warmup:]), sum(features[warmup:])
     rate = timed_features / timed_s
@@ -376,11 +416,20 @@ def _packing_result(name: str, times: list[float], features: list[int], warmup: 
 
 
 def run_benchmark(
-    model: str = "bert-base-uncased-config", task: str = "question-answering", seq_len: int = 384,
-    batch_size: int = 64, steps: int = 20, warmup: int = 3, precision: str = "auto", compile: bool = False,
-    ipu_config: str | None = None, peak_tflops: float | None = None, output_dir: str = "benchmark_results",
-    mode: str = "train", packing: bool = False,
-) -> dict[str, Any]:  # fmt: skip
+    model: str = "bert-base-uncased-config",
+    task: str = "question-answering",
+    seq_len: int = 384,
+    batch_size: int = 64,
+    steps: int = 20,
+    warmup: int = 3,
+    precision: str = "auto",
+    compile: bool = False,
+    ipu_config: str | None = None,
+    peak_tflops: float | None = None,
+    output_dir: str = "benchmark_results",
+    mode: str = "train",
+    packing: bool = False,
+) -> dict[str, Any]:
     """Run every runner of `mode` (`"train"` or `"inference"`) on the same batches and write `benchmark.json` and
     `benchmark.png` to `output_dir`; returns the report (what the JSON holds). `batch_size` is the samples of one
     optimizer step (training) or one host call (inference) in every runner: ours splits a training step into the
@@ -430,18 +479,29 @@ def run_benchmark(
     if packing:
         check_packing_support(reference)  # before any work: a family that cannot take packed rows is refused
         lengths = load_feature_lengths()
-        workload = build_workload(lengths["histogram"], seq_len, batch_size, steps, reference.config.vocab_size,
-                                  max_length=lengths["max_length"])  # fmt: skip
+        workload = build_workload(
+            lengths["histogram"],
+            seq_len,
+            batch_size,
+            steps,
+            reference.config.vocab_size,
+            max_length=lengths["max_length"],
+        )
         runners = _packing_runners(model, workload, opts, config)
         # model FLOPs of each feature at its own length: what both layouts do usefully
-        sample_flops = feature_flops(workload.lengths, partial(flops_per_sample, reference, reference.config,
-                                                               training=True))  # fmt: skip
-        provenance = {key: lengths[key] for key in ("source_file", "source_sha256", "tokenizer", "max_length",
-                                                    "stride", "features")}  # fmt: skip
+        sample_flops = feature_flops(
+            workload.lengths, partial(flops_per_sample, reference, reference.config, training=True)
+        )
+        provenance = {
+            key: lengths[key]
+            for key in ("source_file", "source_sha256", "tokenizer", "max_length", "stride", "features")
+        }
         packing_info = {
             "feature_lengths": {"file": f"optimum_ipu/data/{FEATURE_LENGTHS_FILE.name}", **provenance},
-            "length_scale": min(1.0, seq_len / lengths["max_length"]), "seed": 0, **workload.summary(),
-        }  # fmt: skip
+            "length_scale": min(1.0, seq_len / lengths["max_length"]),
+            "seed": 0,
+            **workload.summary(),
+        }
         total_steps = steps + 2 * workload.padded_steps
     else:
         batches = synthetic_batches(task, ARCHITECTURES[model](), batch_size, seq_len, steps, mode=mode)
@@ -460,28 +520,49 @@ def run_benchmark(
             else:
                 times = runner(bar)
                 samples = batch_size / statistics.median(times[warmup:])
-                measured = {"samples_per_second": samples, "tokens_per_second": samples * seq_len,
-                            "tflops": samples * sample_flops / 1e12}  # fmt: skip
-            results.append(RunResult(
-                name=name, time_to_first_step_s=times[0], step_times_s=times,
-                peak_memory_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-                mfu=measured["tflops"] / peak_tflops if peak_tflops else None, **measured,
-            ))  # fmt: skip
+                measured = {
+                    "samples_per_second": samples,
+                    "tokens_per_second": samples * seq_len,
+                    "tflops": samples * sample_flops / 1e12,
+                }
+            results.append(
+                RunResult(
+                    name=name,
+                    time_to_first_step_s=times[0],
+                    step_times_s=times,
+                    peak_memory_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+                    mfu=measured["tflops"] / peak_tflops if peak_tflops else None,
+                    **measured,
+                )
+            )
     ours = results[0].samples_per_second
     report = {
-        "mode": mode, "model": model, "task": task, "seq_len": seq_len, "batch_size": batch_size, "steps": steps,
-        "warmup": warmup, "precision": precision, "compile": compile, "flops_per_sample": sample_flops,
-        "ipu_config": ipu_config, "micro_batches_per_step": micro_batches if mode == "train" else None,
+        "mode": mode,
+        "model": model,
+        "task": task,
+        "seq_len": seq_len,
+        "batch_size": batch_size,
+        "steps": steps,
+        "warmup": warmup,
+        "precision": precision,
+        "compile": compile,
+        "flops_per_sample": sample_flops,
+        "ipu_config": ipu_config,
+        "micro_batches_per_step": micro_batches if mode == "train" else None,
         "device": torch.cuda.get_device_name(0) if cuda else f"CPU ({os.cpu_count()} cores)",
-        "versions": {"optimum-ipu": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version()},  # fmt: skip
+        "versions": {
+            "optimum-ipu": __version__,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": platform.python_version(),
+        },
         "date": time.strftime("%Y-%m-%d"),
         "results": [asdict(r) for r in results],
         "ratios": {f"ours / {r.name}": ours / r.samples_per_second for r in results[1:]},
         # the published anchor is samples/s of padded features: with --packing it compares with the baselines
         "anchors": ANCHORS.get((model, task, seq_len, mode), {}),
         "packing": packing_info,
-    }  # fmt: skip
+    }
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "benchmark.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
@@ -503,9 +584,11 @@ def _chart(report: dict, path: str) -> None:
     unit = "SQuAD features" if packing else "samples"
     ax.set_xlabel(f"{'training' if report['mode'] == 'train' else 'inference'} {unit} / s")
     layout = f", packed {packing['packing_factor']:.2f} features a row (baselines padded)" if packing else ""
-    ax.set_title(f"{report['model']} {report['task']} ({report['mode']})\nseq {report['seq_len']}, "
-                 f"batch {report['batch_size']}{layout}, {report['precision']} on {report['device']}",
-                 fontsize=9)  # fmt: skip
+    ax.set_title(
+        f"{report['model']} {report['task']} ({report['mode']})\nseq {report['seq_len']}, "
+        f"batch {report['batch_size']}{layout}, {report['precision']} on {report['device']}",
+        fontsize=9,
+    )
     for y, value in enumerate(bars.values()):
         ax.text(value, y, f" {value:,.2f}" if value < 10 else f" {value:,.1f}", va="center", fontsize=8)
     fig.tight_layout()
@@ -517,20 +600,26 @@ def format_report(report: dict) -> str:
     packing = report.get("packing")
     width = 32 if packing else 30
     samples, tokens = ("features/s", "real tok/s") if packing else ("samples/s", "tokens/s")
-    lines = [f"{'runner':{width}s} {samples:>10s} {tokens:>10s} {'1st step s':>10s} {'TFLOP/s':>8s} "
-             f"{'MFU':>6s} {'peak GiB':>8s}" + (f" {'steps':>5s}" if packing else "")]  # fmt: skip
+    lines = [
+        f"{'runner':{width}s} {samples:>10s} {tokens:>10s} {'1st step s':>10s} {'TFLOP/s':>8s} "
+        f"{'MFU':>6s} {'peak GiB':>8s}" + (f" {'steps':>5s}" if packing else "")
+    ]
     for r in report["results"]:
         mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
         memory = f"{r['peak_memory_gib']:.1f}" if r["peak_memory_gib"] is not None else "n/a"
         steps = f" {r['packing']['steps']:5d}" if packing else ""
-        lines.append(f"{r['name']:{width}s} {r['samples_per_second']:10.2f} {r['tokens_per_second']:10.0f} "
-                     f"{r['time_to_first_step_s']:10.2f} {r['tflops']:8.3f} {mfu:>6s} {memory:>8s}{steps}")  # fmt: skip
+        lines.append(
+            f"{r['name']:{width}s} {r['samples_per_second']:10.2f} {r['tokens_per_second']:10.0f} "
+            f"{r['time_to_first_step_s']:10.2f} {r['tflops']:8.3f} {mfu:>6s} {memory:>8s}{steps}"
+        )
     if packing:
         padding = packing["padding_fraction"]
-        lines.append(f"packing: {packing['features']} SQuAD features ({packing['mean_feature_length']:.1f} tokens "
-                     f"on average) in {packing['rows']} rows of {report['seq_len']}: {packing['packing_factor']:.2f} "
-                     f"features a row; padding {padding['packed']:.1%} packed, {padding['padded']:.1%} "
-                     "padded")  # fmt: skip
+        lines.append(
+            f"packing: {packing['features']} SQuAD features ({packing['mean_feature_length']:.1f} tokens "
+            f"on average) in {packing['rows']} rows of {report['seq_len']}: {packing['packing_factor']:.2f} "
+            f"features a row; padding {padding['packed']:.1%} packed, {padding['padded']:.1%} "
+            "padded"
+        )
     lines += [f"{name}{' (features/s)' if packing else ''}: {ratio:.3f}" for name, ratio in report["ratios"].items()]
     lines += [f"anchor {name}: {value} samples/s" for name, value in report["anchors"].items()]
     return "\n".join(lines)

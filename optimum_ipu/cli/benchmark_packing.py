@@ -161,10 +161,14 @@ class PackingWorkload:
         start, end = torch.as_tensor(self.start_positions), torch.as_tensor(self.end_positions)
         step = self.batch_size
         return [
-            {"input_ids": input_ids[i : i + step], "attention_mask": attention_mask[i : i + step],
-             "start_positions": start[i : i + step], "end_positions": end[i : i + step]}
+            {
+                "input_ids": input_ids[i : i + step],
+                "attention_mask": attention_mask[i : i + step],
+                "start_positions": start[i : i + step],
+                "end_positions": end[i : i + step],
+            }
             for i in range(0, size, step)
-        ]  # fmt: skip
+        ]
 
     def summary(self) -> dict[str, Any]:
         """What the report's `packing` entry holds about the work (provenance added by the caller)."""
@@ -198,9 +202,14 @@ def _fill_rows(rows: list[list[int]], target: int) -> int:
 
 
 def build_workload(
-    histogram: Mapping[int, int], seq_len: int, batch_size: int, steps: int, vocab_size: int,
-    max_length: int | None = None, seed: int = 0,
-) -> PackingWorkload:  # fmt: skip
+    histogram: Mapping[int, int],
+    seq_len: int,
+    batch_size: int,
+    steps: int,
+    vocab_size: int,
+    max_length: int | None = None,
+    seed: int = 0,
+) -> PackingWorkload:
     """The features of a `--packing` run: the largest multiple of `batch_size` that packs into `steps x batch_size`
     rows (see the module's docstring), with random ids (1 to `vocab_size - 1`) and answer spans.
 

@@ -104,10 +104,20 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
 
     try:
         report = run_benchmark(
-            model=args.model, task=args.task, seq_len=args.seq_len, batch_size=args.batch_size, steps=args.steps,
-            warmup=args.warmup, precision=args.precision, compile=args.compile, ipu_config=args.ipu_config,
-            peak_tflops=args.peak_tflops, output_dir=args.output_dir, mode=args.mode, packing=args.packing,
-        )  # fmt: skip
+            model=args.model,
+            task=args.task,
+            seq_len=args.seq_len,
+            batch_size=args.batch_size,
+            steps=args.steps,
+            warmup=args.warmup,
+            precision=args.precision,
+            compile=args.compile,
+            ipu_config=args.ipu_config,
+            peak_tflops=args.peak_tflops,
+            output_dir=args.output_dir,
+            mode=args.mode,
+            packing=args.packing,
+        )
     except ValueError as err:
         raise IncompatibleIPUConfigError(str(err)) from None
     print(format_report(report))
@@ -149,22 +159,29 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file", help="folder holding ipu_config.json, a JSON file, or a config id")
     check.add_argument("--model", help="model folder or cached id whose layer count resolves the wildcards")
     check.add_argument(
-        "--n-ipu", type=int, help="devices of the pod, as --n_ipu of the training scripts: resolves per-pod values "
+        "--n-ipu",
+        type=int,
+        help="devices of the pod, as --n_ipu of the training scripts: resolves per-pod values "
         "(pod4, pod16, ...) and sets replication_factor = n_ipu / ipus_per_replica",
-    )  # fmt: skip
+    )
     check.add_argument(
-        "--nproc-per-node", type=int, default=1, help="processes of the torchrun job that will train with the "
+        "--nproc-per-node",
+        type=int,
+        default=1,
+        help="processes of the torchrun job that will train with the "
         "config (default 1: every device slot runs in turn in one process); checks the slots and micro-batches fit",
-    )  # fmt: skip
+    )
     check.set_defaults(func=_cmd_config_check)
 
     bench = sub.add_parser(
         "benchmark", help="ours vs transformers (Trainer / Trainer.predict) vs a plain loop, on the same batches"
     )
     bench.add_argument(
-        "--mode", default="train", choices=["train", "inference"],
+        "--mode",
+        default="train",
+        choices=["train", "inference"],
         help="train: IPUTrainer vs Trainer vs a training loop; inference: the engine vs Trainer.predict vs no_grad",
-    )  # fmt: skip
+    )
     bench.add_argument("--model", default="bert-base-uncased-config", help="architecture, random weights")
     bench.add_argument("--task", default="question-answering", help="question-answering, causal-lm, translation")
     bench.add_argument("--seq-len", type=_at_least(1), default=384)
@@ -179,9 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     bench.add_argument("--compile", action="store_true", help="torch.compile in every runner")
     bench.add_argument(
-        "--packing", action="store_true", help="question-answering training on real SQuAD feature lengths: ours on "
+        "--packing",
+        action="store_true",
+        help="question-answering training on real SQuAD feature lengths: ours on "
         "packed rows (--batch-size rows a step), the baselines on the same features padded; reports features/s",
-    )  # fmt: skip
+    )
     bench.add_argument("--ipu-config", help="IPU config of our runner (default: one device slot)")
     bench.add_argument("--peak-tflops", type=float, help="the device's peak, for model FLOPs utilisation")
     bench.add_argument("--output-dir", default="benchmark_results")

@@ -63,8 +63,11 @@ def _main_list(root: nn.Module, where: str, depth: int | None = None) -> str:
     as_deep = [item for item in lists if depth is not None and len(item[1]) == depth]
     name, chosen = max(as_deep or lists, key=lambda item: size(item[1]))
     parent = name.rpartition(".")[0]
-    siblings = [other for other, module in lists if other != name and other.rpartition(".")[0] == parent
-                and len(module) == len(chosen)]  # fmt: skip
+    siblings = [
+        other
+        for other, module in lists
+        if other != name and other.rpartition(".")[0] == parent and len(module) == len(chosen)
+    ]
     if siblings:
         raise IncompatibleIPUConfigError(
             f"{where} keeps the parts of each layer in parallel lists ({', '.join([name, *siblings])}), so no stage "

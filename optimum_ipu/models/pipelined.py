@@ -201,9 +201,12 @@ class PipelinedModel(nn.Module):
         if kind == "causal":  # position t predicts token t + 1
             hidden, labels = hidden[..., :-1, :], labels[..., 1:]
         loss = chunked_cross_entropy(
-            hidden.reshape(-1, hidden.shape[-1]), projection.weight, projection.bias, labels.reshape(-1),
+            hidden.reshape(-1, hidden.shape[-1]),
+            projection.weight,
+            projection.bias,
+            labels.reshape(-1),
             chunks=projection.factor,
-        )  # fmt: skip
+        )
         fields = {k: v for k, v in output.items() if k not in ("loss", "logits")}
         return type(output)(loss=loss, **fields)
 

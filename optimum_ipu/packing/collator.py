@@ -169,8 +169,11 @@ def prepare_packed_training(
     features = len(train_dataset)
     logger.info(
         "packing: %d training features in %d rows of %d tokens (%.2f a row)",
-        features, len(rows), max_seq_length, features / len(rows),
-    )  # fmt: skip
+        features,
+        len(rows),
+        max_seq_length,
+        features / len(rows),
+    )
     pack_collator = PackedDataCollator(
         max_seq_length,
         max(map(len, packed["feature_index"])),

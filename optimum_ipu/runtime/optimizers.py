@@ -34,8 +34,14 @@ class Lamb(torch.optim.Optimizer):
     ) -> None:
         if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
             raise ValueError(f"Lamb: invalid lr={lr}, betas={betas}, eps={eps} or weight_decay={weight_decay}")
-        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
-                    "bias_correction": bias_correction, "max_trust_ratio": max_trust_ratio}  # fmt: skip
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "bias_correction": bias_correction,
+            "max_trust_ratio": max_trust_ratio,
+        }
         super().__init__(params, defaults)
 
     @torch.no_grad()

@@ -57,11 +57,18 @@ class PipelineEngine:
     """
 
     def __init__(
-        self, model: nn.Module, ipu_config: IPUConfig, cut: StageCut, keys: Sequence[str],
-        make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None, *,
-        schedule: str = "1F1B", max_grad_norm: float | None = None, precision: str = "fp32",
+        self,
+        model: nn.Module,
+        ipu_config: IPUConfig,
+        cut: StageCut,
+        keys: Sequence[str],
+        make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None,
+        *,
+        schedule: str = "1F1B",
+        max_grad_norm: float | None = None,
+        precision: str = "fp32",
         device: torch.device | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if not dist.is_initialized():
             raise RuntimeError("PipelineEngine needs torch.distributed: launch with torchrun")
         check_schedule(schedule, "pipeline_schedule")
@@ -79,8 +86,9 @@ class PipelineEngine:
         self.stage_group, self.replica_group = mesh.get_group("stage"), mesh.get_group("replica")
         self.stage, self.replicas, self.num_stages = mesh.get_local_rank("stage"), replicas, stages
         self.ipu_config, self.max_grad_norm = ipu_config, max_grad_norm
-        self.stage_module = StageModule(model, cut, stage_ranges(counts)[self.stage], self.stage, stages, keys,
-                                        precision).to(self.device)  # fmt: skip
+        self.stage_module = StageModule(
+            model, cut, stage_ranges(counts)[self.stage], self.stage, stages, keys, precision
+        ).to(self.device)
         self.model, self.keys = model, list(keys)
         self.is_last = self.stage == stages - 1
         self.params = [p for p in model.parameters() if p.requires_grad]

@@ -38,8 +38,10 @@ def set_half_partials(device: torch.device, enabled: bool) -> None:
     """`enable_half_partials`: let CUDA matmuls reduce in half precision (faster, slightly less exact)."""
     if device.type != "cuda" or _matmul_flags() == (enabled, enabled):
         return
-    logger.warning_once(f"enable_half_partials={enabled}: CUDA matmuls of this process reduce in "
-                        f"{'half' if enabled else 'full'} precision (torch.backends.cuda.matmul)")  # fmt: skip
+    logger.warning_once(
+        f"enable_half_partials={enabled}: CUDA matmuls of this process reduce in "
+        f"{'half' if enabled else 'full'} precision (torch.backends.cuda.matmul)"
+    )
     _set_matmul_flags(enabled, enabled)
 
 

@@ -133,9 +133,16 @@ class StageModule(nn.Module):
     """
 
     def __init__(
-        self, model: nn.Module, cut: StageCut, layers: range, index: int, num_stages: int, keys: Sequence[str],
-        precision: str = "fp32", objective: Callable[[Any], torch.Tensor] = default_objective,
-    ) -> None:  # fmt: skip
+        self,
+        model: nn.Module,
+        cut: StageCut,
+        layers: range,
+        index: int,
+        num_stages: int,
+        keys: Sequence[str],
+        precision: str = "fp32",
+        objective: Callable[[Any], torch.Tensor] = default_objective,
+    ) -> None:
         super().__init__()
         self.model, self.cut, self.layers, self.index, self.num_stages = model, cut, layers, index, num_stages
         self.keys, self.precision, self.objective = list(keys), precision, objective
@@ -321,8 +328,9 @@ def probe_layers(model: nn.Module, layers: Sequence[nn.Module], batch: dict[str,
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             probe.calls[i] = probe.calls.get(i, 0) + 1
             if isinstance(output, Mapping) and cut.strict:
-                raise IncompatibleIPUConfigError(f"{_name(model)}: layer {i} returns a {type(output).__name__}; "
-                                                 f"{_REGISTER}")  # fmt: skip
+                raise IncompatibleIPUConfigError(
+                    f"{_name(model)}: layer {i} returns a {type(output).__name__}; {_REGISTER}"
+                )
             probe.arity[i] = 0 if isinstance(output, torch.Tensor) else len(output)
             rest = tuple(output)[1:] if probe.arity[i] else ()
             kept.append(rest)  # alive until the end, so that no id is reused
@@ -379,9 +387,12 @@ def _name(model: nn.Module) -> str:
 
 
 def run_stages_in_turn(
-    model: nn.Module, cut: StageCut, counts: Sequence[int], batch: dict[str, torch.Tensor],
+    model: nn.Module,
+    cut: StageCut,
+    counts: Sequence[int],
+    batch: dict[str, torch.Tensor],
     objective: Callable[[Any], torch.Tensor] = default_objective,
-) -> tuple[Any, torch.Tensor]:  # fmt: skip
+) -> tuple[Any, torch.Tensor]:
     """Forward and backward of one micro-batch, each stage running only its own modules, in one process.
 
     Stage i's outputs are handed to stage i+1 as fresh leaves (as a process pipeline receives them); the backward

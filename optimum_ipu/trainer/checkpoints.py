@@ -40,10 +40,24 @@ MARKER_VERSION = 2
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 # The arguments whose change makes a resumed run differ from the one interrupted (data order, schedule, update).
 IDENTITY_ARGS = (
-    "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "optim", "lamb",
-    "lr_scheduler_type", "warmup_steps", "seed", "data_seed", "per_device_train_batch_size", "num_train_epochs",
-    "max_steps", "label_smoothing_factor", "loss_scaling",
-)  # fmt: skip
+    "learning_rate",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "max_grad_norm",
+    "optim",
+    "lamb",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "seed",
+    "data_seed",
+    "per_device_train_batch_size",
+    "num_train_epochs",
+    "max_steps",
+    "label_smoothing_factor",
+    "loss_scaling",
+)
 IDENTITY_CONFIG = ("gradient_accumulation_steps", "replication_factor", "device_iterations", "auto_loss_scaling")
 # Changed on purpose to train longer (as `transformers` allows): said in a warning, not refused.
 IDENTITY_EXTENDABLE = ("num_train_epochs", "max_steps")
@@ -253,8 +267,9 @@ def check_run_identity(checkpoint: str, identity: dict[str, Any]) -> str | None:
 
     longer = [key for key in changed if key in IDENTITY_EXTENDABLE]
     if longer:
-        logger.warning("%s: resumed with %s; the LR schedule differs from the interrupted run's", checkpoint,
-                       differences(longer))  # fmt: skip
+        logger.warning(
+            "%s: resumed with %s; the LR schedule differs from the interrupted run's", checkpoint, differences(longer)
+        )
     changed = [key for key in changed if key not in IDENTITY_EXTENDABLE]
     if changed:
         diffs = differences(changed)

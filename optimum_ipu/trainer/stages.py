@@ -115,9 +115,14 @@ class ProcessPipeline:
         if self.engine is None:
             trainer = self.trainer
             self.engine = PipelineEngine(
-                trainer.pipelined.model, trainer.ipu_config, trainer.pipelined.stage_cut(), list(self._pending[0]),
-                schedule=self.schedule, precision=trainer.engine.precision, device=trainer.args.device,
-            )  # fmt: skip
+                trainer.pipelined.model,
+                trainer.ipu_config,
+                trainer.pipelined.stage_cut(),
+                list(self._pending[0]),
+                schedule=self.schedule,
+                precision=trainer.engine.precision,
+                device=trainer.args.device,
+            )
         micro_batches, self._pending = self._pending, []
         loss = self.engine.forward_backward(micro_batches)
         self._stale = True

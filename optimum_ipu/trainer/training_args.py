@@ -135,8 +135,9 @@ class IPUTrainingArguments(TrainingArguments):
         if self.fp32 and (self.fp16 or self.bf16):
             raise ValueError("--fp32 cannot be combined with --fp16 or --bf16; pick one precision")
         # Values set from Python (not parsed from the command line) are not type-checked by the dataclass.
-        if self.loss_scaling is not None and (isinstance(self.loss_scaling, bool) or
-                                              not isinstance(self.loss_scaling, (int, float))):  # fmt: skip
+        if self.loss_scaling is not None and (
+            isinstance(self.loss_scaling, bool) or not isinstance(self.loss_scaling, (int, float))
+        ):
             raise ValueError(f"--loss_scaling: got {self.loss_scaling!r}; expected a number such as 64")
         if self.n_ipu is not None and (isinstance(self.n_ipu, bool) or not isinstance(self.n_ipu, int)):
             raise ValueError(f"--n_ipu: got {short_repr(self.n_ipu)}; expected the number of devices, an integer >= 1")
@@ -154,8 +155,13 @@ class IPUTrainingArguments(TrainingArguments):
 
     def _check_counts(self) -> None:
         """Integers that `transformers` does not check (0 accumulation steps is a ZeroDivisionError mid-run)."""
-        minimum = {"gradient_accumulation_steps": 1, "per_device_train_batch_size": 1, "per_device_eval_batch_size": 1,
-                   "ddp_timeout": 1, "max_consecutive_skipped_steps": 0}  # fmt: skip
+        minimum = {
+            "gradient_accumulation_steps": 1,
+            "per_device_train_batch_size": 1,
+            "per_device_eval_batch_size": 1,
+            "ddp_timeout": 1,
+            "max_consecutive_skipped_steps": 0,
+        }
         for name, low in minimum.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:

@@ -25,9 +25,15 @@ from optimum_ipu.runtime.fsdp import local_parameter_bytes
 def tiny_llama() -> transformers.LlamaForCausalLM:
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
-        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, attn_implementation="eager",
-    )  # fmt: skip
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
     return transformers.LlamaForCausalLM(config)
 
 
@@ -37,8 +43,9 @@ def unevenly_padded(rows: int = 64, seq: int = 16) -> datasets.Dataset:
     mask = (torch.arange(seq) < lengths[:, None]).long()
     ids = torch.randint(1, 128, (rows, seq), generator=generator) * mask
     labels = ids.masked_fill(mask == 0, -100)
-    return datasets.Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": mask.tolist(),
-                                       "labels": labels.tolist()})  # fmt: skip
+    return datasets.Dataset.from_dict(
+        {"input_ids": ids.tolist(), "attention_mask": mask.tolist(), "labels": labels.tolist()}
+    )
 
 
 def track_peak_parameter_bytes(model: torch.nn.Module) -> dict[str, int]:
@@ -58,10 +65,20 @@ def main() -> None:
     out, replicas, max_steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     fsdp = "--fsdp" in sys.argv[4:]
     args = IPUTrainingArguments(
-        output_dir=out, per_device_train_batch_size=2, max_steps=max_steps, learning_rate=1e-3, logging_steps=1,
-        lr_scheduler_type="constant", report_to=[], seed=7, save_strategy="steps", save_steps=3, disable_tqdm=True,
-        ddp_timeout=60, fsdp=fsdp,
-    )  # fmt: skip
+        output_dir=out,
+        per_device_train_batch_size=2,
+        max_steps=max_steps,
+        learning_rate=1e-3,
+        logging_steps=1,
+        lr_scheduler_type="constant",
+        report_to=[],
+        seed=7,
+        save_strategy="steps",
+        save_steps=3,
+        disable_tqdm=True,
+        ddp_timeout=60,
+        fsdp=fsdp,
+    )
     stages = {"layers_per_ipu": [2, 2], "ipus_per_replica": 2} if "--stages" in sys.argv[4:] else {}
     config = IPUConfig(replication_factor=replicas, gradient_accumulation_steps=2, **stages)
     model = tiny_llama()
@@ -72,8 +89,12 @@ def main() -> None:
     trainer.train(resume_from_checkpoint=os.environ.get("RESUME_FROM") or None)
     trainer.save_model(os.path.join(out, "final"))  # every process calls it: the shards are gathered
     rank = trainer.args.process_index
-    result = {"parameter_bytes": here, "whole_parameter_bytes": whole, "sharded": trainer.fsdp,
-              "peak_parameter_bytes": peak["bytes"]}  # fmt: skip
+    result = {
+        "parameter_bytes": here,
+        "whole_parameter_bytes": whole,
+        "sharded": trainer.fsdp,
+        "peak_parameter_bytes": peak["bytes"],
+    }
     if rank == 0:
         result["losses"] = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:

@@ -39,11 +39,20 @@ def main() -> None:
     initial = {k: v.clone() for k, v in pipelined.model.state_dict().items()}
     rows = 2 * config.gradient_accumulation_steps * config.device_iterations
     keys = list(tiny_inputs(class_name, batch=rows))
-    engine = PipelineEngine(pipelined.model, config, pipelined.stage_cut(), keys,
-                            lambda params: torch.optim.SGD(params, lr=0.1), schedule=schedule)  # fmt: skip
+    engine = PipelineEngine(
+        pipelined.model,
+        config,
+        pipelined.stage_cut(),
+        keys,
+        lambda params: torch.optim.SGD(params, lr=0.1),
+        schedule=schedule,
+    )
     losses = [float(engine.train_step(tiny_inputs(class_name, batch=rows, seed=step))) for step in range(steps)]
-    changed = {k: v.clone() for k, v in pipelined.model.state_dict().items()  # clone: tied weights saved apart
-               if k in initial and not torch.equal(v, initial[k])}  # fmt: skip
+    changed = {
+        k: v.clone()
+        for k, v in pipelined.model.state_dict().items()  # clone: tied weights saved apart
+        if k in initial and not torch.equal(v, initial[k])
+    }
     os.makedirs(out, exist_ok=True)
     save_file(changed, os.path.join(out, f"rank{dist.get_rank()}.safetensors"))
     if dist.get_rank() == 0:

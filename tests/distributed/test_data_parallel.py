@@ -18,8 +18,17 @@ REPLICAS_2 = json.dumps({"replication_factor": 2, "gradient_accumulation_steps":
 
 
 def torchrun(nproc: int, out, config: str, steps: int, *extra: str, **kw) -> subprocess.CompletedProcess:
-    return launch(*TORCHRUN, f"--nproc_per_node={nproc}", f"--master_port={free_port()}", WORKER, str(out), config,
-                  str(steps), *extra, **kw)  # fmt: skip
+    return launch(
+        *TORCHRUN,
+        f"--nproc_per_node={nproc}",
+        f"--master_port={free_port()}",
+        WORKER,
+        str(out),
+        config,
+        str(steps),
+        *extra,
+        **kw,
+    )
 
 
 def result(out) -> tuple[dict, dict[str, torch.Tensor]]:
@@ -48,8 +57,14 @@ def test_two_replicas_on_two_processes_equal_one_process(tmp_path, one_process):
     assert result(tmp_path)[0]["world_size"] == 2 and one_process[0]["world_size"] == 1
     assert_same_run(result(tmp_path), one_process)
     # the checkpoint of the 2-process run is the stock layout: one process resumes from it
-    resumed = launch(PYTHON, WORKER, str(tmp_path / "resumed"), REPLICAS_2, "4",
-                     extra_env={"RESUME_FROM": str(tmp_path / "checkpoint-3")})  # fmt: skip
+    resumed = launch(
+        PYTHON,
+        WORKER,
+        str(tmp_path / "resumed"),
+        REPLICAS_2,
+        "4",
+        extra_env={"RESUME_FROM": str(tmp_path / "checkpoint-3")},
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((tmp_path / "resumed" / "result.json").read_text())["step"] == 4
 
@@ -63,20 +78,37 @@ def test_sharded_optimizer_state_same_numbers_less_state(tmp_path, one_process):
     assert_same_run(result(tmp_path), one_process)
     assert 0 < result(tmp_path)[0]["optimizer_state_numel"] < one_process[0]["optimizer_state_numel"]
     # the checkpoint holds the whole optimizer state: one process resumes from it
-    resumed = launch(PYTHON, WORKER, str(tmp_path / "resumed"), REPLICAS_2, "4",
-                     extra_env={"RESUME_FROM": str(tmp_path / "checkpoint-3")})  # fmt: skip
+    resumed = launch(
+        PYTHON,
+        WORKER,
+        str(tmp_path / "resumed"),
+        REPLICAS_2,
+        "4",
+        extra_env={"RESUME_FROM": str(tmp_path / "checkpoint-3")},
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
 
 def test_two_hosts_on_loopback(tmp_path, one_process):
     port = free_port()
-    common = ["--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
-              "--rdzv-id=optimum-ipu-test"]  # fmt: skip
+    common = [
+        "--nnodes=2",
+        "--nproc_per_node=1",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        "--rdzv-id=optimum-ipu-test",
+    ]
     hosts = [
-        subprocess.Popen([*TORCHRUN, *common, f"--node-rank={rank}", WORKER, str(tmp_path), REPLICAS_2, "3"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=REPO_ROOT)
+        subprocess.Popen(
+            [*TORCHRUN, *common, f"--node-rank={rank}", WORKER, str(tmp_path), REPLICAS_2, "3"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env(),
+            cwd=REPO_ROOT,
+        )
         for rank in (0, 1)
-    ]  # fmt: skip
+    ]
     outputs = [host.communicate(timeout=300) for host in hosts]
     assert all(host.returncode == 0 for host in hosts), [err[-2000:] for _, err in outputs]
     assert_same_run(result(tmp_path), one_process)

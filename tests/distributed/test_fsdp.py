@@ -17,16 +17,26 @@ WORKER = str(REPO_ROOT / "tests" / "distributed" / "fsdp_worker.py")
 
 
 def one_process(out, replicas: int, steps: int, resume_from=None):
-    run = launch(PYTHON, WORKER, str(out), str(replicas), str(steps), "--fsdp",
-                 extra_env={"RESUME_FROM": str(resume_from or "")})  # fmt: skip
+    run = launch(
+        PYTHON, WORKER, str(out), str(replicas), str(steps), "--fsdp", extra_env={"RESUME_FROM": str(resume_from or "")}
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "nothing to shard over" in run.stderr  # one process runs the replicas in turn: no sharding
     return run
 
 
 def sharded(out, replicas: int, steps: int, resume_from=None):
-    run = launch(*TORCHRUN, f"--nproc_per_node={replicas}", f"--master_port={free_port()}", WORKER, str(out),
-                 str(replicas), str(steps), "--fsdp", extra_env={"RESUME_FROM": str(resume_from or "")})  # fmt: skip
+    run = launch(
+        *TORCHRUN,
+        f"--nproc_per_node={replicas}",
+        f"--master_port={free_port()}",
+        WORKER,
+        str(out),
+        str(replicas),
+        str(steps),
+        "--fsdp",
+        extra_env={"RESUME_FROM": str(resume_from or "")},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return run
 
@@ -53,8 +63,10 @@ def test_sharded_parameters_give_one_process_numbers(tmp_path, replicas):
     torch.testing.assert_close(got[0]["losses"], want["losses"], atol=1e-5, rtol=0)
     # The model and checkpoint saved from the shards are the whole stock model: one process loads them.
     for saved in ("final", "checkpoint-3"):
-        assert_same_weights(load_file(tmp_path / "fsdp" / saved / "model.safetensors"),
-                            load_file(reference / saved / "model.safetensors"))  # fmt: skip
+        assert_same_weights(
+            load_file(tmp_path / "fsdp" / saved / "model.safetensors"),
+            load_file(reference / saved / "model.safetensors"),
+        )
 
     whole = want["whole_parameter_bytes"]
     assert want["parameter_bytes"] == whole
@@ -75,12 +87,22 @@ def test_sharded_parameters_give_one_process_numbers(tmp_path, replicas):
         sharded(resumed, replicas, steps=4, resume_from=reference / "checkpoint-3")
         losses = ranks(resumed, replicas)[0]["losses"]
     torch.testing.assert_close(losses[-1], want["losses"][3], atol=1e-5, rtol=0)
-    assert_same_weights(load_file(resumed / "final" / "model.safetensors"),
-                        load_file(reference / "final" / "model.safetensors"))  # fmt: skip
+    assert_same_weights(
+        load_file(resumed / "final" / "model.safetensors"), load_file(reference / "final" / "model.safetensors")
+    )
 
 
 def test_sharding_with_stages_on_processes_is_refused(tmp_path):
-    run = launch(*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", WORKER, str(tmp_path), "1", "1",
-                 "--fsdp", "--stages")  # fmt: skip
+    run = launch(
+        *TORCHRUN,
+        "--nproc_per_node=2",
+        f"--master_port={free_port()}",
+        WORKER,
+        str(tmp_path),
+        "1",
+        "1",
+        "--fsdp",
+        "--stages",
+    )
     assert run.returncode != 0
     assert "full parameter sharding (--fsdp) runs with one process per replica" in run.stderr

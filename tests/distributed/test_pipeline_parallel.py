@@ -46,8 +46,16 @@ def single_process(config: dict, class_name: str = CLASS) -> tuple[list[float], 
     ids=["1F1B", "GPipe", "embeddings-stage-device-iterations"],
 )
 def test_two_stages_on_two_processes_equal_one_process(tmp_path, config, schedule):
-    run = launch(*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", WORKER, str(tmp_path),
-                 json.dumps(config), schedule, str(STEPS))  # fmt: skip
+    run = launch(
+        *TORCHRUN,
+        "--nproc_per_node=2",
+        f"--master_port={free_port()}",
+        WORKER,
+        str(tmp_path),
+        json.dumps(config),
+        schedule,
+        str(STEPS),
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     want_losses, want_weights = single_process(config)
     got_losses = json.loads((tmp_path / "loss.json").read_text())
@@ -59,8 +67,17 @@ def test_two_stages_on_two_processes_equal_one_process(tmp_path, config, schedul
 
 
 def _assert_processes_equal_one(tmp_path, config, class_name, processes):
-    run = launch(*TORCHRUN, f"--nproc_per_node={processes}", f"--master_port={free_port()}", WORKER, str(tmp_path),
-                 json.dumps(config), "1F1B", str(STEPS), class_name)  # fmt: skip
+    run = launch(
+        *TORCHRUN,
+        f"--nproc_per_node={processes}",
+        f"--master_port={free_port()}",
+        WORKER,
+        str(tmp_path),
+        json.dumps(config),
+        "1F1B",
+        str(STEPS),
+        class_name,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     want_losses, want_weights = single_process(config, class_name)
     assert json.loads((tmp_path / "loss.json").read_text()) == pytest.approx(want_losses, abs=1e-5)
@@ -76,9 +93,13 @@ def _assert_processes_equal_one(tmp_path, config, class_name, processes):
 # between the stages; 4 put one stage on each side of it and one inside each stack.
 @pytest.mark.parametrize(
     "class_name",
-    ["T5ForConditionalGeneration", "MT5ForConditionalGeneration", "BartForConditionalGeneration",
-     "WhisperForConditionalGeneration"],
-)  # fmt: skip
+    [
+        "T5ForConditionalGeneration",
+        "MT5ForConditionalGeneration",
+        "BartForConditionalGeneration",
+        "WhisperForConditionalGeneration",
+    ],
+)
 @pytest.mark.parametrize("layout", [[2, 2], [1, 1, 1, 1]], ids=["2-processes", "4-processes"])
 def test_encoder_decoder_stages_on_processes_equal_one_process(tmp_path, class_name, layout):
     config = {"layers_per_ipu": layout, "gradient_accumulation_steps": 4}
@@ -93,8 +114,16 @@ def test_llama_stages_on_processes_equal_one_process(tmp_path):
 
 def test_too_few_micro_batches_for_the_stages(tmp_path):
     config = {"layers_per_ipu": [1, 3], "gradient_accumulation_steps": 1}
-    run = launch(*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", WORKER, str(tmp_path),
-                 json.dumps(config), "1F1B", "1")  # fmt: skip
+    run = launch(
+        *TORCHRUN,
+        "--nproc_per_node=2",
+        f"--master_port={free_port()}",
+        WORKER,
+        str(tmp_path),
+        json.dumps(config),
+        "1F1B",
+        "1",
+    )
     assert run.returncode != 0
     assert "`gradient_accumulation_steps` 1 is below the 2 pipeline stages" in run.stderr
 
@@ -133,27 +162,49 @@ def test_trainer_two_stages_on_two_processes_equal_one_process(tmp_path, schedul
     run = launch(PYTHON, TRAINER_WORKER, str(reference), config, "3")
     assert run.returncode == 0, run.stderr[-3000:]
     two = tmp_path / "two"
-    run = launch(*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", TRAINER_WORKER, str(two), config,
-                 "3", extra_env={"PIPELINE_SCHEDULE": schedule})  # fmt: skip
+    run = launch(
+        *TORCHRUN,
+        "--nproc_per_node=2",
+        f"--master_port={free_port()}",
+        TRAINER_WORKER,
+        str(two),
+        config,
+        "3",
+        extra_env={"PIPELINE_SCHEDULE": schedule},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads((two / "result.json").read_text())["world_size"] == 2
     assert_same_training(two, reference)
     if schedule == "1F1B":
         # the 2-process checkpoint is a single-process one: one process resumes it, and the other way round
-        resumed = launch(PYTHON, TRAINER_WORKER, str(tmp_path / "resumed-one"), config, "4",
-                         extra_env={"RESUME_FROM": str(two / "checkpoint-3")})  # fmt: skip
+        resumed = launch(
+            PYTHON,
+            TRAINER_WORKER,
+            str(tmp_path / "resumed-one"),
+            config,
+            "4",
+            extra_env={"RESUME_FROM": str(two / "checkpoint-3")},
+        )
         assert resumed.returncode == 0, resumed.stderr[-3000:]
-        resumed_two = launch(*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", TRAINER_WORKER,
-                             str(tmp_path / "resumed-two"), config, "4",
-                             extra_env={"RESUME_FROM": str(reference / "checkpoint-3")})  # fmt: skip
+        resumed_two = launch(
+            *TORCHRUN,
+            "--nproc_per_node=2",
+            f"--master_port={free_port()}",
+            TRAINER_WORKER,
+            str(tmp_path / "resumed-two"),
+            config,
+            "4",
+            extra_env={"RESUME_FROM": str(reference / "checkpoint-3")},
+        )
         assert resumed_two.returncode == 0, resumed_two.stderr[-3000:]
         assert_same_training(tmp_path / "resumed-two", tmp_path / "resumed-one")
 
 
 def test_trainer_two_stages_by_two_replicas_on_four_processes(tmp_path, trainer_one_process):
     config = json.dumps({**PIPELINE_2, "replication_factor": 2})
-    run = launch(*TORCHRUN, "--nproc_per_node=4", f"--master_port={free_port()}", TRAINER_WORKER, str(tmp_path),
-                 config, "3")  # fmt: skip
+    run = launch(
+        *TORCHRUN, "--nproc_per_node=4", f"--master_port={free_port()}", TRAINER_WORKER, str(tmp_path), config, "3"
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads((tmp_path / "result.json").read_text())["world_size"] == 4
     assert_same_training(tmp_path, trainer_one_process)

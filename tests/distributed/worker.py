@@ -38,14 +38,24 @@ def main() -> None:
     rows = tiny_inputs(CLASS, batch=64, seed=0)
     train = datasets.Dataset.from_dict({k: v.tolist() for k, v in rows.items()})
     args = IPUTrainingArguments(
-        output_dir=out, per_device_train_batch_size=2, max_steps=max_steps, learning_rate=1e-3, logging_steps=1,
+        output_dir=out,
+        per_device_train_batch_size=2,
+        max_steps=max_steps,
+        learning_rate=1e-3,
+        logging_steps=1,
         lr_scheduler_type="constant",
-        report_to=[], seed=7, save_strategy="steps", save_steps=max_steps, disable_tqdm=True, ddp_timeout=30,
+        report_to=[],
+        seed=7,
+        save_strategy="steps",
+        save_steps=max_steps,
+        disable_tqdm=True,
+        ddp_timeout=30,
         pipeline_schedule=os.environ.get("PIPELINE_SCHEDULE", "1F1B"),
-    )  # fmt: skip
+    )
     callbacks = [FailAfterFirstStep(int(sys.argv[4]))] if len(sys.argv) > 4 else []
-    trainer = IPUTrainer(tiny_model(CLASS), IPUConfig.from_dict(json.loads(config_json)), args, train_dataset=train,
-                         callbacks=callbacks)  # fmt: skip
+    trainer = IPUTrainer(
+        tiny_model(CLASS), IPUConfig.from_dict(json.loads(config_json)), args, train_dataset=train, callbacks=callbacks
+    )
     trainer.train(resume_from_checkpoint=os.environ.get("RESUME_FROM") or None)
     trainer.save_model(os.path.join(out, "final"))  # every process calls it, as the example scripts do
     if trainer.args.process_index == 0:
@@ -53,8 +63,12 @@ def main() -> None:
         optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
         local = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer keeps this rank's shard there
         state_numel = sum(t.numel() for s in local.state.values() for t in s.values() if torch.is_tensor(t))
-        result = {"losses": losses, "world_size": trainer.args.world_size, "step": trainer.state.global_step,
-                  "optimizer_state_numel": state_numel}  # fmt: skip
+        result = {
+            "losses": losses,
+            "world_size": trainer.args.world_size,
+            "step": trainer.state.global_step,
+            "optimizer_state_numel": state_numel,
+        }
         with open(os.path.join(out, "result.json"), "w") as f:
             json.dump(result, f)
 

@@ -29,10 +29,12 @@ def squad_features(shared_data, tiny_qa_model_dir):
     kwargs = {"tokenizer": tokenizer, "max_seq_length": 128, "doc_stride": 64}
     train_examples = load_squad_json(path, slice(0, 1)).select(range(48))
     eval_examples = load_squad_json(path, slice(34, 35)).select(range(24))
-    train = train_examples.map(partial(prepare_train_features, **kwargs), batched=True,
-                               remove_columns=train_examples.column_names)  # fmt: skip
-    features = eval_examples.map(partial(prepare_validation_features, **kwargs), batched=True,
-                                 remove_columns=eval_examples.column_names)  # fmt: skip
+    train = train_examples.map(
+        partial(prepare_train_features, **kwargs), batched=True, remove_columns=train_examples.column_names
+    )
+    features = eval_examples.map(
+        partial(prepare_validation_features, **kwargs), batched=True, remove_columns=eval_examples.column_names
+    )
     return train, eval_examples, features
 
 
@@ -41,9 +43,19 @@ def run(trainer_cls, args_cls, tiny_qa_model_dir, squad_features, out, **extra):
     # given the same batches, hence the same number of steps and the same LR schedule.
     train, eval_examples, features = squad_features
     model = transformers.AutoModelForQuestionAnswering.from_pretrained(tiny_qa_model_dir)
-    args = args_cls(output_dir=str(out), per_device_train_batch_size=4, per_device_eval_batch_size=8,
-                    num_train_epochs=2, learning_rate=3e-3, logging_steps=1, seed=11, report_to=[],
-                    save_strategy="no", disable_tqdm=True, dataloader_drop_last=True)  # fmt: skip
+    args = args_cls(
+        output_dir=str(out),
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=8,
+        num_train_epochs=2,
+        learning_rate=3e-3,
+        logging_steps=1,
+        seed=11,
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+        dataloader_drop_last=True,
+    )
     trainer = trainer_cls(model=model, args=args, train_dataset=train, **extra)
     trainer.train()
     trainer.args.dataloader_drop_last = False  # predict every feature
@@ -54,10 +66,12 @@ def run(trainer_cls, args_cls, tiny_qa_model_dir, squad_features, out, **extra):
 
 
 def test_same_em_f1_and_loss_curve_as_transformers_trainer(tmp_path, tiny_qa_model_dir, squad_features):
-    ours, our_losses = run(IPUTrainer, IPUTrainingArguments, tiny_qa_model_dir, squad_features, tmp_path / "a",
-                           ipu_config=IPUConfig())  # fmt: skip
-    stock, stock_losses = run(transformers.Trainer, transformers.TrainingArguments, tiny_qa_model_dir, squad_features,
-                              tmp_path / "b")  # fmt: skip
+    ours, our_losses = run(
+        IPUTrainer, IPUTrainingArguments, tiny_qa_model_dir, squad_features, tmp_path / "a", ipu_config=IPUConfig()
+    )
+    stock, stock_losses = run(
+        transformers.Trainer, transformers.TrainingArguments, tiny_qa_model_dir, squad_features, tmp_path / "b"
+    )
     assert len(our_losses) == len(stock_losses) > 10
     assert our_losses == pytest.approx(stock_losses, abs=1e-4)
     assert our_losses[-1] < our_losses[0]

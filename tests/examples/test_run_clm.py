@@ -20,11 +20,14 @@ from utils_lm import ModelArguments, check_data_arguments, load_raw_datasets, se
 
 
 def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT),
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
-    return subprocess.run(
-        [PYTHON, script, *args], cwd=LM_DIR, capture_output=True, text=True, env=env, timeout=600
-    )  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+        "OMP_NUM_THREADS": "1",
+    }
+    return subprocess.run([PYTHON, script, *args], cwd=LM_DIR, capture_output=True, text=True, env=env, timeout=600)
 
 
 def wikitext_files(shared_data) -> list[str]:
@@ -41,19 +44,51 @@ def test_gpt2_trains_on_wikitext_with_serialized_projection(tmp_path, shared_dat
     model_dir = tiny_pretrained("GPT2LMHeadModel")
     out = tmp_path / "output"
     result = run_script(
-        "run_clm.py", "--model_name_or_path", str(model_dir), *wikitext_files(shared_data),
-        "--ipu_config_name", "./ipu_config_gpt2.json",
-        "--ipu_config_overrides", "projection_serialization_factor=2,gradient_accumulation_steps=1",
-        "--do_train", "--do_eval", "--block_size", "32", "--max_train_samples", "160", "--max_eval_samples", "24",
-        "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4", "--learning_rate", "3e-3",
-        "--num_train_epochs", "1", "--logging_steps", "1", "--seed", "3", "--output_dir", str(out),
-        "--report_to", "none",
-    )  # fmt: skip
+        "run_clm.py",
+        "--model_name_or_path",
+        str(model_dir),
+        *wikitext_files(shared_data),
+        "--ipu_config_name",
+        "./ipu_config_gpt2.json",
+        "--ipu_config_overrides",
+        "projection_serialization_factor=2,gradient_accumulation_steps=1",
+        "--do_train",
+        "--do_eval",
+        "--block_size",
+        "32",
+        "--max_train_samples",
+        "160",
+        "--max_eval_samples",
+        "24",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "4",
+        "--learning_rate",
+        "3e-3",
+        "--num_train_epochs",
+        "1",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "3",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
     evaluation = json.loads((out / "eval_results.json").read_text())
-    expected = {"train_loss", "train_samples", "train_samples_per_second", "eval_loss", "eval_accuracy",
-                "eval_samples", "perplexity"}  # fmt: skip
+    expected = {
+        "train_loss",
+        "train_samples",
+        "train_samples_per_second",
+        "eval_loss",
+        "eval_accuracy",
+        "eval_samples",
+        "perplexity",
+    }
     assert expected <= set(everything), expected - set(everything)
     assert {"eval_loss", "perplexity"} <= set(evaluation)
     assert everything["perplexity"] == pytest.approx(math.exp(everything["eval_loss"]), rel=1e-9)
@@ -75,8 +110,14 @@ def test_gpt2_trains_on_wikitext_with_serialized_projection(tmp_path, shared_dat
 
 
 def data_args(**kwargs) -> SimpleNamespace:
-    defaults = {"dataset_name": None, "dataset_config_name": None, "train_file": None, "validation_file": None,
-                "validation_split_percentage": 5, "keep_linebreaks": True}  # fmt: skip
+    defaults = {
+        "dataset_name": None,
+        "dataset_config_name": None,
+        "train_file": None,
+        "validation_file": None,
+        "validation_split_percentage": 5,
+        "keep_linebreaks": True,
+    }
     return SimpleNamespace(**{**defaults, **kwargs})
 
 
@@ -151,14 +192,39 @@ def test_llama_with_grouped_query_attention_trains_on_wikitext_in_2_stages(tmp_p
     assert config.model_type == "llama" and config.num_key_value_heads < config.num_attention_heads
     out = tmp_path / "output"
     result = run_script(
-        "run_clm.py", "--model_name_or_path", str(model_dir), *wikitext_files(shared_data),
-        "--ipu_config_name", "./ipu_config_gpt2.json",
-        "--ipu_config_overrides", "layers_per_ipu=[2 2],embedding_serialization_factor=1,gradient_accumulation_steps=1",
-        "--do_train", "--do_eval", "--block_size", "32", "--max_train_samples", "160", "--max_eval_samples", "24",
-        "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4", "--learning_rate", "3e-3",
-        "--num_train_epochs", "1", "--logging_steps", "1", "--seed", "3", "--output_dir", str(out),
-        "--report_to", "none",
-    )  # fmt: skip
+        "run_clm.py",
+        "--model_name_or_path",
+        str(model_dir),
+        *wikitext_files(shared_data),
+        "--ipu_config_name",
+        "./ipu_config_gpt2.json",
+        "--ipu_config_overrides",
+        "layers_per_ipu=[2 2],embedding_serialization_factor=1,gradient_accumulation_steps=1",
+        "--do_train",
+        "--do_eval",
+        "--block_size",
+        "32",
+        "--max_train_samples",
+        "160",
+        "--max_eval_samples",
+        "24",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "4",
+        "--learning_rate",
+        "3e-3",
+        "--num_train_epochs",
+        "1",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "3",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
     assert {"eval_loss", "perplexity"} <= set(json.loads((out / "eval_results.json").read_text()))

@@ -37,13 +37,43 @@ def test_sst2_tsv_with_bert(tmp_path, shared_data, tiny_pretrained):
     # Graphcore's 4-stage BERT layout, bundled, cut for 4 layers: the stages run in turn in this process.
     layout = "layers_per_ipu=[0 1 1 2],inference_layers_per_ipu=[0 1 1 2],gradient_accumulation_steps=1"
     result = run_glue(
-        "--ipu_config_name", "Graphcore/bert-base-ipu", "--ipu_config_overrides", layout,
-        "--model_name_or_path", str(model), "--task_name", "sst2", "--train_file", str(sst2 / "train.tsv"),
-        "--validation_file", str(sst2 / "dev.tsv"), "--do_train", "--do_eval", "--max_train_samples", "64",
-        "--max_eval_samples", "96", "--max_seq_length", "32", "--per_device_train_batch_size", "16",
-        "--learning_rate", "3e-3", "--num_train_epochs", "10", "--logging_steps", "1", "--seed", "0",
-        "--output_dir", str(out), "--report_to", "none", "--disable_tqdm", "true",
-    )  # fmt: skip
+        "--ipu_config_name",
+        "Graphcore/bert-base-ipu",
+        "--ipu_config_overrides",
+        layout,
+        "--model_name_or_path",
+        str(model),
+        "--task_name",
+        "sst2",
+        "--train_file",
+        str(sst2 / "train.tsv"),
+        "--validation_file",
+        str(sst2 / "dev.tsv"),
+        "--do_train",
+        "--do_eval",
+        "--max_train_samples",
+        "64",
+        "--max_eval_samples",
+        "96",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "16",
+        "--learning_rate",
+        "3e-3",
+        "--num_train_epochs",
+        "10",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "0",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
     assert TRAIN_KEYS | {"eval_accuracy", "eval_loss", "eval_samples"} <= set(everything)
@@ -65,14 +95,47 @@ def test_mrpc_tsv_with_gpt2_and_predict(tmp_path, shared_data, tiny_pretrained):
     out = tmp_path / "mrpc"
     mrpc = shared_data / "glue" / "MRPC"
     result = run_glue(
-        "--ipu_config_name=./", "--ipu_config_overrides", "gradient_accumulation_steps=2",
-        "--model_name_or_path", str(model), "--task_name", "mrpc", "--train_file", str(mrpc / "train.tsv"),
-        "--validation_file", str(mrpc / "dev.tsv"), "--test_file", str(mrpc / "test.tsv"), "--do_train",
-        "--do_eval", "--do_predict", "--max_train_samples", "128", "--max_eval_samples", "64",
-        "--max_predict_samples", "8", "--max_seq_length", "64", "--per_device_train_batch_size", "8",
-        "--learning_rate", "2e-3", "--num_train_epochs", "2", "--logging_steps", "1", "--seed", "0",
-        "--output_dir", str(out), "--report_to", "none", "--disable_tqdm", "true",
-    )  # fmt: skip
+        "--ipu_config_name=./",
+        "--ipu_config_overrides",
+        "gradient_accumulation_steps=2",
+        "--model_name_or_path",
+        str(model),
+        "--task_name",
+        "mrpc",
+        "--train_file",
+        str(mrpc / "train.tsv"),
+        "--validation_file",
+        str(mrpc / "dev.tsv"),
+        "--test_file",
+        str(mrpc / "test.tsv"),
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+        "--max_train_samples",
+        "128",
+        "--max_eval_samples",
+        "64",
+        "--max_predict_samples",
+        "8",
+        "--max_seq_length",
+        "64",
+        "--per_device_train_batch_size",
+        "8",
+        "--learning_rate",
+        "2e-3",
+        "--num_train_epochs",
+        "2",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "0",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
     assert TRAIN_KEYS | {"eval_accuracy", "eval_f1", "eval_combined_score"} <= set(everything)
@@ -95,14 +158,49 @@ def test_sst2_packing_trains_on_rows_and_evaluates_unpacked(tmp_path, shared_dat
     out = tmp_path / "packed"
     sst2 = shared_data / "glue" / "SST-2"
     result = run_glue(
-        "--ipu_config_name=./", "--ipu_config_overrides", "gradient_accumulation_steps=1",
-        "--model_name_or_path", str(model), "--task_name", "sst2", "--train_file", str(sst2 / "train.tsv"),
-        "--validation_file", str(sst2 / "dev.tsv"), "--do_train", "--do_eval", "--packing",
-        "--max_sequences_per_pack", "6", "--max_train_samples", "192", "--max_eval_samples", "64",
-        "--max_seq_length", "64", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "16",
-        "--learning_rate", "3e-3", "--num_train_epochs", "3", "--logging_steps", "1", "--seed", "0",
-        "--output_dir", str(out), "--report_to", "none", "--disable_tqdm", "true", "--log_level", "info",
-    )  # fmt: skip
+        "--ipu_config_name=./",
+        "--ipu_config_overrides",
+        "gradient_accumulation_steps=1",
+        "--model_name_or_path",
+        str(model),
+        "--task_name",
+        "sst2",
+        "--train_file",
+        str(sst2 / "train.tsv"),
+        "--validation_file",
+        str(sst2 / "dev.tsv"),
+        "--do_train",
+        "--do_eval",
+        "--packing",
+        "--max_sequences_per_pack",
+        "6",
+        "--max_train_samples",
+        "192",
+        "--max_eval_samples",
+        "64",
+        "--max_seq_length",
+        "64",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "16",
+        "--learning_rate",
+        "3e-3",
+        "--num_train_epochs",
+        "3",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "0",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+        "--log_level",
+        "info",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
     rows = everything["train_samples"]
@@ -128,10 +226,22 @@ def test_bad_task_name_and_missing_column_are_clear_errors(run_glue_module, shar
     with pytest.raises(ValueError, match=r"--task_name sst3: unknown GLUE task; pick one of cola, mnli, mrpc"):
         run_glue_module.DataTrainingArguments(task_name="sst3")
     # MRPC's columns read as SST-2: the error names the missing column and those the file has.
-    monkeypatch.setattr(sys, "argv", [
-        "run_glue.py", "--model_name_or_path", "unused", "--task_name", "sst2", "--train_file",
-        str(shared_data / "glue" / "MRPC" / "dev.tsv"), "--do_train", "--output_dir", str(tmp_path / "o"),
-    ])  # fmt: skip
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "run_glue.py",
+            "--model_name_or_path",
+            "unused",
+            "--task_name",
+            "sst2",
+            "--train_file",
+            str(shared_data / "glue" / "MRPC" / "dev.tsv"),
+            "--do_train",
+            "--output_dir",
+            str(tmp_path / "o"),
+        ],
+    )
     with pytest.raises(ValueError, match=r"no column sentence \(columns: label, #1 ID, #2 ID, sentence1, sentence2\)"):
         run_glue_module.main()
 

@@ -16,11 +16,16 @@ LM_DIR = REPO_ROOT / "examples" / "language-modeling"
 
 
 def start_script(script: str, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT),
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+        "OMP_NUM_THREADS": "1",
+    }
     return subprocess.Popen(
         [PYTHON, script, *args], cwd=LM_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
-    )  # fmt: skip
+    )
 
 
 def finish(process: subprocess.Popen) -> None:
@@ -30,8 +35,15 @@ def finish(process: subprocess.Popen) -> None:
 
 def check_results(out, steps: int, train_samples: int, eval_samples: int) -> dict:
     everything = json.loads((out / "all_results.json").read_text())
-    expected = {"train_loss", "train_samples", "train_samples_per_second", "eval_loss", "eval_accuracy",
-                "eval_samples", "perplexity"}  # fmt: skip
+    expected = {
+        "train_loss",
+        "train_samples",
+        "train_samples_per_second",
+        "eval_loss",
+        "eval_accuracy",
+        "eval_samples",
+        "perplexity",
+    }
     assert expected <= set(everything), expected - set(everything)
     assert {"eval_loss", "perplexity"} <= set(json.loads((out / "eval_results.json").read_text()))
     assert everything["perplexity"] == pytest.approx(math.exp(everything["eval_loss"]), rel=1e-9)
@@ -49,24 +61,64 @@ def test_roberta_blocks_and_bert_line_by_line_train_on_wikitext(tmp_path, shared
     folder = shared_data / "wikitext2_tokens"
     files = ["--train_file", str(folder / "wiki.valid.tokens"), "--validation_file", str(folder / "wiki.test.tokens")]
     common = [
-        *files, "--do_train", "--do_eval", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4",
-        "--learning_rate", "3e-3", "--num_train_epochs", "1", "--logging_steps", "1", "--seed", "3",
-        "--max_seq_length", "32", "--max_eval_samples", "24", "--report_to", "none",
-    ]  # fmt: skip
+        *files,
+        "--do_train",
+        "--do_eval",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "4",
+        "--learning_rate",
+        "3e-3",
+        "--num_train_epochs",
+        "1",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "3",
+        "--max_seq_length",
+        "32",
+        "--max_eval_samples",
+        "24",
+        "--report_to",
+        "none",
+    ]
     roberta_out, bert_out = tmp_path / "roberta", tmp_path / "bert"
     # Both runs at once: each is mostly start-up (imports, tokenization) on one thread.
     roberta = start_script(
-        "run_mlm.py", "--model_name_or_path", str(tiny_pretrained("RobertaForMaskedLM")),
-        "--ipu_config_name", "./ipu_config_roberta.json",
-        "--ipu_config_overrides", "projection_serialization_factor=2,gradient_accumulation_steps=1",
-        "--max_train_samples", "128", "--mlm_probability", "0.3", "--output_dir", str(roberta_out), *common,
-    )  # fmt: skip
+        "run_mlm.py",
+        "--model_name_or_path",
+        str(tiny_pretrained("RobertaForMaskedLM")),
+        "--ipu_config_name",
+        "./ipu_config_roberta.json",
+        "--ipu_config_overrides",
+        "projection_serialization_factor=2,gradient_accumulation_steps=1",
+        "--max_train_samples",
+        "128",
+        "--mlm_probability",
+        "0.3",
+        "--output_dir",
+        str(roberta_out),
+        *common,
+    )
     bert = start_script(
-        "run_mlm.py", "--model_name_or_path", str(tiny_pretrained("BertForMaskedLM")),
-        "--ipu_config_name", "./ipu_config_roberta.json", "--ipu_config_overrides", "gradient_accumulation_steps=1",
-        "--line_by_line", "--pad_to_max_length", "--max_train_samples", "96", "--mlm_probability", "0.3",
-        "--output_dir", str(bert_out), *common,
-    )  # fmt: skip
+        "run_mlm.py",
+        "--model_name_or_path",
+        str(tiny_pretrained("BertForMaskedLM")),
+        "--ipu_config_name",
+        "./ipu_config_roberta.json",
+        "--ipu_config_overrides",
+        "gradient_accumulation_steps=1",
+        "--line_by_line",
+        "--pad_to_max_length",
+        "--max_train_samples",
+        "96",
+        "--mlm_probability",
+        "0.3",
+        "--output_dir",
+        str(bert_out),
+        *common,
+    )
     finish(roberta)
     finish(bert)
 

@@ -29,13 +29,44 @@ def test_conll_fixture_with_bert(tmp_path, shared_data, tiny_pretrained):
     sample = str(shared_data / "fixtures" / "conll" / "sample.json")
     out = tmp_path / "ner"
     result = run_ner(
-        "--ipu_config_name=./", "--ipu_config_overrides", "gradient_accumulation_steps=1",
-        "--model_name_or_path", str(model), "--ignore_mismatched_sizes", "--train_file", sample,
-        "--validation_file", sample, "--test_file", sample, "--text_column_name", "words", "--label_column_name",
-        "ner", "--do_train", "--do_eval", "--do_predict", "--max_seq_length", "64", "--per_device_train_batch_size",
-        "2", "--learning_rate", "3e-3", "--num_train_epochs", "8", "--logging_steps", "5", "--seed", "0",
-        "--output_dir", str(out), "--report_to", "none", "--disable_tqdm", "true",
-    )  # fmt: skip
+        "--ipu_config_name=./",
+        "--ipu_config_overrides",
+        "gradient_accumulation_steps=1",
+        "--model_name_or_path",
+        str(model),
+        "--ignore_mismatched_sizes",
+        "--train_file",
+        sample,
+        "--validation_file",
+        sample,
+        "--test_file",
+        sample,
+        "--text_column_name",
+        "words",
+        "--label_column_name",
+        "ner",
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+        "--max_seq_length",
+        "64",
+        "--per_device_train_batch_size",
+        "2",
+        "--learning_rate",
+        "3e-3",
+        "--num_train_epochs",
+        "8",
+        "--logging_steps",
+        "5",
+        "--seed",
+        "0",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
     keys = {"eval_precision", "eval_recall", "eval_f1", "eval_accuracy", "train_loss", "train_samples"}
@@ -82,10 +113,21 @@ def test_seqeval_metrics_on_known_predictions(run_ner_module):
 
 
 def test_missing_column_is_a_clear_error(run_ner_module, shared_data, tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "argv", [
-        "run_ner.py", "--model_name_or_path", "unused", "--train_file",
-        str(shared_data / "fixtures" / "conll" / "sample.json"), "--label_column_name", "ner_tags", "--do_train",
-        "--output_dir", str(tmp_path / "o"),
-    ])  # fmt: skip
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "run_ner.py",
+            "--model_name_or_path",
+            "unused",
+            "--train_file",
+            str(shared_data / "fixtures" / "conll" / "sample.json"),
+            "--label_column_name",
+            "ner_tags",
+            "--do_train",
+            "--output_dir",
+            str(tmp_path / "o"),
+        ],
+    )
     with pytest.raises(ValueError, match=r"--label_column_name ner_tags: the data has no such column \(columns: "):
         run_ner_module.main()

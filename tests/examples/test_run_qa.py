@@ -20,18 +20,34 @@ REFERENCE_FLAGS = (
     "--lr_scheduler_type linear --loss_scaling 64 --weight_decay 0.01 --warmup_ratio 0.1"
 ).split()
 REFERENCE_KEYS = {
-    "epoch", "train_loss", "train_runtime", "train_samples", "train_samples_per_second", "train_steps_per_second",
-    "eval_exact_match", "eval_f1", "eval_samples",
-}  # fmt: skip
+    "epoch",
+    "train_loss",
+    "train_runtime",
+    "train_samples",
+    "train_samples_per_second",
+    "train_steps_per_second",
+    "eval_exact_match",
+    "eval_f1",
+    "eval_samples",
+}
 
 
 def run_qa(*args: str, launcher: list[str] | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT),
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+        "OMP_NUM_THREADS": "1",
+    }
     return subprocess.run(
-        [PYTHON, *(launcher or ["run_qa.py"]), *args], cwd=QA_DIR, capture_output=True, text=True, env=env,
+        [PYTHON, *(launcher or ["run_qa.py"]), *args],
+        cwd=QA_DIR,
+        capture_output=True,
+        text=True,
+        env=env,
         timeout=900,
-    )  # fmt: skip
+    )
 
 
 def squad_files(shared_data) -> list[str]:
@@ -51,10 +67,20 @@ def squad_files(shared_data) -> list[str]:
 def test_reference_command_with_local_files(tmp_path, shared_data, tiny_qa_model_dir):
     out = tmp_path / "output"
     result = run_qa(
-        "--ipu_config_name=./", "--model_name_or_path", str(tiny_qa_model_dir), *squad_files(shared_data),
-        "--output_dir", str(out), *REFERENCE_FLAGS, "--max_train_samples", "64", "--max_eval_samples", "24",
-        "--report_to", "none",
-    )  # fmt: skip
+        "--ipu_config_name=./",
+        "--model_name_or_path",
+        str(tiny_qa_model_dir),
+        *squad_files(shared_data),
+        "--output_dir",
+        str(out),
+        *REFERENCE_FLAGS,
+        "--max_train_samples",
+        "64",
+        "--max_eval_samples",
+        "24",
+        "--report_to",
+        "none",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     results = {name: json.loads((out / f"{name}.json").read_text()) for name in ("train_results", "eval_results")}
     everything = json.loads((out / "all_results.json").read_text())
@@ -71,12 +97,34 @@ def test_reference_command_with_local_files(tmp_path, shared_data, tiny_qa_model
 def test_one_epoch_lowers_the_loss(tmp_path, shared_data, tiny_qa_model_dir):
     out = tmp_path / "output"
     result = run_qa(
-        "--ipu_config_name=./", "--ipu_config_overrides", "gradient_accumulation_steps=1",
-        "--model_name_or_path", str(tiny_qa_model_dir), *squad_files(shared_data), "--output_dir", str(out),
-        "--do_train", "--per_device_train_batch_size", "4", "--learning_rate", "2e-3", "--num_train_epochs", "1",
-        "--max_seq_length", "128", "--doc_stride", "64", "--max_train_samples", "160", "--logging_steps", "1",
-        "--seed", "3", "--report_to", "none",
-    )  # fmt: skip
+        "--ipu_config_name=./",
+        "--ipu_config_overrides",
+        "gradient_accumulation_steps=1",
+        "--model_name_or_path",
+        str(tiny_qa_model_dir),
+        *squad_files(shared_data),
+        "--output_dir",
+        str(out),
+        "--do_train",
+        "--per_device_train_batch_size",
+        "4",
+        "--learning_rate",
+        "2e-3",
+        "--num_train_epochs",
+        "1",
+        "--max_seq_length",
+        "128",
+        "--doc_stride",
+        "64",
+        "--max_train_samples",
+        "160",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "3",
+        "--report_to",
+        "none",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     logged = [entry["loss"] for entry in history if "loss" in entry]
@@ -87,9 +135,14 @@ def test_one_epoch_lowers_the_loss(tmp_path, shared_data, tiny_qa_model_dir):
 
 def test_dataset_name_offline_is_a_clear_error(tmp_path, tiny_qa_model_dir):
     result = run_qa(
-        "--model_name_or_path", str(tiny_qa_model_dir), "--dataset_name", "squad", "--do_train",
-        "--output_dir", str(tmp_path / "o"),
-    )  # fmt: skip
+        "--model_name_or_path",
+        str(tiny_qa_model_dir),
+        "--dataset_name",
+        "squad",
+        "--do_train",
+        "--output_dir",
+        str(tmp_path / "o"),
+    )
     assert result.returncode != 0
     assert "--dataset_name squad: not in the local datasets cache" in result.stderr
     assert "--train_file" in result.stderr and "Traceback" not in result.stderr
@@ -101,9 +154,13 @@ def test_non_empty_output_dir_needs_overwrite(tmp_path, shared_data, tiny_qa_mod
     out.mkdir()
     (out / "keep.txt").write_text("precious")
     result = run_qa(
-        "--model_name_or_path", str(tiny_qa_model_dir), *squad_files(shared_data), "--do_train",
-        "--output_dir", str(out),
-    )  # fmt: skip
+        "--model_name_or_path",
+        str(tiny_qa_model_dir),
+        *squad_files(shared_data),
+        "--do_train",
+        "--output_dir",
+        str(out),
+    )
     assert result.returncode != 0 and "Use --overwrite_output_dir to overcome" in result.stderr
     assert [p.name for p in out.iterdir()] == ["keep.txt"] and (out / "keep.txt").read_text() == "precious"
 
@@ -117,13 +174,37 @@ def test_torchrun_pipeline_stages_give_the_single_process_results(tmp_path, shar
     config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     (model_dir / "config.json").write_text(json.dumps(config))
     flags = [
-        "--ipu_config_name=./", "--ipu_config_overrides",
+        "--ipu_config_name=./",
+        "--ipu_config_overrides",
         "layers_per_ipu=[1 1],ipus_per_replica=2,gradient_accumulation_steps=2,inference_device_iterations=1",
-        "--model_name_or_path", str(model_dir), *squad_files(shared_data), "--do_train", "--do_eval",
-        "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "8", "--learning_rate", "1e-3",
-        "--num_train_epochs", "1", "--max_seq_length", "128", "--doc_stride", "64", "--max_train_samples", "48",
-        "--max_eval_samples", "16", "--seed", "5", "--report_to", "none", "--logging_steps", "1",
-    ]  # fmt: skip
+        "--model_name_or_path",
+        str(model_dir),
+        *squad_files(shared_data),
+        "--do_train",
+        "--do_eval",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "8",
+        "--learning_rate",
+        "1e-3",
+        "--num_train_epochs",
+        "1",
+        "--max_seq_length",
+        "128",
+        "--doc_stride",
+        "64",
+        "--max_train_samples",
+        "48",
+        "--max_eval_samples",
+        "16",
+        "--seed",
+        "5",
+        "--report_to",
+        "none",
+        "--logging_steps",
+        "1",
+    ]
     single = run_qa(*flags, "--output_dir", str(tmp_path / "one"))
     assert single.returncode == 0, single.stderr[-3000:]
     port = free_port()
@@ -139,12 +220,38 @@ def test_torchrun_pipeline_stages_give_the_single_process_results(tmp_path, shar
 def test_packing_trains_on_packed_rows_and_evaluates_unpacked(tmp_path, shared_data, tiny_qa_model_dir):
     out = tmp_path / "packed"
     result = run_qa(
-        "--ipu_config_name=./", "--ipu_config_overrides", "gradient_accumulation_steps=1",
-        "--model_name_or_path", str(tiny_qa_model_dir), *squad_files(shared_data), "--output_dir", str(out),
-        "--do_train", "--do_eval", "--packing", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size",
-        "8", "--learning_rate", "1e-3", "--num_train_epochs", "1", "--max_seq_length", "256", "--doc_stride", "128",
-        "--max_train_samples", "120", "--max_eval_samples", "16", "--report_to", "none", "--logging_steps", "1",
-    )  # fmt: skip
+        "--ipu_config_name=./",
+        "--ipu_config_overrides",
+        "gradient_accumulation_steps=1",
+        "--model_name_or_path",
+        str(tiny_qa_model_dir),
+        *squad_files(shared_data),
+        "--output_dir",
+        str(out),
+        "--do_train",
+        "--do_eval",
+        "--packing",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "8",
+        "--learning_rate",
+        "1e-3",
+        "--num_train_epochs",
+        "1",
+        "--max_seq_length",
+        "256",
+        "--doc_stride",
+        "128",
+        "--max_train_samples",
+        "120",
+        "--max_eval_samples",
+        "16",
+        "--report_to",
+        "none",
+        "--logging_steps",
+        "1",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((out / "all_results.json").read_text())
     assert metrics["train_features"] == 120 and metrics["train_samples"] <= 120 / 1.5  # >= 1.5 features a row

@@ -19,23 +19,61 @@ from run_summarization import pick_column  # noqa: E402
 def run_summarization(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
     return subprocess.run(
-        [PYTHON, "run_summarization.py", *args], cwd=SUMMARIZATION_DIR, capture_output=True, text=True, env=env,
+        [PYTHON, "run_summarization.py", *args],
+        cwd=SUMMARIZATION_DIR,
+        capture_output=True,
+        text=True,
+        env=env,
         timeout=600,
-    )  # fmt: skip
+    )
 
 
 def test_train_evaluate_predict_on_the_xsum_sample(tmp_path, shared_data, tiny_pretrained):
     sample = str(shared_data / "fixtures" / "xsum" / "sample.json")
     out = tmp_path / "output"
     result = run_summarization(
-        "--ipu_config_name=./", "--ipu_config_overrides", "gradient_accumulation_steps=1",
-        "--model_name_or_path", str(tiny_pretrained("T5ForConditionalGeneration")), "--source_prefix", "summarize: ",
-        "--train_file", sample, "--validation_file", sample, "--test_file", sample, "--max_predict_samples", "4",
-        "--do_train", "--do_eval", "--do_predict", "--predict_with_generate", "--max_source_length", "64",
-        "--max_target_length", "24", "--val_max_target_length", "12", "--per_device_train_batch_size", "2",
-        "--per_device_eval_batch_size", "4", "--learning_rate", "3e-3", "--num_train_epochs", "3",
-        "--logging_steps", "1", "--seed", "3", "--output_dir", str(out), "--report_to", "none",
-    )  # fmt: skip
+        "--ipu_config_name=./",
+        "--ipu_config_overrides",
+        "gradient_accumulation_steps=1",
+        "--model_name_or_path",
+        str(tiny_pretrained("T5ForConditionalGeneration")),
+        "--source_prefix",
+        "summarize: ",
+        "--train_file",
+        sample,
+        "--validation_file",
+        sample,
+        "--test_file",
+        sample,
+        "--max_predict_samples",
+        "4",
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+        "--predict_with_generate",
+        "--max_source_length",
+        "64",
+        "--max_target_length",
+        "24",
+        "--val_max_target_length",
+        "12",
+        "--per_device_train_batch_size",
+        "2",
+        "--per_device_eval_batch_size",
+        "4",
+        "--learning_rate",
+        "3e-3",
+        "--num_train_epochs",
+        "3",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "3",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
     rouge = {"eval_rouge1", "eval_rouge2", "eval_rougeL"}

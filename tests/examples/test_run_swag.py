@@ -27,12 +27,36 @@ def test_swag_fixture_with_bert(tmp_path, shared_data, tiny_pretrained):
     sample = str(shared_data / "fixtures" / "swag" / "sample.json")
     out = tmp_path / "swag"
     result = run_swag(
-        "--ipu_config_name=./", "--ipu_config_overrides", "gradient_accumulation_steps=1",
-        "--model_name_or_path", str(model), "--train_file", sample, "--validation_file", sample, "--do_train",
-        "--do_eval", "--max_seq_length", "48", "--per_device_train_batch_size", "2", "--learning_rate", "3e-3",
-        "--num_train_epochs", "6", "--logging_steps", "5", "--seed", "0", "--output_dir", str(out),
-        "--report_to", "none", "--disable_tqdm", "true",
-    )  # fmt: skip
+        "--ipu_config_name=./",
+        "--ipu_config_overrides",
+        "gradient_accumulation_steps=1",
+        "--model_name_or_path",
+        str(model),
+        "--train_file",
+        sample,
+        "--validation_file",
+        sample,
+        "--do_train",
+        "--do_eval",
+        "--max_seq_length",
+        "48",
+        "--per_device_train_batch_size",
+        "2",
+        "--learning_rate",
+        "3e-3",
+        "--num_train_epochs",
+        "6",
+        "--logging_steps",
+        "5",
+        "--seed",
+        "0",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
     keys = {"eval_accuracy", "eval_loss", "eval_samples", "train_loss", "train_samples", "train_samples_per_second"}
@@ -51,9 +75,19 @@ def test_missing_column_is_a_clear_error(shared_data, tmp_path, monkeypatch):
     sys.modules["example_run_swag"] = module  # dataclasses resolve the string annotations through it
     spec.loader.exec_module(module)
     conll = str(shared_data / "fixtures" / "conll" / "sample.json")  # not SWAG's layout
-    monkeypatch.setattr(sys, "argv", [
-        "run_swag.py", "--model_name_or_path", "unused", "--train_file", conll, "--do_train",
-        "--output_dir", str(tmp_path / "o"),
-    ])  # fmt: skip
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "run_swag.py",
+            "--model_name_or_path",
+            "unused",
+            "--train_file",
+            conll,
+            "--do_train",
+            "--output_dir",
+            str(tmp_path / "o"),
+        ],
+    )
     with pytest.raises(ValueError, match=r"the train data has no column sent1, sent2, ending0, .*label \(columns: "):
         module.main()

@@ -13,22 +13,40 @@ from typing import Any
 from hypothesis import strategies as st
 
 POSITIVE_INT_FIELDS = (
-    "replication_factor", "inference_replication_factor", "gradient_accumulation_steps", "ipus_per_replica",
-    "inference_ipus_per_replica", "embedding_serialization_factor", "inference_embedding_serialization_factor",
-    "projection_serialization_factor", "inference_projection_serialization_factor", "device_iterations",
+    "replication_factor",
+    "inference_replication_factor",
+    "gradient_accumulation_steps",
+    "ipus_per_replica",
+    "inference_ipus_per_replica",
+    "embedding_serialization_factor",
+    "inference_embedding_serialization_factor",
+    "projection_serialization_factor",
+    "inference_projection_serialization_factor",
+    "device_iterations",
     "inference_device_iterations",
-)  # fmt: skip
+)
 BOOL_FIELDS = (
-    "optimizer_state_offchip", "replicated_tensor_sharding", "enable_half_partials",
-    "recompute_checkpoint_every_layer", "auto_loss_scaling", "explicit_ir_inference",
-)  # fmt: skip
+    "optimizer_state_offchip",
+    "replicated_tensor_sharding",
+    "enable_half_partials",
+    "recompute_checkpoint_every_layer",
+    "auto_loss_scaling",
+    "explicit_ir_inference",
+)
 OUTPUT_MODES = ("all", "sum", "final", "default")
 # Fields with an `inference_*` twin: in inference mode, `update_from_string("x=...")` reaches the twin.
 MODE_MANAGED_FIELDS = (
-    "replication_factor", "layers_per_ipu", "ipus_per_replica", "matmul_proportion", "device_iterations",
-    "embedding_serialization_factor", "serialized_embedding_splits_per_ipu", "projection_serialization_factor",
-    "serialized_projection_splits_per_ipu", "parallelize_kwargs",
-)  # fmt: skip
+    "replication_factor",
+    "layers_per_ipu",
+    "ipus_per_replica",
+    "matmul_proportion",
+    "device_iterations",
+    "embedding_serialization_factor",
+    "serialized_embedding_splits_per_ipu",
+    "projection_serialization_factor",
+    "serialized_projection_splits_per_ipu",
+    "parallelize_kwargs",
+)
 POD_FIELDS = ("replication_factor", "inference_replication_factor", "gradient_accumulation_steps", "device_iterations")
 MAX_SEED = 2**32 - 1
 # Counts far above any pod are refused before anything is built from them (a list per device slot...).
@@ -103,12 +121,31 @@ def malformed_configs(draw) -> Malformed:
     ipus = d["ipus_per_replica"]
     kind = draw(
         st.sampled_from(
-            ["wrong_type", "not_positive", "bool", "layers_below", "layers_length", "inference_layers_length",
-             "matmul", "splits", "both_serializations", "output_mode", "seed", "unknown_key", "pod_missing",
-             "parallelize", "cache_dir", "n_ipu", "pod_type", "too_large", "reserved_key", "deep_kwargs",
-             "huge_value"]
+            [
+                "wrong_type",
+                "not_positive",
+                "bool",
+                "layers_below",
+                "layers_length",
+                "inference_layers_length",
+                "matmul",
+                "splits",
+                "both_serializations",
+                "output_mode",
+                "seed",
+                "unknown_key",
+                "pod_missing",
+                "parallelize",
+                "cache_dir",
+                "n_ipu",
+                "pod_type",
+                "too_large",
+                "reserved_key",
+                "deep_kwargs",
+                "huge_value",
+            ]
         )
-    )  # fmt: skip
+    )
     if kind == "wrong_type":
         field = draw(st.sampled_from(POSITIVE_INT_FIELDS))
         return _with(d, **{field: draw(st.sampled_from(["4", 2.5, True, [1], {"x": 1}]))}), (f"`{field}`",), {}

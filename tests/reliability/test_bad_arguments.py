@@ -57,8 +57,10 @@ def test_broken_config_file_named_by_the_arguments(tmp_path, reliability):
 
 
 @settings(max_examples=25, deadline=None)
-@given(flag=st.sampled_from(["--n_ipu", "--loss_scaling", "--warmup_ratio"]),
-       value=st.sampled_from(["four", "1,5", "[1]", ""]))  # fmt: skip
+@given(
+    flag=st.sampled_from(["--n_ipu", "--loss_scaling", "--warmup_ratio"]),
+    value=st.sampled_from(["four", "1,5", "[1]", ""]),
+)
 def test_command_line_wrong_types_name_the_flag(flag, value, reliability):
     """From the command line (the example scripts' `HfArgumentParser`), a value of the wrong type is argparse's
     usage error: exit code 2 and a message naming the flag and the value."""
@@ -101,9 +103,12 @@ def test_python_values_of_the_wrong_type_name_the_flag(tmp_path, reliability, kw
 # Integers transformers does not check: 0 accumulation steps was a ZeroDivisionError mid-run, -2 trained zero steps
 # and saved a config that `config check` then rejected. (flag, lowest valid value)
 COUNT_FLAGS = {
-    "gradient_accumulation_steps": 1, "per_device_train_batch_size": 1, "per_device_eval_batch_size": 1,
-    "ddp_timeout": 1, "max_consecutive_skipped_steps": 0,
-}  # fmt: skip
+    "gradient_accumulation_steps": 1,
+    "per_device_train_batch_size": 1,
+    "per_device_eval_batch_size": 1,
+    "ddp_timeout": 1,
+    "max_consecutive_skipped_steps": 0,
+}
 
 
 @settings(max_examples=40, deadline=None)
@@ -131,6 +136,10 @@ def test_a_batch_larger_than_the_data_set_is_one_clear_error(tmp_path, rows, mic
     """transformers failed saying only that max_steps must be positive."""
     data = tiny_inputs(CLASS, batch=rows, seed=0)
     train = datasets.Dataset.from_dict({k: v.tolist() for k, v in data.items()})
-    trainer = IPUTrainer(tiny_model(CLASS), IPUConfig(gradient_accumulation_steps=accumulation),
-                         arguments(tmp_path, per_device_train_batch_size=micro), train_dataset=train)  # fmt: skip
+    trainer = IPUTrainer(
+        tiny_model(CLASS),
+        IPUConfig(gradient_accumulation_steps=accumulation),
+        arguments(tmp_path, per_device_train_batch_size=micro),
+        train_dataset=train,
+    )
     reliability.expect_clear_error(trainer.train, (f"has {rows} samples", f"({micro * accumulation} ="))

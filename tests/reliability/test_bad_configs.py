@@ -80,8 +80,9 @@ JSON_VALUES = st.recursive(
 
 
 @settings(max_examples=300, deadline=None)
-@given(fields=st.dictionaries(st.sampled_from([*FIELDS, "pod_type", "n_ipu", "layers_per_ipus"]), JSON_VALUES,
-                              max_size=6))  # fmt: skip
+@given(
+    fields=st.dictionaries(st.sampled_from([*FIELDS, "pod_type", "n_ipu", "layers_per_ipus"]), JSON_VALUES, max_size=6)
+)
 def test_any_json_object_is_a_config_or_one_clear_error(fields, reliability):
     """Blind fuzzing, beside the targeted cases above: whatever the values, a config or one clear error."""
     try:
@@ -139,8 +140,11 @@ def test_config_against_the_model_and_the_job(fields, num_layers, data, reliabil
 
 
 @SETTINGS
-@given(fields=valid_config_dicts(), cut=st.floats(0.0, 1.0, exclude_max=True), form=st.sampled_from(
-    ["truncated", "utf-16", "yaml", "top-level list", "top-level number", "comment"]))  # fmt: skip
+@given(
+    fields=valid_config_dicts(),
+    cut=st.floats(0.0, 1.0, exclude_max=True),
+    form=st.sampled_from(["truncated", "utf-16", "yaml", "top-level list", "top-level number", "comment"]),
+)
 def test_broken_or_non_json_file_names_the_file(fields, cut, form, reliability, folder):
     text = json.dumps(fields, indent=2)
     path = folder / "broken.json"
@@ -196,8 +200,9 @@ def test_config_check_subprocess_exits_2_with_one_line(tmp_path, reliability):
         ([str(tmp_path), "--nproc-per-node", "2"], ("`gradient_accumulation_steps`", "2 pipeline stages")),
         ([str(tmp_path / "binary.json")], ("binary.json", "not valid JSON")),
     ):
-        run = subprocess.run([PYTHON, "-m", "optimum_ipu.cli", "config", "check", *argv], capture_output=True,
-                             text=True, timeout=120)  # fmt: skip
+        run = subprocess.run(
+            [PYTHON, "-m", "optimum_ipu.cli", "config", "check", *argv], capture_output=True, text=True, timeout=120
+        )
         clear = run.returncode == 2 and run.stderr.count("\n") == 1 and all(n in run.stderr for n in names)
         reliability.bad_input(clear)
         assert clear and "Traceback" not in run.stdout + run.stderr, (run.returncode, run.stderr)

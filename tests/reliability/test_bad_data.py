@@ -25,8 +25,13 @@ FILLER = "Nothing of note happened on this day in the small town by the river. "
 
 def record(rid: str, context: str, question: str, answer: str | None) -> dict:
     starts = [] if answer is None else [context.rindex(answer)]
-    return {"id": rid, "title": "T", "context": context, "question": question,
-            "answers": {"text": [] if answer is None else [answer], "answer_start": starts}}  # fmt: skip
+    return {
+        "id": rid,
+        "title": "T",
+        "context": context,
+        "question": question,
+        "answers": {"text": [] if answer is None else [answer], "answer_start": starts},
+    }
 
 
 ODD_BUT_VALID = [
@@ -36,13 +41,13 @@ ODD_BUT_VALID = [
         FILLER * 12 + "The treasure is buried under the old oak tree.",
         "Where is the treasure?",
         "under the old oak tree",
-    ),  # fmt: skip
+    ),
     record("empty-context", "", "Is there anything here?", None),
     record("umlaut", "Die Stadt Zürich liegt am Zürichsee in der Schweiz.", "Wo liegt Zürich?", "am Zürichsee"),
     record("cjk", "東京は日本の首都です。 Tokyo is the capital of Japan.", "What is the capital of Japan?", "Tokyo"),
     record(
         "emoji", "The 🚀 rocket left from Cape Canaveral in 1969.", "Where did the rocket leave from?", "Cape Canaveral"
-    ),  # fmt: skip
+    ),
     record("arabic", "القاهرة هي عاصمة مصر. Cairo is the capital of Egypt.", "What is the capital of Egypt?", "Cairo"),
     record("plain-1", "Denver Broncos won Super Bowl 50 in 2016.", "Who won Super Bowl 50?", "Denver Broncos"),
     record(
@@ -50,7 +55,7 @@ ODD_BUT_VALID = [
         "The Amazon river flows through Brazil and Peru.",
         "Where does the Amazon flow?",
         "through Brazil and Peru",
-    ),  # fmt: skip
+    ),
 ]
 
 
@@ -72,10 +77,24 @@ def malformed_records(draw) -> tuple[dict, tuple[str, ...]]:
     bad = {**json.loads(json.dumps(good)), "id": rid}
     answers = bad["answers"]
     start, text = answers["answer_start"][0], answers["text"][0]
-    kind = draw(st.sampled_from(
-        ["missing", "question_type", "context_type", "answers_type", "start_type", "start_off", "start_range",
-         "lengths", "duplicate", "no_id", "id_type", "not_object"]
-    ))  # fmt: skip
+    kind = draw(
+        st.sampled_from(
+            [
+                "missing",
+                "question_type",
+                "context_type",
+                "answers_type",
+                "start_type",
+                "start_off",
+                "start_range",
+                "lengths",
+                "duplicate",
+                "no_id",
+                "id_type",
+                "not_object",
+            ]
+        )
+    )
     if kind == "missing":
         bad.pop(draw(st.sampled_from(["question", "context", "answers"])))
     elif kind == "question_type":
@@ -124,10 +143,16 @@ def test_file_that_is_not_utf8_names_the_file(tmp_path, reliability):
 
 
 def run_qa(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT),
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
-    return subprocess.run([PYTHON, "run_qa.py", *args], cwd=QA_DIR, capture_output=True, text=True, env=env,
-                          timeout=900)  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+        "OMP_NUM_THREADS": "1",
+    }
+    return subprocess.run(
+        [PYTHON, "run_qa.py", *args], cwd=QA_DIR, capture_output=True, text=True, env=env, timeout=900
+    )
 
 
 def snapshot(folder) -> dict[str, str]:
@@ -136,14 +161,36 @@ def snapshot(folder) -> dict[str, str]:
     }
 
 
-def test_odd_records_run_end_to_end_and_a_bad_record_leaves_output_dir_untouched(tmp_path, tiny_qa_model_dir,
-                                                                                 reliability):  # fmt: skip
+def test_odd_records_run_end_to_end_and_a_bad_record_leaves_output_dir_untouched(
+    tmp_path, tiny_qa_model_dir, reliability
+):
     data, out = tmp_path / "odd.jsonl", tmp_path / "output"
     write_jsonl(data, ODD_BUT_VALID)
-    common = ["--model_name_or_path", str(tiny_qa_model_dir), "--do_train", "--do_eval", "--output_dir", str(out),
-              "--overwrite_output_dir", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "2",
-              "--max_seq_length", "64", "--doc_stride", "32", "--num_train_epochs", "1", "--save_strategy", "no",
-              "--report_to", "none", "--seed", "3"]  # fmt: skip
+    common = [
+        "--model_name_or_path",
+        str(tiny_qa_model_dir),
+        "--do_train",
+        "--do_eval",
+        "--output_dir",
+        str(out),
+        "--overwrite_output_dir",
+        "--per_device_train_batch_size",
+        "2",
+        "--per_device_eval_batch_size",
+        "2",
+        "--max_seq_length",
+        "64",
+        "--doc_stride",
+        "32",
+        "--num_train_epochs",
+        "1",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--seed",
+        "3",
+    ]
     run = run_qa(*common, "--train_file", str(data), "--validation_file", str(data))
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((out / "all_results.json").read_text())

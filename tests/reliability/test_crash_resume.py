@@ -33,8 +33,9 @@ STEPS, SAVE_EVERY = 24, 2
 
 def worker(out: Path, *extra: str) -> subprocess.Popen:
     # stdout (the loss logs) is dropped: nothing reads the pipes until the end, and a full pipe would block the run
-    return subprocess.Popen([PYTHON, WORKER, str(out), *extra], env=ENV, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [PYTHON, WORKER, str(out), *extra], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
 
 
 def finish(process: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:

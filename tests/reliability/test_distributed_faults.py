@@ -35,8 +35,14 @@ def test_master_port_already_in_use_is_a_clear_error_in_bounded_time(tmp_path, r
         port = held.getsockname()[1]
         reliability.fault_injected()
         start = time.monotonic()
-        run = subprocess.run([*TORCHRUN, "--nproc_per_node=2", f"--master_port={port}", str(script)],
-                             capture_output=True, text=True, env=env, timeout=BOUND_S, cwd=tmp_path)  # fmt: skip
+        run = subprocess.run(
+            [*TORCHRUN, "--nproc_per_node=2", f"--master_port={port}", str(script)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=BOUND_S,
+            cwd=tmp_path,
+        )
         elapsed = time.monotonic() - start
     assert run.returncode != 0 and "joined" not in run.stdout, (run.returncode, run.stdout)
     # torch's own report: the last line of the launcher's traceback names the port and the cause
@@ -73,8 +79,14 @@ def torchrun(tmp_path, job: str, *args: str) -> subprocess.CompletedProcess:
     script.write_text(job)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     # the bound of a hang: the launcher's own SIGTERM grace (30 s) comes on top of ddp_timeout
-    return subprocess.run([*TORCHRUN, "--nproc_per_node=2", str(script), *args], capture_output=True, text=True,
-                          env=env, timeout=BOUND_S * 3, cwd=tmp_path)  # fmt: skip
+    return subprocess.run(
+        [*TORCHRUN, "--nproc_per_node=2", str(script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=BOUND_S * 3,
+        cwd=tmp_path,
+    )
 
 
 @pytest.mark.parametrize("group", ["default", "mesh"])

@@ -35,9 +35,16 @@ def dataset() -> datasets.Dataset:
 def trainer_for(out, model, config: IPUConfig, **kwargs) -> IPUTrainer:
     kwargs = {"save_strategy": "no", **kwargs}
     args = IPUTrainingArguments(
-        output_dir=str(out), per_device_train_batch_size=2, num_train_epochs=1, learning_rate=1e-3, logging_steps=1,
-        report_to=[], seed=7, disable_tqdm=True, **kwargs,
-    )  # fmt: skip
+        output_dir=str(out),
+        per_device_train_batch_size=2,
+        num_train_epochs=1,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        seed=7,
+        disable_tqdm=True,
+        **kwargs,
+    )
     return IPUTrainer(model, config, args, train_dataset=dataset())
 
 
@@ -98,8 +105,13 @@ def losses(trainer: IPUTrainer) -> list[float]:
 @pytest.mark.parametrize("dynamic", [True, False], ids=["dynamic-scale", "static-scale"])
 def test_fp16_overflow_skips_the_step_and_training_goes_on(tmp_path, reliability, caplog, dynamic):
     model = tiny_model(CLASS)
-    trainer = trainer_for(tmp_path, model, IPUConfig(gradient_accumulation_steps=2, auto_loss_scaling=dynamic),
-                          fp16=True, loss_scaling=1024.0)  # fmt: skip
+    trainer = trainer_for(
+        tmp_path,
+        model,
+        IPUConfig(gradient_accumulation_steps=2, auto_loss_scaling=dynamic),
+        fp16=True,
+        loss_scaling=1024.0,
+    )
     overflow_at(trainer, step=2)
     around = WeightsAroundStep(model, step=2)
     trainer.add_callback(around)
@@ -122,8 +134,9 @@ def test_fp16_overflow_skips_the_step_and_training_goes_on(tmp_path, reliability
 
 
 def test_fp16_overflow_report_names_the_step_as_the_logs_do(tmp_path, reliability, caplog):
-    trainer = trainer_for(tmp_path, tiny_model(CLASS), IPUConfig(gradient_accumulation_steps=2), fp16=True,
-                          loss_scaling=64.0)  # fmt: skip
+    trainer = trainer_for(
+        tmp_path, tiny_model(CLASS), IPUConfig(gradient_accumulation_steps=2), fp16=True, loss_scaling=64.0
+    )
     overflow_at(trainer, step=2)
     with caplog.at_level(logging.WARNING, logger="optimum_ipu"):
         trainer.train()
@@ -161,8 +174,14 @@ def test_one_nan_loss_leaves_later_logged_losses_finite(tmp_path, reliability):
     """transformers resets its running loss with `tr_loss -= tr_loss`: a NaN stayed NaN in every later log."""
     model = tiny_model(CLASS)
     nan_loss_at(model, micro_batch=5)
-    trainer = trainer_for(tmp_path, model, IPUConfig(gradient_accumulation_steps=2, auto_loss_scaling=True),
-                          fp16=True, loss_scaling=1024.0, stop_on_nan=False)  # fmt: skip
+    trainer = trainer_for(
+        tmp_path,
+        model,
+        IPUConfig(gradient_accumulation_steps=2, auto_loss_scaling=True),
+        fp16=True,
+        loss_scaling=1024.0,
+        stop_on_nan=False,
+    )
     trainer.train()
     logged = losses(trainer)
     assert all(torch.isfinite(v).all() for v in model.state_dict().values())  # the step was skipped: no damage
@@ -211,8 +230,10 @@ def test_a_run_of_skipped_steps_stops_naming_the_scale(tmp_path, reliability, dy
     overflow_at(trainer, step=1, every_step_from=True)
     reliability.fault_injected()
     last_scale = "256" if dynamic else "1024"  # dynamic: 1024, 512, 256 for steps 1-3
-    with pytest.raises(SkippedStepsError, match=f"3 optimizer steps in a row .*loss scale {last_scale}.*"
-                       "--max_consecutive_skipped_steps 3"):  # fmt: skip
+    with pytest.raises(
+        SkippedStepsError,
+        match=f"3 optimizer steps in a row .*loss scale {last_scale}.*--max_consecutive_skipped_steps 3",
+    ):
         trainer.train()
     assert trainer.state.global_step == 2 and all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     reliability.fault_survived()
@@ -221,8 +242,13 @@ def test_a_run_of_skipped_steps_stops_naming_the_scale(tmp_path, reliability, dy
 def test_a_run_that_skipped_every_step_does_not_end_normally(tmp_path, reliability):
     """Below the bound (4 steps, bound 50), every step skipped: the run ends in an error, not with unchanged
     weights and exit 0."""
-    trainer = trainer_for(tmp_path, tiny_model(CLASS), IPUConfig(gradient_accumulation_steps=2, auto_loss_scaling=True),
-                          fp16=True, loss_scaling=1024.0)  # fmt: skip
+    trainer = trainer_for(
+        tmp_path,
+        tiny_model(CLASS),
+        IPUConfig(gradient_accumulation_steps=2, auto_loss_scaling=True),
+        fp16=True,
+        loss_scaling=1024.0,
+    )
     overflow_at(trainer, step=1, every_step_from=True)
     reliability.fault_injected()
     with pytest.raises(SkippedStepsError, match=f"every optimizer step of this run \\({STEPS}\\)"):
@@ -233,18 +259,34 @@ def test_a_run_that_skipped_every_step_does_not_end_normally(tmp_path, reliabili
 @pytest.fixture(scope="module")
 def fp16_checkpoint(tmp_path_factory):
     out = tmp_path_factory.mktemp("fp16-run")
-    trainer = trainer_for(out, tiny_model(CLASS), IPUConfig(gradient_accumulation_steps=2, auto_loss_scaling=True),
-                          fp16=True, loss_scaling=1024.0, save_strategy="steps", save_steps=2)  # fmt: skip
+    trainer = trainer_for(
+        out,
+        tiny_model(CLASS),
+        IPUConfig(gradient_accumulation_steps=2, auto_loss_scaling=True),
+        fp16=True,
+        loss_scaling=1024.0,
+        save_strategy="steps",
+        save_steps=2,
+    )
     trainer.train()
     return out / "checkpoint-2"
 
 
 @pytest.mark.parametrize(
     "saved",
-    [{"scale": math.nan}, {"scale": math.inf}, {"scale": 0.0}, {"scale": -4.0}, {"scale": 1e30}, {"scale": "64"},
-     {"scale": 1024.0, "overflows": -1}, {"scale": 1024.0, "good_steps": 0.5}, {}],
+    [
+        {"scale": math.nan},
+        {"scale": math.inf},
+        {"scale": 0.0},
+        {"scale": -4.0},
+        {"scale": 1e30},
+        {"scale": "64"},
+        {"scale": 1024.0, "overflows": -1},
+        {"scale": 1024.0, "good_steps": 0.5},
+        {},
+    ],
     ids=["nan", "inf", "zero", "negative", "huge", "string", "negative-count", "float-count", "no-scale"],
-)  # fmt: skip
+)
 def test_a_checkpoint_with_an_unusable_saved_scale_is_refused_on_resume(fp16_checkpoint, tmp_path, saved, reliability):
     """The scale was already bad when saved (the marker's hashes match it): the resume refuses, naming the file."""
     import shutil
@@ -256,8 +298,14 @@ def test_a_checkpoint_with_an_unusable_saved_scale_is_refused_on_resume(fp16_che
         del state["scale"]
     (checkpoint / "loss_scaler.json").write_text(json.dumps(state))
     write_marker(str(checkpoint), 2, json.loads((checkpoint / "checkpoint_complete.json").read_text())["run"])
-    trainer = trainer_for(tmp_path / "out", tiny_model(CLASS),
-                          IPUConfig(gradient_accumulation_steps=2, auto_loss_scaling=True), fp16=True,
-                          loss_scaling=1024.0, save_strategy="steps", save_steps=2)  # fmt: skip
+    trainer = trainer_for(
+        tmp_path / "out",
+        tiny_model(CLASS),
+        IPUConfig(gradient_accumulation_steps=2, auto_loss_scaling=True),
+        fp16=True,
+        loss_scaling=1024.0,
+        save_strategy="steps",
+        save_steps=2,
+    )
     reliability.expect_clear_error(lambda: trainer.train(resume_from_checkpoint=str(checkpoint)), "loss_scaler.json")
     assert trainer.state.global_step == 0

@@ -46,11 +46,25 @@ def dataset(rows: int = 2 * 2 * STEPS) -> datasets.Dataset:
 def trainer_for(
     out: Path, rows: int = 2 * 2 * STEPS, config: IPUConfig | None = None, callbacks: list | None = None, **kwargs
 ) -> IPUTrainer:
-    options = {"per_device_train_batch_size": 2, "num_train_epochs": 1, "learning_rate": 1e-3, "seed": 5,
-               "save_strategy": "steps", "save_steps": 2, "report_to": [], "disable_tqdm": True, **kwargs}  # fmt: skip
+    options = {
+        "per_device_train_batch_size": 2,
+        "num_train_epochs": 1,
+        "learning_rate": 1e-3,
+        "seed": 5,
+        "save_strategy": "steps",
+        "save_steps": 2,
+        "report_to": [],
+        "disable_tqdm": True,
+        **kwargs,
+    }
     args = IPUTrainingArguments(output_dir=str(out), **options)
-    return IPUTrainer(tiny_model(CLASS), config or IPUConfig(gradient_accumulation_steps=2), args,
-                      train_dataset=dataset(rows), callbacks=callbacks)  # fmt: skip
+    return IPUTrainer(
+        tiny_model(CLASS),
+        config or IPUConfig(gradient_accumulation_steps=2),
+        args,
+        train_dataset=dataset(rows),
+        callbacks=callbacks,
+    )
 
 
 def weights(trainer: IPUTrainer) -> dict[str, torch.Tensor]:

@@ -73,12 +73,31 @@ def one_clear_line(reliability, code: int, stderr: str, names: tuple[str, ...]) 
 
 def qa_argv(tmp_path, *extra: str) -> list[str]:
     data = SHARED_DATA / "squad" / "squad-v1.1-dev-articles-00-39.json"
-    return ["--model_name_or_path", "unused", "--train_file", str(data), "--train_articles", "0:1", "--do_train",
-            "--output_dir", str(tmp_path / "out"), "--report_to", "none", *extra]  # fmt: skip
+    return [
+        "--model_name_or_path",
+        "unused",
+        "--train_file",
+        str(data),
+        "--train_articles",
+        "0:1",
+        "--do_train",
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--report_to",
+        "none",
+        *extra,
+    ]
 
 
-QA_COUNTS = ("max_seq_length", "n_best_size", "max_answer_length", "max_sequences_per_pack", "max_train_samples",
-             "max_eval_samples", "max_predict_samples")  # fmt: skip
+QA_COUNTS = (
+    "max_seq_length",
+    "n_best_size",
+    "max_answer_length",
+    "max_sequences_per_pack",
+    "max_train_samples",
+    "max_eval_samples",
+    "max_predict_samples",
+)
 
 
 @SETTINGS
@@ -107,9 +126,16 @@ def test_run_qa_doc_stride_outside_the_window(run_qa, tmp_path, stride, reliabil
         (["--ipu_config_overrides", "ipus_per_replica=1000000000"], ("`ipus_per_replica`", "1000000000")),
         (["--ipu_config_overrides", "output_mode=" + "x" * 100_000], ("`output_mode`",)),
     ],
-    ids=["accumulation-negative", "accumulation-zero", "scale-nan", "scale-tiny", "resume-missing", "huge-ipus",
-         "10MB-value"],
-)  # fmt: skip
+    ids=[
+        "accumulation-negative",
+        "accumulation-zero",
+        "scale-nan",
+        "scale-tiny",
+        "resume-missing",
+        "huge-ipus",
+        "10MB-value",
+    ],
+)
 def test_run_qa_bad_training_arguments(run_qa, tmp_path, extra, names, reliability):
     argv = qa_argv(tmp_path, *extra)
     if "--ipu_config_overrides" in extra:  # reached when the trainer loads the config: after the data
@@ -134,8 +160,18 @@ def test_run_glue_bad_files_name_the_file(run_glue, tmp_path, case, reliability)
     name, content, task, names = GLUE_FILES[case]
     path = tmp_path / name
     path.write_text(content)
-    argv = ["--model_name_or_path", "unused", "--train_file", str(path), "--do_train", "--output_dir",
-            str(tmp_path / "out"), "--report_to", "none", *(["--task_name", task] if task else [])]  # fmt: skip
+    argv = [
+        "--model_name_or_path",
+        "unused",
+        "--train_file",
+        str(path),
+        "--do_train",
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--report_to",
+        "none",
+        *(["--task_name", task] if task else []),
+    ]
     code, stderr = run_main(run_glue, argv)
     one_clear_line(reliability, code, stderr, (str(path), *names))
 
@@ -143,8 +179,17 @@ def test_run_glue_bad_files_name_the_file(run_glue, tmp_path, case, reliability)
 def test_run_glue_non_utf8_tsv_names_the_file(run_glue, tmp_path, reliability):
     path = tmp_path / "latin1.tsv"
     path.write_bytes("sentence\tlabel\nun film très réussi\t1\n".encode("latin-1"))
-    argv = ["--model_name_or_path", "unused", "--task_name", "sst2", "--train_file", str(path), "--do_train",
-            "--output_dir", str(tmp_path / "out")]  # fmt: skip
+    argv = [
+        "--model_name_or_path",
+        "unused",
+        "--task_name",
+        "sst2",
+        "--train_file",
+        str(path),
+        "--do_train",
+        "--output_dir",
+        str(tmp_path / "out"),
+    ]
     code, stderr = run_main(run_glue, argv)
     one_clear_line(reliability, code, stderr, (str(path),))
 
@@ -156,9 +201,24 @@ def test_run_glue_empty_evaluation_set_stops_before_training(run_glue, tmp_path,
     train.write_text("sentence\tlabel\na fine film\t1\na dull film\t0\n")
     dev.write_text("sentence\tlabel\n")
     out = tmp_path / "out"
-    argv = ["--model_name_or_path", str(model), "--task_name", "sst2", "--train_file", str(train),
-            "--validation_file", str(dev), "--do_train", "--do_eval", "--output_dir", str(out), "--report_to", "none",
-            "--max_seq_length", "16"]  # fmt: skip
+    argv = [
+        "--model_name_or_path",
+        str(model),
+        "--task_name",
+        "sst2",
+        "--train_file",
+        str(train),
+        "--validation_file",
+        str(dev),
+        "--do_train",
+        "--do_eval",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+        "--max_seq_length",
+        "16",
+    ]
     code, stderr = run_main(run_glue, argv)
     one_clear_line(reliability, code, stderr, ("--do_eval", "empty"))
     assert not out.exists() or not any(out.iterdir()), "the run wrote before it stopped"
@@ -186,8 +246,9 @@ def test_the_real_entry_point_and_the_debug_switch(tmp_path, reliability):
     argv = [PYTHON, "run_qa.py", *qa_argv(tmp_path, "--doc_stride=-5")]
     run = subprocess.run(argv, cwd=QA_DIR, capture_output=True, text=True, env=env, timeout=600)
     one_clear_line(reliability, run.returncode, run.stderr, ("run_qa.py: error: --doc_stride -5",))
-    debug = subprocess.run(argv, cwd=QA_DIR, capture_output=True, text=True, timeout=600,
-                           env={**env, "OPTIMUM_IPU_DEBUG": "1"})  # fmt: skip
+    debug = subprocess.run(
+        argv, cwd=QA_DIR, capture_output=True, text=True, timeout=600, env={**env, "OPTIMUM_IPU_DEBUG": "1"}
+    )
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "--doc_stride -5" in debug.stderr
 
 

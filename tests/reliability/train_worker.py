@@ -60,13 +60,22 @@ def main() -> None:
     rows = tiny_inputs(CLASS, batch=48, seed=0)
     train = datasets.Dataset.from_dict({k: v.tolist() for k, v in rows.items()})
     args = IPUTrainingArguments(
-        output_dir=cli.out, per_device_train_batch_size=2, num_train_epochs=2, learning_rate=1e-3, seed=5,
-        save_strategy="steps", save_steps=2, save_total_limit=cli.save_total_limit, report_to=[], disable_tqdm=True,
+        output_dir=cli.out,
+        per_device_train_batch_size=2,
+        num_train_epochs=2,
+        learning_rate=1e-3,
+        seed=5,
+        save_strategy="steps",
+        save_steps=2,
+        save_total_limit=cli.save_total_limit,
+        report_to=[],
+        disable_tqdm=True,
         logging_steps=1,
-    )  # fmt: skip
+    )
     callbacks = [SlowSteps()] + ([KillInSave(cli.kill_in_save)] if cli.kill_in_save else [])
-    trainer = IPUTrainer(tiny_model(CLASS), IPUConfig(gradient_accumulation_steps=2), args, train_dataset=train,
-                         callbacks=callbacks)  # fmt: skip
+    trainer = IPUTrainer(
+        tiny_model(CLASS), IPUConfig(gradient_accumulation_steps=2), args, train_dataset=train, callbacks=callbacks
+    )
     trainer.train(resume_from_checkpoint=True if cli.resume else None)
     save_file(
         {k: v.contiguous() for k, v in trainer.model.state_dict().items()}, os.path.join(cli.out, "final.safetensors")

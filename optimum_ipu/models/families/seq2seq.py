@@ -32,10 +32,16 @@ class T5BlockStandIn(nn.Module):
         object.__setattr__(self, "attention", block.layer[0].SelfAttention)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: Any = None, position_bias: Any = None,
-        encoder_hidden_states: Any = None, encoder_attention_mask: Any = None,
-        encoder_decoder_position_bias: Any = None, *args: Any, **kwargs: Any,
-    ) -> tuple[torch.Tensor, Any, Any]:  # fmt: skip
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: Any = None,
+        position_bias: Any = None,
+        encoder_hidden_states: Any = None,
+        encoder_attention_mask: Any = None,
+        encoder_decoder_position_bias: Any = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, Any, Any]:
         if position_bias is None and self.attention.has_relative_attention_bias:
             length = hidden_states.shape[1]  # training and evaluation without a cache: keys = queries
             position_bias = self.attention.compute_bias(length, length, device=hidden_states.device)
@@ -54,7 +60,7 @@ PLANS: tuple[StagePlan, ...] = (
             "T5ForSequenceClassification",
             "T5ForTokenClassification",
             "T5ForQuestionAnswering",
-        ),  # fmt: skip
+        ),
         embeddings=("shared",),
         layers=("encoder.block", "decoder.block?"),
         layer_count_fields=("num_layers", "num_decoder_layers"),
@@ -72,7 +78,7 @@ PLANS: tuple[StagePlan, ...] = (
             "MT5ForSequenceClassification",
             "MT5ForTokenClassification",
             "MT5ForQuestionAnswering",
-        ),  # fmt: skip
+        ),
         embeddings=("shared",),
         layers=("encoder.block", "decoder.block?"),
         layer_count_fields=("num_layers", "num_decoder_layers"),
@@ -88,7 +94,7 @@ PLANS: tuple[StagePlan, ...] = (
             "BartForConditionalGeneration",
             "BartForSequenceClassification",
             "BartForQuestionAnswering",
-        ),  # fmt: skip
+        ),
         embeddings=("shared",),
         layers=("encoder.layers", "decoder.layers"),
         layer_count_fields=("encoder_layers", "decoder_layers"),

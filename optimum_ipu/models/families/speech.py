@@ -20,8 +20,12 @@ from ..plans import StagePlan
 
 _CTC_AND_CLASSIFICATION = ("ForCTC", "ForSequenceClassification")
 _WAV2VEC2_EMBEDDINGS = ("feature_extractor", "feature_projection", "encoder.pos_conv_embed", "encoder.layer_norm")
-_WAV2VEC2_LIKE = {"embeddings": _WAV2VEC2_EMBEDDINGS, "layers": ("encoder.layers",), "input_kind": "audio",
-                  "tied_embeddings": False}  # fmt: skip
+_WAV2VEC2_LIKE = {
+    "embeddings": _WAV2VEC2_EMBEDDINGS,
+    "layers": ("encoder.layers",),
+    "input_kind": "audio",
+    "tied_embeddings": False,
+}
 
 PLANS: tuple[StagePlan, ...] = (
     StagePlan(
