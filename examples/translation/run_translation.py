@@ -44,6 +44,7 @@ from transformers import (
 )
 
 from optimum_ipu import IPUSeq2SeqTrainer, IPUSeq2SeqTrainingArguments
+from optimum_ipu.errors import run_script
 
 logger = logging.getLogger(__name__)
 
@@ -346,4 +347,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)  # a bad input: one line on stderr, exit code 2 (OPTIMUM_IPU_DEBUG=1 for the traceback)

@@ -312,3 +312,30 @@ def test_a_bare_debug_flag_shows_the_traceback_and_is_not_passed_on(monkeypatch)
     with pytest.raises(SystemExit):  # not a request for the traceback: one line, exit 2
         run_script(main)
     assert seen["argv"] == ["run_x.py", "--debug", "underflow_overflow"]
+
+
+@pytest.mark.parametrize("script", ["summarization/run_summarization.py", "translation/run_translation.py"])
+def test_seq2seq_scripts_end_a_bad_argument_in_one_line(script, tmp_path):
+    """The seq2seq scripts go through run_script too: a bad flag value is one line, exit 2, no traceback."""
+    run = subprocess.run(
+        [
+            PYTHON,
+            str(REPO_ROOT / "examples" / script),
+            "--model_name_or_path",
+            str(tmp_path / "no-such-model"),
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--do_train",
+            "--gradient_accumulation_steps",
+            "0",
+            "--train_file",
+            str(tmp_path / "missing.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert run.returncode == 2, run.stderr[-2000:]
+    lines = [line for line in run.stderr.splitlines() if line.strip() and "warn" not in line.lower()]
+    assert "Traceback" not in run.stderr and len(lines) == 1 and "error" in lines[0], run.stderr[-2000:]
