@@ -22,10 +22,18 @@ from .tiny_models_vision_speech import save_tiny_whisper
 RATE = 16_000
 LAYOUT = {"layers_per_ipu": [1, 3], "inference_layers_per_ipu": [2, 2], "inference_device_iterations": 2}
 WAV2VEC2 = {
-    "hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 2, "intermediate_size": 37,
-    "conv_dim": (16, 16), "conv_kernel": (10, 4), "conv_stride": (5, 4), "num_conv_pos_embeddings": 8,
-    "num_conv_pos_embedding_groups": 2, "feat_extract_norm": "layer", "mask_time_prob": 0.0,
-}  # fmt: skip
+    "hidden_size": 32,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 2,
+    "intermediate_size": 37,
+    "conv_dim": (16, 16),
+    "conv_kernel": (10, 4),
+    "conv_stride": (5, 4),
+    "num_conv_pos_embeddings": 8,
+    "num_conv_pos_embedding_groups": 2,
+    "feat_extract_norm": "layer",
+    "mask_time_prob": 0.0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +61,15 @@ def _loaded(path: str, auto_class: str) -> transformers.PreTrainedModel:
 @pytest.fixture(scope="module")
 def vit_dir(tmp_path_factory):
     torch.manual_seed(0)
-    config = transformers.ViTConfig(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=4,
-                                    num_attention_heads=2, intermediate_size=37, num_labels=3)  # fmt: skip
+    config = transformers.ViTConfig(
+        image_size=16,
+        patch_size=4,
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        intermediate_size=37,
+        num_labels=3,
+    )
     processor = transformers.ViTImageProcessorPil(size={"height": 16, "width": 16})
     model = transformers.ViTForImageClassification(config)
     return _saved(tmp_path_factory.mktemp("vit"), model, processor)
@@ -116,8 +131,9 @@ def test_ctc_speech_recognition_equals_transformers(wav2vec2_dirs, fsdd_files, j
     _, ctc_dir = wav2vec2_dirs
     ours = pipeline("automatic-speech-recognition", model=ctc_dir, ipu_config=LAYOUT)
     model = _loaded(ctc_dir, "AutoModelForCTC")
-    reference = transformers.pipeline("automatic-speech-recognition", model=model,
-                                      feature_extractor=ours.feature_extractor, tokenizer=ours.tokenizer)  # fmt: skip
+    reference = transformers.pipeline(
+        "automatic-speech-recognition", model=model, feature_extractor=ours.feature_extractor, tokenizer=ours.tokenizer
+    )
     got = ours(fsdd_files, batch_size=2)
     assert got == [reference(load_audio(path, RATE)) for path in fsdd_files]
     assert len(got[0]["text"]) > 3  # a random model spells something: frames past each clip are not read
@@ -131,8 +147,9 @@ def test_ctc_speech_recognition_equals_transformers(wav2vec2_dirs, fsdd_files, j
 def test_whisper_speech_recognition_equals_transformers(whisper_dir, fsdd_files, jfk):
     ours = pipeline("automatic-speech-recognition", model=whisper_dir)
     model = _loaded(whisper_dir, "AutoModelForSpeechSeq2Seq")
-    reference = transformers.pipeline("automatic-speech-recognition", model=model,
-                                      feature_extractor=ours.feature_extractor, tokenizer=ours.tokenizer)  # fmt: skip
+    reference = transformers.pipeline(
+        "automatic-speech-recognition", model=model, feature_extractor=ours.feature_extractor, tokenizer=ours.tokenizer
+    )
     generate = {"max_new_tokens": 8}
     got = ours(fsdd_files[:3], batch_size=2, generate_kwargs=generate)
     assert got == [reference(load_audio(path, RATE), generate_kwargs=generate) for path in fsdd_files[:3]]

@@ -46,29 +46,73 @@ def tiny_config(family: str) -> transformers.PretrainedConfig:
     """A config of `family` with 4 pipeline layers, tiny widths and no randomness in training."""
     if family == "convnext":
         return transformers.ConvNextConfig(
-            num_channels=3, hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1], image_size=IMAGE,
-            drop_path_rate=0.0, layer_scale_init_value=1.0, num_labels=LABELS,
-        )  # fmt: skip
+            num_channels=3,
+            hidden_sizes=[8, 16, 24, 32],
+            depths=[1, 1, 1, 1],
+            image_size=IMAGE,
+            drop_path_rate=0.0,
+            layer_scale_init_value=1.0,
+            num_labels=LABELS,
+        )
     if family in ("wav2vec2", "hubert"):
         config_class = transformers.Wav2Vec2Config if family == "wav2vec2" else transformers.HubertConfig
         return config_class(
-            hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=37, conv_dim=(16, 16),
-            conv_kernel=(8, 4), conv_stride=(4, 2), num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2,
-            hidden_dropout=0.0, activation_dropout=0.0, attention_dropout=0.0, feat_proj_dropout=0.0,
-            final_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0, mask_feature_prob=0.0, vocab_size=VOCAB,
-            pad_token_id=0, ctc_loss_reduction="mean", ctc_zero_infinity=True, classifier_proj_size=8,
-            num_labels=LABELS, codevector_dim=16, proj_codevector_dim=16, num_codevectors_per_group=8,
-            num_codevector_groups=2, num_negatives=4, attn_implementation="eager",
-        )  # fmt: skip
+            hidden_size=32,
+            num_hidden_layers=4,
+            num_attention_heads=2,
+            intermediate_size=37,
+            conv_dim=(16, 16),
+            conv_kernel=(8, 4),
+            conv_stride=(4, 2),
+            num_conv_pos_embeddings=8,
+            num_conv_pos_embedding_groups=2,
+            hidden_dropout=0.0,
+            activation_dropout=0.0,
+            attention_dropout=0.0,
+            feat_proj_dropout=0.0,
+            final_dropout=0.0,
+            layerdrop=0.0,
+            mask_time_prob=0.0,
+            mask_feature_prob=0.0,
+            vocab_size=VOCAB,
+            pad_token_id=0,
+            ctc_loss_reduction="mean",
+            ctc_zero_infinity=True,
+            classifier_proj_size=8,
+            num_labels=LABELS,
+            codevector_dim=16,
+            proj_codevector_dim=16,
+            num_codevectors_per_group=8,
+            num_codevector_groups=2,
+            num_negatives=4,
+            attn_implementation="eager",
+        )
     if family == "whisper":
         return transformers.WhisperConfig(
-            vocab_size=WHISPER_VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-            decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, num_mel_bins=MEL_BINS,
-            max_source_positions=MEL_FRAMES // 2, max_target_positions=32, dropout=0.0, attention_dropout=0.0,
-            activation_dropout=0.0, encoder_layerdrop=0.0, decoder_layerdrop=0.0, pad_token_id=1, bos_token_id=2,
-            eos_token_id=2, decoder_start_token_id=3, suppress_tokens=None, begin_suppress_tokens=None,
+            vocab_size=WHISPER_VOCAB,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=37,
+            decoder_ffn_dim=37,
+            num_mel_bins=MEL_BINS,
+            max_source_positions=MEL_FRAMES // 2,
+            max_target_positions=32,
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            encoder_layerdrop=0.0,
+            decoder_layerdrop=0.0,
+            pad_token_id=1,
+            bos_token_id=2,
+            eos_token_id=2,
+            decoder_start_token_id=3,
+            suppress_tokens=None,
+            begin_suppress_tokens=None,
             attn_implementation="eager",
-        )  # fmt: skip
+        )
     raise KeyError(family)
 
 
@@ -147,14 +191,23 @@ def save_tiny_whisper(path) -> str:
     (path / "vocab.json").write_text(json.dumps(vocab))
     (path / "merges.txt").write_text("#version: 0.2\n")
     eot = "<|endoftext|>"
-    tokenizer = transformers.WhisperTokenizer(str(path / "vocab.json"), str(path / "merges.txt"), unk_token=eot,
-                                              bos_token=eot, eos_token=eot, pad_token=eot)  # fmt: skip
+    tokenizer = transformers.WhisperTokenizer(
+        str(path / "vocab.json"), str(path / "merges.txt"), unk_token=eot, bos_token=eot, eos_token=eot, pad_token=eot
+    )
     specials = ["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|translate|>", "<|notimestamps|>"]
     tokenizer.add_special_tokens({"additional_special_tokens": specials})
     config = tiny_config("whisper")
-    config.update({"vocab_size": len(tokenizer), "max_source_positions": 1500, "max_target_positions": 64,
-                   "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0,
-                   "decoder_start_token_id": tokenizer.convert_tokens_to_ids("<|startoftranscript|>")})  # fmt: skip
+    config.update(
+        {
+            "vocab_size": len(tokenizer),
+            "max_source_positions": 1500,
+            "max_target_positions": 64,
+            "pad_token_id": 0,
+            "bos_token_id": 0,
+            "eos_token_id": 0,
+            "decoder_start_token_id": tokenizer.convert_tokens_to_ids("<|startoftranscript|>"),
+        }
+    )
     torch.manual_seed(0)
     transformers.WhisperForConditionalGeneration(config).save_pretrained(path)
     tokenizer.save_pretrained(path)

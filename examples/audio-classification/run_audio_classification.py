@@ -57,9 +57,12 @@ class ModelArguments:
     """Which model, config and feature extractor to fine-tune (or which family to train from scratch)."""
 
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "Model folder or id in the local Hugging Face cache; leave out to train from "
-                                        "scratch (--model_type or --config_name)."}
-    )  # fmt: skip
+        default=None,
+        metadata={
+            "help": "Model folder or id in the local Hugging Face cache; leave out to train from "
+            "scratch (--model_type or --config_name)."
+        },
+    )
     model_type: str | None = field(default=None, metadata={"help": "Family to train from scratch, e.g. wav2vec2."})
     config_overrides: str | None = field(
         default=None, metadata={"help": "From scratch: config values, e.g. 'hidden_size=64,num_hidden_layers=2'."}
@@ -84,11 +87,14 @@ class ModelArguments:
         if self.model_type is not None and self.model_type not in CONFIG_MAPPING:
             raise ValueError(f"--model_type {self.model_type}: unknown to transformers; e.g. wav2vec2, hubert")
         if self.config_overrides is not None and self.model_name_or_path is not None:
-            raise ValueError("--config_overrides changes the config of a model trained from scratch; leave out "
-                             "--model_name_or_path, or use --config_name")  # fmt: skip
+            raise ValueError(
+                "--config_overrides changes the config of a model trained from scratch; leave out "
+                "--model_name_or_path, or use --config_name"
+            )
         if self.model_name_or_path is None and self.model_type is None and self.config_name is None:
-            raise ValueError("give --model_name_or_path, or --model_type (e.g. wav2vec2) / --config_name to train "
-                             "from scratch")  # fmt: skip
+            raise ValueError(
+                "give --model_name_or_path, or --model_type (e.g. wav2vec2) / --config_name to train from scratch"
+            )
 
 
 @dataclass
@@ -120,8 +126,9 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
         dirs = {"train": data.train_dir, "eval": data.eval_dir}
         return {split: read_audio_folder(path, data.audio_column_name) for split, path in dirs.items() if path}
     try:
-        raw = datasets.load_dataset(data.dataset_name, data.dataset_config_name, cache_dir=model.cache_dir,
-                                    token=model.token)  # fmt: skip
+        raw = datasets.load_dataset(
+            data.dataset_name, data.dataset_config_name, cache_dir=model.cache_dir, token=model.token
+        )
     except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
         raise SystemExit(
             f"--dataset_name {data.dataset_name}: not in the local datasets cache and the Hub cannot be reached "
@@ -143,11 +150,15 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
 def label_names(raw: dict[str, datasets.Dataset], data: DataTrainingArguments) -> list[str]:
     """The label names (a `ClassLabel`'s, else the sorted distinct values); a clear error for a missing column."""
     for split, dataset in raw.items():
-        for flag, column in (("--audio_column_name", data.audio_column_name),
-                             ("--label_column_name", data.label_column_name)):  # fmt: skip
+        for flag, column in (
+            ("--audio_column_name", data.audio_column_name),
+            ("--label_column_name", data.label_column_name),
+        ):
             if column not in dataset.column_names:
-                raise ValueError(f"{flag} {column}: the {split} data has no such column (columns: "
-                                 f"{', '.join(dataset.column_names)}); name the right one")  # fmt: skip
+                raise ValueError(
+                    f"{flag} {column}: the {split} data has no such column (columns: "
+                    f"{', '.join(dataset.column_names)}); name the right one"
+                )
     feature = raw["train" if "train" in raw else "eval"].features[data.label_column_name]
     if isinstance(feature, datasets.ClassLabel):
         return list(feature.names)
@@ -180,28 +191,38 @@ def build_model(
     model_args: ModelArguments, labels: list[str]
 ) -> tuple[transformers.PreTrainedModel, transformers.FeatureExtractionMixin]:
     """The classifier (pretrained, or new from `--model_type` / `--config_name`) and its feature extractor."""
-    hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token,
-           "trust_remote_code": model_args.trust_remote_code}  # fmt: skip
-    label_kwargs = {"num_labels": len(labels), "label2id": {n: i for i, n in enumerate(labels)},
-                    "id2label": dict(enumerate(labels)), "finetuning_task": "audio-classification"}  # fmt: skip
+    hub = {
+        "cache_dir": model_args.cache_dir,
+        "revision": model_args.model_revision,
+        "token": model_args.token,
+        "trust_remote_code": model_args.trust_remote_code,
+    }
+    label_kwargs = {
+        "num_labels": len(labels),
+        "label2id": {n: i for i, n in enumerate(labels)},
+        "id2label": dict(enumerate(labels)),
+        "finetuning_task": "audio-classification",
+    }
     if model_args.config_name or model_args.model_name_or_path:
-        config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path, **label_kwargs,
-                                            **hub)  # fmt: skip
+        config = AutoConfig.from_pretrained(
+            model_args.config_name or model_args.model_name_or_path, **label_kwargs, **hub
+        )
     else:
         config = new_config(model_args.model_type, model_args.config_overrides)
         config.update(label_kwargs)
     if model_args.model_name_or_path:
         model = AutoModelForAudioClassification.from_pretrained(
-            model_args.model_name_or_path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
+            model_args.model_name_or_path,
+            config=config,
+            ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
             **hub,
-        )  # fmt: skip
+        )
     else:
         logger.info("Training a new %s model from scratch", config.model_type)
         model = AutoModelForAudioClassification.from_config(config, trust_remote_code=model_args.trust_remote_code)
     source = model_args.feature_extractor_name or model_args.model_name_or_path
     if source:
-        extractor = AutoFeatureExtractor.from_pretrained(source, return_attention_mask=model_args.attention_mask,
-                                                         **hub)  # fmt: skip
+        extractor = AutoFeatureExtractor.from_pretrained(source, return_attention_mask=model_args.attention_mask, **hub)
     else:
         extractor = family_feature_extractor(config)
     if model_args.freeze_feature_encoder and hasattr(model, "freeze_feature_encoder"):
@@ -216,8 +237,10 @@ def family_feature_extractor(config: transformers.PretrainedConfig) -> transform
 
     name = FEATURE_EXTRACTOR_MAPPING_NAMES.get(config.model_type)
     if not name:
-        raise ValueError(f"--model_type {config.model_type}: transformers has no feature extractor for it; pass "
-                         "--feature_extractor_name")  # fmt: skip
+        raise ValueError(
+            f"--model_type {config.model_type}: transformers has no feature extractor for it; pass "
+            "--feature_extractor_name"
+        )
     masked = getattr(config, "feat_extract_norm", "layer") == "layer"
     return feature_extractor_class_from_name(name)(do_normalize=True, return_attention_mask=masked)
 
@@ -286,8 +309,9 @@ def main() -> None:
     def transform(batch: dict[str, list], train: bool) -> dict[str, list]:
         """Decode, resample, cut to `length` samples, and run the feature extractor padding to `length`."""
         clips = [fixed_length(load_audio(a, rate), length, rng if train else None) for a in batch[audio_column]]
-        features = feature_extractor(clips, sampling_rate=rate, padding="max_length", max_length=length,
-                                     truncation=True, return_tensors="np")  # fmt: skip
+        features = feature_extractor(
+            clips, sampling_rate=rate, padding="max_length", max_length=length, truncation=True, return_tensors="np"
+        )
         out = {key: list(value) for key, value in features.items()}
         out["labels"] = batch[label_column] if is_class_label else [label_to_id[str(v)] for v in batch[label_column]]
         return out

@@ -54,9 +54,12 @@ class ModelArguments:
     """Which model, config and image processor to fine-tune (or which family to train from scratch)."""
 
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "Model folder or id in the local Hugging Face cache; leave out to train from "
-                                        "scratch (--model_type or --config_name)."}
-    )  # fmt: skip
+        default=None,
+        metadata={
+            "help": "Model folder or id in the local Hugging Face cache; leave out to train from "
+            "scratch (--model_type or --config_name)."
+        },
+    )
     model_type: str | None = field(default=None, metadata={"help": "Family to train from scratch, e.g. vit, convnext."})
     config_overrides: str | None = field(
         default=None, metadata={"help": "From scratch: config values, e.g. 'image_size=32,patch_size=4'."}
@@ -75,11 +78,14 @@ class ModelArguments:
         if self.model_type is not None and self.model_type not in CONFIG_MAPPING:
             raise ValueError(f"--model_type {self.model_type}: unknown to transformers; e.g. vit, convnext")
         if self.config_overrides is not None and self.model_name_or_path is not None:
-            raise ValueError("--config_overrides changes the config of a model trained from scratch; leave out "
-                             "--model_name_or_path, or use --config_name")  # fmt: skip
+            raise ValueError(
+                "--config_overrides changes the config of a model trained from scratch; leave out "
+                "--model_name_or_path, or use --config_name"
+            )
         if self.model_name_or_path is None and self.model_type is None and self.config_name is None:
-            raise ValueError("give --model_name_or_path, or --model_type (e.g. vit) / --config_name to train from "
-                             "scratch")  # fmt: skip
+            raise ValueError(
+                "give --model_name_or_path, or --model_type (e.g. vit) / --config_name to train from scratch"
+            )
 
 
 @dataclass
@@ -90,8 +96,9 @@ class DataTrainingArguments:
     dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     train_dir: str | None = field(default=None, metadata={"help": "Training images: <dir>/<label>/<image>."})
     validation_dir: str | None = field(default=None, metadata={"help": "Evaluation images, same layout."})
-    train_val_split: float = field(default=0.15, metadata={"help": "Share of training images held out if no "
-                                                                   "validation split is given."})  # fmt: skip
+    train_val_split: float = field(
+        default=0.15, metadata={"help": "Share of training images held out if no validation split is given."}
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep this many training examples."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep this many evaluation examples."})
     image_column_name: str = field(default="image", metadata={"help": "The column of the images."})
@@ -115,8 +122,9 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dat
         data_files = {split: os.path.join(path, "**") for split, path in files.items() if path is not None}
         return datasets.load_dataset("imagefolder", data_files=data_files, cache_dir=model.cache_dir)
     try:
-        return datasets.load_dataset(data.dataset_name, data.dataset_config_name, cache_dir=model.cache_dir,
-                                     token=model.token)  # fmt: skip
+        return datasets.load_dataset(
+            data.dataset_name, data.dataset_config_name, cache_dir=model.cache_dir, token=model.token
+        )
     except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
         raise SystemExit(
             f"--dataset_name {data.dataset_name}: not in the local datasets cache and the Hub cannot be reached "
@@ -130,11 +138,15 @@ def check_columns(raw: datasets.DatasetDict, data: DataTrainingArguments) -> lis
     """The label names (a `ClassLabel`'s names, else the sorted distinct values); a clear error for a missing
     column."""
     for split, dataset in raw.items():
-        for flag, column in (("--image_column_name", data.image_column_name),
-                             ("--label_column_name", data.label_column_name)):  # fmt: skip
+        for flag, column in (
+            ("--image_column_name", data.image_column_name),
+            ("--label_column_name", data.label_column_name),
+        ):
             if column not in dataset.column_names:
-                raise ValueError(f"{flag} {column}: the {split} data has no such column (columns: "
-                                 f"{', '.join(dataset.column_names)}); name the right one")  # fmt: skip
+                raise ValueError(
+                    f"{flag} {column}: the {split} data has no such column (columns: "
+                    f"{', '.join(dataset.column_names)}); name the right one"
+                )
     feature = raw["train" if "train" in raw else "validation"].features[data.label_column_name]
     if isinstance(feature, datasets.ClassLabel):
         return list(feature.names)
@@ -167,21 +179,32 @@ def build_model(
 ) -> tuple[transformers.PreTrainedModel, transformers.BaseImageProcessor]:
     """The classifier (pretrained, or new from `--model_type` / `--config_name`) with the data's labels, and its
     image processor."""
-    hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token,
-           "trust_remote_code": model_args.trust_remote_code}  # fmt: skip
-    label_kwargs = {"num_labels": len(labels), "label2id": {n: i for i, n in enumerate(labels)},
-                    "id2label": dict(enumerate(labels)), "finetuning_task": "image-classification"}  # fmt: skip
+    hub = {
+        "cache_dir": model_args.cache_dir,
+        "revision": model_args.model_revision,
+        "token": model_args.token,
+        "trust_remote_code": model_args.trust_remote_code,
+    }
+    label_kwargs = {
+        "num_labels": len(labels),
+        "label2id": {n: i for i, n in enumerate(labels)},
+        "id2label": dict(enumerate(labels)),
+        "finetuning_task": "image-classification",
+    }
     if model_args.config_name or model_args.model_name_or_path:
-        config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path, **label_kwargs,
-                                            **hub)  # fmt: skip
+        config = AutoConfig.from_pretrained(
+            model_args.config_name or model_args.model_name_or_path, **label_kwargs, **hub
+        )
     else:
         config = new_config(model_args.model_type, model_args.config_overrides)
         config.update(label_kwargs)
     if model_args.model_name_or_path:
         model = AutoModelForImageClassification.from_pretrained(
-            model_args.model_name_or_path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
+            model_args.model_name_or_path,
+            config=config,
+            ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
             **hub,
-        )  # fmt: skip
+        )
     else:
         logger.info("Training a new %s model from scratch", config.model_type)
         model = AutoModelForImageClassification.from_config(config, trust_remote_code=model_args.trust_remote_code)
@@ -198,8 +221,9 @@ def family_image_processor(config: transformers.PretrainedConfig) -> transformer
     scratch is fed (and saved with)."""
     names = image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES.get(config.model_type)
     if not names:
-        raise ValueError(f"--model_type {config.model_type}: transformers has no image processor for it; pass "
-                         "--image_processor_name")  # fmt: skip
+        raise ValueError(
+            f"--model_type {config.model_type}: transformers has no image processor for it; pass --image_processor_name"
+        )
     name = names if isinstance(names, str) else names["torchvision" if is_torchvision_available() else "pil"]
     processor = image_processing_auto.get_image_processor_class_from_name(name)()
     side = getattr(config, "image_size", None)

@@ -60,9 +60,12 @@ class ModelArguments:
     """Which model to fine-tune (or which family to train from scratch), and its regularisation."""
 
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "Model folder or id in the local Hugging Face cache; leave out to train from "
-                                        "scratch (--model_type)."}
-    )  # fmt: skip
+        default=None,
+        metadata={
+            "help": "Model folder or id in the local Hugging Face cache; leave out to train from "
+            "scratch (--model_type)."
+        },
+    )
     model_type: str | None = field(default=None, metadata={"help": "Family to train from scratch: wav2vec2, hubert."})
     config_overrides: str | None = field(
         default=None, metadata={"help": "From scratch: config values, e.g. 'hidden_size=64,num_hidden_layers=2'."}
@@ -91,8 +94,9 @@ class ModelArguments:
         if self.model_type is not None and self.model_type not in CONFIG_MAPPING:
             raise ValueError(f"--model_type {self.model_type}: unknown to transformers; e.g. wav2vec2, hubert")
         if self.config_overrides is not None and self.model_name_or_path is not None:
-            raise ValueError("--config_overrides changes the config of a model trained from scratch; leave out "
-                             "--model_name_or_path")  # fmt: skip
+            raise ValueError(
+                "--config_overrides changes the config of a model trained from scratch; leave out --model_name_or_path"
+            )
         if self.model_name_or_path is None and self.model_type is None:
             raise ValueError("give --model_name_or_path, or --model_type (e.g. wav2vec2) to train from scratch")
         if self.ctc_loss_reduction not in ("mean", "sum"):
@@ -115,8 +119,9 @@ class DataTrainingArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep this many evaluation examples."})
     chars_to_ignore: list[str] | None = field(default=None, metadata={"help": "Characters removed from the text."})
     eval_metrics: list[str] = field(default_factory=lambda: list(METRICS), metadata={"help": "wer and/or cer."})
-    max_duration_in_seconds: float = field(default=20.0, metadata={"help": "Clips are padded to this; longer ones "
-                                                                           "are left out."})  # fmt: skip
+    max_duration_in_seconds: float = field(
+        default=20.0, metadata={"help": "Clips are padded to this; longer ones are left out."}
+    )
     min_duration_in_seconds: float = field(default=0.0, metadata={"help": "Shorter clips are left out."})
     unk_token: str = field(default="[UNK]", metadata={"help": "The unknown token of a built vocabulary."})
     pad_token: str = field(default="[PAD]", metadata={"help": "The padding token (CTC blank) of a built vocabulary."})
@@ -129,8 +134,10 @@ class DataTrainingArguments:
         if unknown:
             raise ValueError(f"--eval_metrics {' '.join(unknown)}: unknown; choose from {', '.join(METRICS)}")
         if self.max_duration_in_seconds <= self.min_duration_in_seconds:
-            raise ValueError(f"--max_duration_in_seconds {self.max_duration_in_seconds} must be more than "
-                             f"--min_duration_in_seconds {self.min_duration_in_seconds}")  # fmt: skip
+            raise ValueError(
+                f"--max_duration_in_seconds {self.max_duration_in_seconds} must be more than "
+                f"--min_duration_in_seconds {self.min_duration_in_seconds}"
+            )
 
 
 def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dict[str, datasets.Dataset]:
@@ -142,10 +149,15 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
     for split, names in (("train", data.train_split_name), ("eval", data.eval_split_name)):
         try:
             parts = [
-                datasets.load_dataset(data.dataset_name, data.dataset_config_name, split=name,
-                                      cache_dir=model.cache_dir, token=model.token)
+                datasets.load_dataset(
+                    data.dataset_name,
+                    data.dataset_config_name,
+                    split=name,
+                    cache_dir=model.cache_dir,
+                    token=model.token,
+                )
                 for name in names.split("+")
-            ]  # fmt: skip
+            ]
         except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
             raise SystemExit(
                 f"--dataset_name {data.dataset_name} ({names}): not in the local datasets cache and the Hub cannot be "
@@ -206,18 +218,35 @@ def build_model(
     model_args: ModelArguments, tokenizer: Wav2Vec2CTCTokenizer
 ) -> tuple[transformers.PreTrainedModel, Wav2Vec2FeatureExtractor]:
     """The CTC model with a head over the tokenizer's vocabulary, and its feature extractor."""
-    overrides = {key: getattr(model_args, key) for key in (
-        "attention_dropout", "activation_dropout", "feat_proj_dropout", "hidden_dropout", "final_dropout",
-        "mask_time_prob", "mask_time_length", "mask_feature_prob", "mask_feature_length", "layerdrop",
-        "ctc_loss_reduction", "ctc_zero_infinity")}  # fmt: skip
+    overrides = {
+        key: getattr(model_args, key)
+        for key in (
+            "attention_dropout",
+            "activation_dropout",
+            "feat_proj_dropout",
+            "hidden_dropout",
+            "final_dropout",
+            "mask_time_prob",
+            "mask_time_length",
+            "mask_feature_prob",
+            "mask_feature_length",
+            "layerdrop",
+            "ctc_loss_reduction",
+            "ctc_zero_infinity",
+        )
+    }
     overrides |= {"pad_token_id": tokenizer.pad_token_id, "vocab_size": len(tokenizer)}
-    hub = {"cache_dir": model_args.cache_dir, "token": model_args.token,
-           "trust_remote_code": model_args.trust_remote_code}  # fmt: skip
+    hub = {
+        "cache_dir": model_args.cache_dir,
+        "token": model_args.token,
+        "trust_remote_code": model_args.trust_remote_code,
+    }
     if model_args.model_name_or_path:
         config = AutoConfig.from_pretrained(model_args.model_name_or_path, **hub)
         config.update(overrides)
-        model = AutoModelForCTC.from_pretrained(model_args.model_name_or_path, config=config,
-                                                ignore_mismatched_sizes=True, **hub)  # fmt: skip
+        model = AutoModelForCTC.from_pretrained(
+            model_args.model_name_or_path, config=config, ignore_mismatched_sizes=True, **hub
+        )
         extractor = AutoFeatureExtractor.from_pretrained(model_args.model_name_or_path, **hub)
     else:
         config = new_config(model_args.model_type, model_args.config_overrides)
@@ -253,8 +282,11 @@ def main() -> None:
         model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
     else:
         model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%m/%d/%Y %H:%M:%S",
-                        handlers=[logging.StreamHandler(sys.stdout)])  # fmt: skip
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
     log_level = training_args.get_process_log_level()
     for lib_logger in (logger, logging.getLogger("optimum_ipu")):
         lib_logger.setLevel(log_level)
@@ -269,8 +301,10 @@ def main() -> None:
     for split, dataset in raw.items():
         for flag, column in (("--audio_column_name", audio_column), ("--text_column_name", text_column)):
             if column not in dataset.column_names:
-                raise ValueError(f"{flag} {column}: the {split} data has no such column (columns: "
-                                 f"{', '.join(dataset.column_names)}); name the right one")  # fmt: skip
+                raise ValueError(
+                    f"{flag} {column}: the {split} data has no such column (columns: "
+                    f"{', '.join(dataset.column_names)}); name the right one"
+                )
     normalize = normalizer(data_args.chars_to_ignore)
     texts = {split: [normalize(str(t)) for t in dataset[text_column]] for split, dataset in raw.items()}
 
@@ -281,8 +315,12 @@ def main() -> None:
         vocab_file = os.path.join(training_args.output_dir, "vocab.json")
         with open(vocab_file, "w", encoding="utf-8") as f:
             json.dump(build_vocabulary(texts.get("train", []) + texts.get("eval", []), data_args), f)
-        tokenizer = Wav2Vec2CTCTokenizer(vocab_file, unk_token=data_args.unk_token, pad_token=data_args.pad_token,
-                                         word_delimiter_token=data_args.word_delimiter_token)  # fmt: skip
+        tokenizer = Wav2Vec2CTCTokenizer(
+            vocab_file,
+            unk_token=data_args.unk_token,
+            pad_token=data_args.pad_token,
+            word_delimiter_token=data_args.word_delimiter_token,
+        )
     model, feature_extractor = build_model(model_args, tokenizer)
     rate = feature_extractor.sampling_rate
     max_samples = int(round(data_args.max_duration_in_seconds * rate))
@@ -297,8 +335,11 @@ def main() -> None:
 
         def features(batch: dict[str, list]) -> dict[str, list]:
             clips = [load_audio(a, rate) for a in batch[audio_column]]
-            out = dict(feature_extractor(clips, sampling_rate=rate, padding="max_length", max_length=max_samples,
-                                         truncation=True))  # fmt: skip
+            out = dict(
+                feature_extractor(
+                    clips, sampling_rate=rate, padding="max_length", max_length=max_samples, truncation=True
+                )
+            )
             out["input_length"] = [len(c) for c in clips]
             ids = tokenizer(batch["_text"]).input_ids
             out["labels"] = [seq + [-100] * (label_length - len(seq)) for seq in ids]
@@ -309,8 +350,13 @@ def main() -> None:
         kept = dataset.filter(lambda n: min_samples <= n <= max_samples, input_columns="input_length")
         if len(kept) < len(dataset):
             bounds = (data_args.min_duration_in_seconds, data_args.max_duration_in_seconds)
-            logger.warning("%s: %d of %d clips are outside %s s and left out", split, len(dataset) - len(kept),
-                           len(dataset), bounds)  # fmt: skip
+            logger.warning(
+                "%s: %d of %d clips are outside %s s and left out",
+                split,
+                len(dataset) - len(kept),
+                len(dataset),
+                bounds,
+            )
         return kept.remove_columns("input_length").with_format("torch")
 
     train_dataset = prepare("train", data_args.max_train_samples) if training_args.do_train else None

@@ -59,8 +59,9 @@ class ModelArguments:
     model_name_or_path: str = field(metadata={"help": "Model folder or id in the local Hugging Face cache."})
     config_name: str | None = field(default=None, metadata={"help": "Config folder or id, if not the model's."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer folder or id, if not the model's."})
-    feature_extractor_name: str | None = field(default=None, metadata={"help": "Feature extractor, if not the "
-                                                                               "model's."})  # fmt: skip
+    feature_extractor_name: str | None = field(
+        default=None, metadata={"help": "Feature extractor, if not the model's."}
+    )
     cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded models are cached."})
     model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model."})
     token: str | None = field(default=None, metadata={"help": "Hugging Face Hub token."})
@@ -84,8 +85,9 @@ class DataTrainingArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep this many training examples."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep this many evaluation examples."})
     do_lower_case: bool = field(default=False, metadata={"help": "Lower-case the transcriptions."})
-    language: str | None = field(default=None, metadata={"help": "Whisper: the language, e.g. english (multilingual "
-                                                                 "checkpoints)."})  # fmt: skip
+    language: str | None = field(
+        default=None, metadata={"help": "Whisper: the language, e.g. english (multilingual checkpoints)."}
+    )
     task: str = field(default="transcribe", metadata={"help": "Whisper: transcribe or translate."})
 
     def __post_init__(self) -> None:
@@ -102,10 +104,15 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
     for split, names in (("train", data.train_split_name), ("eval", data.eval_split_name)):
         try:
             parts = [
-                datasets.load_dataset(data.dataset_name, data.dataset_config_name, split=name,
-                                      cache_dir=model.cache_dir, token=model.token)
+                datasets.load_dataset(
+                    data.dataset_name,
+                    data.dataset_config_name,
+                    split=name,
+                    cache_dir=model.cache_dir,
+                    token=model.token,
+                )
                 for name in names.split("+")
-            ]  # fmt: skip
+            ]
         except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
             raise SystemExit(
                 f"--dataset_name {data.dataset_name} ({names}): not in the local datasets cache and the Hub cannot be "
@@ -122,8 +129,12 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
 
 def load_model(model_args: ModelArguments, data_args: DataTrainingArguments) -> tuple[Any, Any, Any]:
     """The model, its feature extractor and tokenizer, with Whisper's language and task set."""
-    hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token,
-           "trust_remote_code": model_args.trust_remote_code}  # fmt: skip
+    hub = {
+        "cache_dir": model_args.cache_dir,
+        "revision": model_args.model_revision,
+        "token": model_args.token,
+        "trust_remote_code": model_args.trust_remote_code,
+    }
     config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path, **hub)
     if getattr(config, "model_type", None) == "whisper":
         config.apply_spec_augment = model_args.apply_spec_augment
@@ -194,8 +205,11 @@ def main() -> None:
         model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
     else:
         model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%m/%d/%Y %H:%M:%S",
-                        handlers=[logging.StreamHandler(sys.stdout)])  # fmt: skip
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
     log_level = training_args.get_process_log_level()
     for lib_logger in (logger, logging.getLogger("optimum_ipu")):
         lib_logger.setLevel(log_level)
@@ -206,18 +220,24 @@ def main() -> None:
 
     raw = load_raw_datasets(data_args, model_args)
     for split, dataset in raw.items():
-        for flag, column in (("--audio_column_name", data_args.audio_column_name),
-                             ("--text_column_name", data_args.text_column_name)):  # fmt: skip
+        for flag, column in (
+            ("--audio_column_name", data_args.audio_column_name),
+            ("--text_column_name", data_args.text_column_name),
+        ):
             if column not in dataset.column_names:
-                raise ValueError(f"{flag} {column}: the {split} data has no such column (columns: "
-                                 f"{', '.join(dataset.column_names)}); name the right one")  # fmt: skip
+                raise ValueError(
+                    f"{flag} {column}: the {split} data has no such column (columns: "
+                    f"{', '.join(dataset.column_names)}); name the right one"
+                )
     model, extractor, tokenizer = load_model(model_args, data_args)
     texts = [t for d in raw.values() for t in d[data_args.text_column_name]]
     label_length = max(len(tokenizer(t.lower() if data_args.do_lower_case else t).input_ids) for t in texts)
     start = model.config.decoder_start_token_id
     splits = {}
-    for split, flag, limit in (("train", training_args.do_train, data_args.max_train_samples),
-                               ("eval", training_args.do_eval, data_args.max_eval_samples)):  # fmt: skip
+    for split, flag, limit in (
+        ("train", training_args.do_train, data_args.max_train_samples),
+        ("eval", training_args.do_eval, data_args.max_eval_samples),
+    ):
         if flag:
             if split not in raw:
                 raise ValueError(f"--do_{split} needs a {split} dataset: give --{split}_dir (or --dataset_name)")

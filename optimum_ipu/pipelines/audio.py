@@ -68,8 +68,9 @@ def read_audio(source: str | os.PathLike | bytes, sampling_rate: int | None = No
     if not isinstance(source, bytes) and not os.path.isfile(name):
         raise AudioDecodingError(f"{name}: no such audio file")
     try:
-        data, rate = soundfile.read(io.BytesIO(source) if isinstance(source, bytes) else name, dtype="float32",
-                                    always_2d=True)  # fmt: skip
+        data, rate = soundfile.read(
+            io.BytesIO(source) if isinstance(source, bytes) else name, dtype="float32", always_2d=True
+        )
     except (soundfile.LibsndfileError, RuntimeError, TypeError) as err:
         raise AudioDecodingError(
             f"{name}: cannot decode this audio ({err}); WAV, FLAC and OGG are read (through soundfile, without "
@@ -140,8 +141,10 @@ def read_audio_folder(folder: str | os.PathLike, audio_column: str = "audio") ->
     folder = os.fspath(folder)
     found = [os.path.join(folder, n) for n in METADATA_FILES if os.path.isfile(os.path.join(folder, n))]
     if not found:
-        raise FileNotFoundError(f"{folder}: no {' or '.join(METADATA_FILES)}; an audiofolder split lists its files "
-                                "there (a 'file_name' column and the labels)")  # fmt: skip
+        raise FileNotFoundError(
+            f"{folder}: no {' or '.join(METADATA_FILES)}; an audiofolder split lists its files "
+            "there (a 'file_name' column and the labels)"
+        )
     metadata = found[0]
     builder = "csv" if metadata.endswith(".csv") else "json"
     rows = datasets.load_dataset(builder, data_files={"split": metadata}, split="split")

@@ -30,6 +30,7 @@ def load_processors(path: str, needed: tuple[str, ...], given: dict[str, Any]) -
         try:
             loaded[name] = getattr(transformers, _LOADERS[name]).from_pretrained(path)
         except (OSError, ValueError) as err:
-            raise ValueError(f"{path}: no {name} could be loaded from it ({type(err).__name__}); pass {name}= to "
-                             "pipeline()") from None  # fmt: skip
+            raise ValueError(
+                f"{path}: no {name} could be loaded from it ({type(err).__name__}); pass {name}= to pipeline()"
+            ) from None
     return loaded

@@ -153,8 +153,9 @@ class IPUAutomaticSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline, 
     def _forward(self, model_inputs: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         samples = model_inputs.pop(_LENGTH_KEY, None)
         if self.type not in ("ctc", "seq2seq_whisper"):
-            raise ValueError(f"automatic-speech-recognition at static shapes runs CTC models and Whisper, not "
-                             f"{self.type!r} ones")  # fmt: skip
+            raise ValueError(
+                f"automatic-speech-recognition at static shapes runs CTC models and Whisper, not {self.type!r} ones"
+            )
         if self.type == "seq2seq_whisper":
             generate_kwargs = kwargs.pop("generate_kwargs", None) or {}
             kwargs = {**kwargs, **generate_kwargs}

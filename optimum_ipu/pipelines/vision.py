@@ -29,8 +29,10 @@ class IPUImageClassificationPipeline(ImageClassificationPipeline, StaticBatching
         """Stack the processed images (all of the processor's one size)."""
         shapes = {tuple(item["pixel_values"].shape[1:]) for item in items}
         if len(shapes) != 1:
-            raise ValueError(f"the image processor gave images of several sizes {sorted(shapes)}; set its `size` so "
-                             "that every image has one (static shapes)")  # fmt: skip
+            raise ValueError(
+                f"the image processor gave images of several sizes {sorted(shapes)}; set its `size` so "
+                "that every image has one (static shapes)"
+            )
         return {"pixel_values": torch.cat([item["pixel_values"] for item in items])}
 
     def _forward(self, model_inputs: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -15,21 +15,40 @@ from ..conftest import PYTHON, REPO_ROOT
 
 SCRIPT_DIR = REPO_ROOT / "examples" / "audio-classification"
 TINY = {
-    "hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 2, "intermediate_size": 64,
-    "conv_dim": [16, 16, 16], "conv_kernel": [10, 8, 4], "conv_stride": [5, 4, 4], "num_conv_pos_embeddings": 16,
-    "num_conv_pos_embedding_groups": 4, "feat_extract_norm": "layer", "classifier_proj_size": 16,
-    "mask_time_prob": 0.0, "layerdrop": 0.0, "hidden_dropout": 0.0,
-}  # fmt: skip
+    "hidden_size": 32,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+    "conv_dim": [16, 16, 16],
+    "conv_kernel": [10, 8, 4],
+    "conv_stride": [5, 4, 4],
+    "num_conv_pos_embeddings": 16,
+    "num_conv_pos_embedding_groups": 4,
+    "feat_extract_norm": "layer",
+    "classifier_proj_size": 16,
+    "mask_time_prob": 0.0,
+    "layerdrop": 0.0,
+    "hidden_dropout": 0.0,
+}
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
     # one intra-op thread: tiny models gain nothing from two, and spin-waiting threads crawl on a shared CPU
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT),
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+        "OMP_NUM_THREADS": "1",
+    }
     return subprocess.run(
-        [PYTHON, "run_audio_classification.py", *args], cwd=SCRIPT_DIR, capture_output=True, text=True, env=env,
+        [PYTHON, "run_audio_classification.py", *args],
+        cwd=SCRIPT_DIR,
+        capture_output=True,
+        text=True,
+        env=env,
         timeout=600,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("model_type", ["wav2vec2", "hubert"])
@@ -37,14 +56,46 @@ def test_fsdd_from_scratch(tmp_path, shared_data, model_type):
     fsdd = shared_data / "audio" / "fsdd"
     out = tmp_path / model_type
     result = run_script(
-        "--ipu_config_name=./", "--model_type", model_type, "--config_overrides", json.dumps(TINY),
-        "--freeze_feature_encoder", "false", "--train_dir", str(fsdd / "train"), "--eval_dir", str(fsdd / "test"),
-        "--label_column_name", "speaker", "--max_length_seconds", "1", "--do_train", "--do_eval",
-        "--max_train_samples", "32", "--max_eval_samples", "24", "--per_device_train_batch_size", "8",
-        "--per_device_eval_batch_size", "8", "--learning_rate", "5e-3", "--num_train_epochs", "12",
-        "--logging_steps", "1", "--seed", "0", "--output_dir", str(out), "--report_to", "none",
-        "--disable_tqdm", "true",
-    )  # fmt: skip
+        "--ipu_config_name=./",
+        "--model_type",
+        model_type,
+        "--config_overrides",
+        json.dumps(TINY),
+        "--freeze_feature_encoder",
+        "false",
+        "--train_dir",
+        str(fsdd / "train"),
+        "--eval_dir",
+        str(fsdd / "test"),
+        "--label_column_name",
+        "speaker",
+        "--max_length_seconds",
+        "1",
+        "--do_train",
+        "--do_eval",
+        "--max_train_samples",
+        "32",
+        "--max_eval_samples",
+        "24",
+        "--per_device_train_batch_size",
+        "8",
+        "--per_device_eval_batch_size",
+        "8",
+        "--learning_rate",
+        "5e-3",
+        "--num_train_epochs",
+        "12",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "0",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
     expected = {"train_loss", "train_samples_per_second", "eval_loss", "eval_accuracy", "eval_samples"}
@@ -65,8 +116,9 @@ def test_fsdd_from_scratch(tmp_path, shared_data, model_type):
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("example_run_audio_classification",
-                                                  SCRIPT_DIR / "run_audio_classification.py")  # fmt: skip
+    spec = importlib.util.spec_from_file_location(
+        "example_run_audio_classification", SCRIPT_DIR / "run_audio_classification.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules["example_run_audio_classification"] = module  # dataclasses resolve string annotations through it
     spec.loader.exec_module(module)
@@ -80,11 +132,25 @@ def test_bad_arguments_are_clear_errors(script, shared_data, tmp_path, monkeypat
         script.DataTrainingArguments(train_dir="x", max_length_seconds=0.0)
     with pytest.raises(ValueError, match="--config_overrides '.*': wav2vec2 configs have no hiden_size"):
         script.new_config("wav2vec2", '{"hiden_size": 8}')
-    monkeypatch.setattr(sys, "argv", [
-        "run_audio_classification.py", "--model_type", "wav2vec2", "--train_dir",
-        str(shared_data / "audio" / "fsdd" / "train"), "--label_column_name", "digit", "--do_train",
-        "--output_dir", str(tmp_path / "o"),
-    ])  # fmt: skip
-    with pytest.raises(ValueError, match=r"--label_column_name digit: the train data has no such column \(columns: "
-                                         r"label, transcription, speaker, audio\)"):  # fmt: skip
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "run_audio_classification.py",
+            "--model_type",
+            "wav2vec2",
+            "--train_dir",
+            str(shared_data / "audio" / "fsdd" / "train"),
+            "--label_column_name",
+            "digit",
+            "--do_train",
+            "--output_dir",
+            str(tmp_path / "o"),
+        ],
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"--label_column_name digit: the train data has no such column \(columns: "
+        r"label, transcription, speaker, audio\)",
+    ):
         script.main()

@@ -24,12 +24,21 @@ SIDE = {"vit": 16, "convnext": 32}
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
     # one intra-op thread: tiny models gain nothing from two, and spin-waiting threads crawl on a shared CPU
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT),
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+        "OMP_NUM_THREADS": "1",
+    }
     return subprocess.run(
-        [PYTHON, "run_image_classification.py", *args], cwd=SCRIPT_DIR, capture_output=True, text=True, env=env,
+        [PYTHON, "run_image_classification.py", *args],
+        cwd=SCRIPT_DIR,
+        capture_output=True,
+        text=True,
+        env=env,
         timeout=600,
-    )  # fmt: skip
+    )
 
 
 def logged_losses(out) -> list[float]:
@@ -42,13 +51,40 @@ def test_digits_from_scratch(tmp_path, shared_data, model_type):
     digits = shared_data / "images" / "uci-digits-8x8"
     out = tmp_path / model_type
     result = run_script(
-        "--ipu_config_name=./", "--model_type", model_type, "--config_overrides", TINY[model_type],
-        "--train_dir", str(digits / "train"), "--validation_dir", str(digits / "validation"), "--do_train",
-        "--do_eval", "--max_train_samples", "64", "--max_eval_samples", "40", "--per_device_train_batch_size", "8",
-        "--per_device_eval_batch_size", "8", "--learning_rate", "3e-3", "--num_train_epochs", "8",
-        "--logging_steps", "1", "--seed", "0", "--output_dir", str(out), "--report_to", "none",
-        "--disable_tqdm", "true",
-    )  # fmt: skip
+        "--ipu_config_name=./",
+        "--model_type",
+        model_type,
+        "--config_overrides",
+        TINY[model_type],
+        "--train_dir",
+        str(digits / "train"),
+        "--validation_dir",
+        str(digits / "validation"),
+        "--do_train",
+        "--do_eval",
+        "--max_train_samples",
+        "64",
+        "--max_eval_samples",
+        "40",
+        "--per_device_train_batch_size",
+        "8",
+        "--per_device_eval_batch_size",
+        "8",
+        "--learning_rate",
+        "3e-3",
+        "--num_train_epochs",
+        "8",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "0",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
     expected = {"train_loss", "train_samples_per_second", "eval_loss", "eval_accuracy", "eval_samples"}
@@ -68,8 +104,9 @@ def test_digits_from_scratch(tmp_path, shared_data, model_type):
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("example_run_image_classification",
-                                                  SCRIPT_DIR / "run_image_classification.py")  # fmt: skip
+    spec = importlib.util.spec_from_file_location(
+        "example_run_image_classification", SCRIPT_DIR / "run_image_classification.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules["example_run_image_classification"] = module  # dataclasses resolve string annotations through it
     spec.loader.exec_module(module)
@@ -84,10 +121,25 @@ def test_bad_arguments_are_clear_errors(script, shared_data, tmp_path, monkeypat
     with pytest.raises(ValueError, match="--model_type vitt: unknown to transformers"):
         script.ModelArguments(model_type="vitt")
     digits = shared_data / "images" / "uci-digits-8x8"
-    monkeypatch.setattr(sys, "argv", [
-        "run_image_classification.py", "--model_type", "vit", "--train_dir", str(digits / "train"),
-        "--image_column_name", "img", "--do_train", "--output_dir", str(tmp_path / "o"),
-    ])  # fmt: skip
-    with pytest.raises(ValueError, match=r"--image_column_name img: the train data has no such column \(columns: "
-                                         r"image, label\)"):  # fmt: skip
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "run_image_classification.py",
+            "--model_type",
+            "vit",
+            "--train_dir",
+            str(digits / "train"),
+            "--image_column_name",
+            "img",
+            "--do_train",
+            "--output_dir",
+            str(tmp_path / "o"),
+        ],
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"--image_column_name img: the train data has no such column \(columns: "
+        r"image, label\)",
+    ):
         script.main()

@@ -16,20 +16,35 @@ from ..conftest import PYTHON, REPO_ROOT
 
 SCRIPT_DIR = REPO_ROOT / "examples" / "speech-recognition"
 TINY = {
-    "hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 2, "intermediate_size": 64,
-    "conv_dim": [16, 16, 16], "conv_kernel": [20, 8, 4], "conv_stride": [10, 4, 4], "num_conv_pos_embeddings": 16,
+    "hidden_size": 32,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+    "conv_dim": [16, 16, 16],
+    "conv_kernel": [20, 8, 4],
+    "conv_stride": [10, 4, 4],
+    "num_conv_pos_embeddings": 16,
     "num_conv_pos_embedding_groups": 4,
-}  # fmt: skip
+}
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
     # one intra-op thread: tiny models gain nothing from two, and spin-waiting threads crawl on a shared CPU
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT),
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+        "OMP_NUM_THREADS": "1",
+    }
     return subprocess.run(
-        [PYTHON, "run_speech_recognition_ctc.py", *args], cwd=SCRIPT_DIR, capture_output=True, text=True, env=env,
+        [PYTHON, "run_speech_recognition_ctc.py", *args],
+        cwd=SCRIPT_DIR,
+        capture_output=True,
+        text=True,
+        env=env,
         timeout=600,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("model_type", ["wav2vec2", "hubert"])
@@ -37,14 +52,48 @@ def test_fsdd_ctc_from_scratch(tmp_path, shared_data, model_type):
     fsdd = shared_data / "audio" / "fsdd"
     out = tmp_path / model_type
     result = run_script(
-        "--ipu_config_name=./", "--model_type", model_type, "--config_overrides", json.dumps(TINY),
-        "--freeze_feature_encoder", "false", "--mask_time_prob", "0", "--train_dir", str(fsdd / "train"),
-        "--eval_dir", str(fsdd / "test"), "--text_column_name", "transcription", "--max_duration_in_seconds", "1",
-        "--do_train", "--do_eval", "--max_train_samples", "48", "--max_eval_samples", "16",
-        "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8", "--learning_rate", "3e-3",
-        "--num_train_epochs", "6", "--logging_steps", "1", "--seed", "0", "--output_dir", str(out),
-        "--report_to", "none", "--disable_tqdm", "true",
-    )  # fmt: skip
+        "--ipu_config_name=./",
+        "--model_type",
+        model_type,
+        "--config_overrides",
+        json.dumps(TINY),
+        "--freeze_feature_encoder",
+        "false",
+        "--mask_time_prob",
+        "0",
+        "--train_dir",
+        str(fsdd / "train"),
+        "--eval_dir",
+        str(fsdd / "test"),
+        "--text_column_name",
+        "transcription",
+        "--max_duration_in_seconds",
+        "1",
+        "--do_train",
+        "--do_eval",
+        "--max_train_samples",
+        "48",
+        "--max_eval_samples",
+        "16",
+        "--per_device_train_batch_size",
+        "8",
+        "--per_device_eval_batch_size",
+        "8",
+        "--learning_rate",
+        "3e-3",
+        "--num_train_epochs",
+        "6",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "0",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
     expected = {"train_loss", "train_samples_per_second", "eval_loss", "eval_wer", "eval_cer", "eval_samples"}
@@ -65,8 +114,9 @@ def test_fsdd_ctc_from_scratch(tmp_path, shared_data, model_type):
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("example_run_speech_recognition_ctc",
-                                                  SCRIPT_DIR / "run_speech_recognition_ctc.py")  # fmt: skip
+    spec = importlib.util.spec_from_file_location(
+        "example_run_speech_recognition_ctc", SCRIPT_DIR / "run_speech_recognition_ctc.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules["example_run_speech_recognition_ctc"] = module  # dataclasses resolve string annotations through it
     spec.loader.exec_module(module)
@@ -86,10 +136,23 @@ def test_bad_arguments_are_clear_errors(script, shared_data, tmp_path, monkeypat
         script.DataTrainingArguments(train_dir="x", eval_metrics=["bleu"])
     with pytest.raises(ValueError, match="give --model_name_or_path, or --model_type"):
         script.ModelArguments()
-    monkeypatch.setattr(sys, "argv", [
-        "run_speech_recognition_ctc.py", "--model_type", "wav2vec2", "--train_dir",
-        str(shared_data / "audio" / "fsdd" / "train"), "--do_train", "--output_dir", str(tmp_path / "o"),
-    ])  # fmt: skip
-    with pytest.raises(ValueError, match=r"--text_column_name text: the train data has no such column \(columns: "
-                                         r"label, transcription, speaker, audio\)"):  # fmt: skip
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "run_speech_recognition_ctc.py",
+            "--model_type",
+            "wav2vec2",
+            "--train_dir",
+            str(shared_data / "audio" / "fsdd" / "train"),
+            "--do_train",
+            "--output_dir",
+            str(tmp_path / "o"),
+        ],
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"--text_column_name text: the train data has no such column \(columns: "
+        r"label, transcription, speaker, audio\)",
+    ):
         script.main()

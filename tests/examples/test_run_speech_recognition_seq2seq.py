@@ -15,12 +15,21 @@ SCRIPT_DIR = REPO_ROOT / "examples" / "speech-recognition"
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
     # one intra-op thread: tiny models gain nothing from two, and spin-waiting threads crawl on a shared CPU
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT),
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+        "OMP_NUM_THREADS": "1",
+    }
     return subprocess.run(
-        [PYTHON, "run_speech_recognition_seq2seq.py", *args], cwd=SCRIPT_DIR, capture_output=True, text=True,
-        env=env, timeout=600,
-    )  # fmt: skip
+        [PYTHON, "run_speech_recognition_seq2seq.py", *args],
+        cwd=SCRIPT_DIR,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
 def test_fsdd_whisper_with_generation(tmp_path, shared_data):
@@ -28,15 +37,46 @@ def test_fsdd_whisper_with_generation(tmp_path, shared_data):
     model = save_tiny_whisper(tmp_path / "tiny-whisper")
     out = tmp_path / "out"
     result = run_script(
-        "--ipu_config_name", "Graphcore/whisper-tiny-ipu", "--ipu_config_overrides",
+        "--ipu_config_name",
+        "Graphcore/whisper-tiny-ipu",
+        "--ipu_config_overrides",
         "layers_per_ipu=[2 2],inference_layers_per_ipu=[2 2],gradient_accumulation_steps=2",
-        "--model_name_or_path", model, "--train_dir", str(fsdd / "train"), "--eval_dir", str(fsdd / "test"),
-        "--text_column_name", "transcription", "--do_train", "--do_eval", "--predict_with_generate",
-        "--generation_max_length", "8", "--max_train_samples", "16", "--max_eval_samples", "8",
-        "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4", "--learning_rate", "3e-3",
-        "--num_train_epochs", "4", "--logging_steps", "1", "--seed", "0", "--output_dir", str(out),
-        "--report_to", "none", "--disable_tqdm", "true",
-    )  # fmt: skip
+        "--model_name_or_path",
+        model,
+        "--train_dir",
+        str(fsdd / "train"),
+        "--eval_dir",
+        str(fsdd / "test"),
+        "--text_column_name",
+        "transcription",
+        "--do_train",
+        "--do_eval",
+        "--predict_with_generate",
+        "--generation_max_length",
+        "8",
+        "--max_train_samples",
+        "16",
+        "--max_eval_samples",
+        "8",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "4",
+        "--learning_rate",
+        "3e-3",
+        "--num_train_epochs",
+        "4",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "0",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
     expected = {"train_loss", "train_samples_per_second", "eval_loss", "eval_wer", "eval_samples"}
