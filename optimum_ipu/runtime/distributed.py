@@ -74,17 +74,39 @@ def start_heartbeat(timeout_s: int) -> None:
     _start_heartbeat(dist.distributed_c10d._get_default_store(), dist.get_rank(), interval)
 
 
+_heartbeat_stop = threading.Event()
+_heartbeat_threads: list[threading.Thread] = []
+
+
 @functools.cache  # one thread per process
 def _start_heartbeat(store: object, rank: int, interval: float) -> None:
-    def beat() -> None:
-        while True:
-            try:
-                store.set(f"{_HEARTBEAT}{rank}", f"{time.time()} {interval}")
-            except Exception:  # the store went away (the job is ending): nothing left to report to
-                return
-            time.sleep(interval)
+    def beat() -> bool:
+        try:
+            store.set(f"{_HEARTBEAT}{rank}", f"{time.time()} {interval}")
+            return True
+        except Exception:  # the store went away (the job is ending): nothing left to report to
+            return False
 
-    threading.Thread(target=beat, name="optimum-ipu-heartbeat", daemon=True).start()
+    # The first beat before returning: a process stopped right after start still has a heartbeat to go stale.
+    if not beat():
+        return
+
+    def keep_beating() -> None:
+        while not _heartbeat_stop.wait(interval) and beat():
+            pass
+
+    thread = threading.Thread(target=keep_beating, name="optimum-ipu-heartbeat", daemon=True)
+    _heartbeat_threads.append(thread)
+    thread.start()
+    atexit.register(stop_heartbeat)  # before interpreter teardown destroys the store under it
+
+
+def stop_heartbeat() -> None:
+    """Stop this process's heartbeat thread (before the store it writes to is destroyed: a write racing the
+    store's destruction can abort the process)."""
+    _heartbeat_stop.set()
+    for thread in _heartbeat_threads:
+        thread.join(timeout=5)
 
 
 def silent_ranks() -> list[int]:
@@ -139,6 +161,7 @@ def check_ranks_agree(text: str, what: str = "the resolved IPU config and traini
 
 
 def _destroy_process_group() -> None:
+    stop_heartbeat()
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
