@@ -16,8 +16,12 @@ def test_env_lists_versions_devices_and_slots():
     result = run_cli("env", "--ipu-config", "Graphcore/bert-base-ipu")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    for text in ("optimum-ipu version", "PyTorch version", "transformers version", "Devices found: 1 x cpu"):
-        assert text in out
+    assert out.startswith("Copy-and-paste the text below in your GitHub issue")  # transformers env's layout
+    for package in ("optimum-ipu", "transformers", "torch", "accelerate", "datasets", "huggingface_hub", "onnxruntime"):
+        assert f"- `{package}` version: " in out, package
+    for label in ("Platform", "Python version", "CUDA version (torch build)", "GPU type", "CPUs usable"):
+        assert f"- {label}: " in out, label
+    assert "Devices found: 1 x cpu" in out
     assert "IPUs (device slots) for training: 4 = 4 per replica x 1 replicas" in out
     assert "stages share a device and run in turn" in out
 
@@ -62,3 +66,10 @@ def test_missing_model_is_one_line(tmp_path):
     result = run_cli("config", "check", "Graphcore/t5-small-ipu", "--model", str(tmp_path / "nothing"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--model" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_version():
+    from optimum_ipu import __version__
+
+    result = run_cli("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"optimum-ipu {__version__}"

@@ -1,4 +1,4 @@
-"""The `optimum-ipu` command: `env`, `config check` and `benchmark`.
+"""The `optimum-ipu` command: `env`, `config check`, `benchmark` and `plot` (and `--version`).
 
 Errors in what the user gave (a bad config, a model that cannot be found) end with exit code 2 and one
 line on stderr, never a traceback.
@@ -17,19 +17,12 @@ from ..errors import IncompatibleIPUConfigError
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
-    import platform
-
-    import torch
-    import transformers
-
-    from .. import __version__
     from ..runtime.devices import detect_devices
+    from .env import environment_info, format_environment
 
+    print(format_environment(environment_info()))
+    print()
     info = detect_devices()
-    print(f"optimum-ipu version: {__version__}")
-    print(f"Python version: {platform.python_version()} ({platform.platform()})")
-    print(f"PyTorch version: {torch.__version__} (CUDA: {torch.version.cuda or 'none'})")
-    print(f"transformers version: {transformers.__version__}")
     print(f"Devices found: {info.count} x {info.kind}")
     for i, name in enumerate(info.names):
         print(f"  {info.kind}:{i}  {name}")
@@ -99,6 +92,20 @@ def _model_layers(name_or_dir: str) -> tuple[int, str]:
     return plan.num_layers(model_config), name
 
 
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from .plot import plot_training_curves
+
+    try:
+        path = plot_training_curves(args.output_dir, args.output)
+    except (FileNotFoundError, ValueError) as err:
+        raise IncompatibleIPUConfigError(str(err)) from None  # one line, exit code 2, as every error of the command
+    if path is None:
+        print(f"{args.output_dir}: the log history holds no loss and no evaluation yet; nothing drawn")
+        return 1
+    print(f"wrote {path}")
+    return 0
+
+
 def _cmd_benchmark(args: argparse.Namespace) -> int:
     from .benchmark import format_report, run_benchmark
 
@@ -146,10 +153,15 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     parser = _OneLineParser(prog="optimum-ipu", description="optimum-ipu command line")
+    parser.add_argument("--version", action="version", version=f"optimum-ipu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    env = sub.add_parser("env", help="versions, devices, and the device slots a config would get here")
+    env = sub.add_parser(
+        "env", help="versions and machine (to paste in an issue), devices, and the device slots a config would get"
+    )
     env.add_argument("--ipu-config", help="folder, JSON file or id of an IPU config (default: IPUConfig())")
     env.set_defaults(func=_cmd_env)
 
@@ -172,6 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
         "config (default 1: every device slot runs in turn in one process); checks the slots and micro-batches fit",
     )
     check.set_defaults(func=_cmd_config_check)
+
+    plot = sub.add_parser(
+        "plot", help="draw training_curves.png (loss, learning rate, evaluation metrics) of a training run"
+    )
+    plot.add_argument("output_dir", help="the run's --output_dir (its trainer_state.json, or its latest checkpoint's)")
+    plot.add_argument("--output", help="where to write the PNG (default: OUTPUT_DIR/training_curves.png)")
+    plot.set_defaults(func=_cmd_plot)
 
     bench = sub.add_parser(
         "benchmark", help="ours vs transformers (Trainer / Trainer.predict) vs a plain loop, on the same batches"
