@@ -83,3 +83,15 @@ def test_optimum_ipu_plot_command(tmp_path):
     )
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
     assert "no trainer_state.json" in missing.stderr
+
+
+def test_without_matplotlib_the_command_names_the_extra(tmp_path):
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": HISTORY}))
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from optimum_ipu.cli import main\n"
+        f"sys.exit(main(['plot', {str(tmp_path)!r}]))"
+    )
+    run = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and not (tmp_path / "training_curves.png").exists()
+    assert "pip install 'optimum-ipu[benchmark]'" in run.stderr and len(run.stderr.strip().splitlines()) == 1

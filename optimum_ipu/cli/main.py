@@ -92,8 +92,21 @@ def _model_layers(name_or_dir: str) -> tuple[int, str]:
     return plan.num_layers(model_config), name
 
 
+def _require_matplotlib(command: str) -> None:
+    """matplotlib is in the `[benchmark]` and `[examples]` extras, not a dependency of the library."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise IncompatibleIPUConfigError(
+            f"optimum-ipu {command} draws its chart with matplotlib, which is not installed: "
+            "pip install 'optimum-ipu[benchmark]' (or pip install matplotlib)"
+        )
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     from .plot import plot_training_curves
+
+    _require_matplotlib("plot")
 
     try:
         path = plot_training_curves(args.output_dir, args.output)
@@ -107,6 +120,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_benchmark(args: argparse.Namespace) -> int:
+    _require_matplotlib("benchmark")
     from .benchmark import format_report, run_benchmark
 
     try:
