@@ -40,6 +40,7 @@ from utils_qa import (
     prepare_train_features,
     prepare_validation_features,
     squad_metrics,
+    squad_v2_metrics,
 )
 
 from optimum_ipu import IPUTrainingArguments
@@ -286,7 +287,7 @@ def main() -> None:
         processing_class=tokenizer,
         data_collator=collator,
         post_process_function=post_process,
-        compute_metrics=squad_metrics,
+        compute_metrics=squad_v2_metrics if data_args.version_2_with_negative else squad_metrics,
         **trainer_kwargs,
     )
 

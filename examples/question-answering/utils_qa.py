@@ -21,7 +21,9 @@ import datasets
 import numpy as np
 
 # Not `torchmetrics.functional.squad`: that top-level alias is deprecated in torchmetrics 1.x.
+from squad_v2_metric import squad_v2_scores
 from torchmetrics.functional.text.squad import squad as tm_squad
+from tqdm.auto import tqdm
 
 from optimum_ipu.pipelines.question_answering import answer_span_candidates, nbest_with_probabilities
 
@@ -437,7 +439,8 @@ def postprocess_qa_predictions(
     all_predictions: collections.OrderedDict[str, str] = collections.OrderedDict()
     all_nbest_json: collections.OrderedDict[str, list] = collections.OrderedDict()
     scores_diff_json: collections.OrderedDict[str, float] = collections.OrderedDict()
-    for example_index, example_id in enumerate(example_ids):
+    progress = tqdm(example_ids, desc="Post-processing predictions", unit="example", mininterval=2.0)
+    for example_index, example_id in enumerate(progress):
         feature_indexes = features_per_example[example_index]
         # The span selection of optimum_ipu's question-answering pipeline: the same answers from the same logits.
         nbest, min_null_prediction = answer_span_candidates(
@@ -510,3 +513,26 @@ def squad_metrics(predictions: Mapping[str, str], examples: Any) -> dict[str, fl
     ]
     scores = tm_squad(preds, target)
     return {"exact_match": float(scores["exact_match"]), "f1": float(scores["f1"])}
+
+
+def squad_v2_metrics(predictions: Mapping[str, str], examples: Any) -> dict[str, Any]:
+    """
+    The official SQuAD v2.0 scores (percentages), as `evaluate`'s `squad_v2` metric gives them to the upstream
+    `run_qa.py --version_2_with_negative`: `exact`, `f1`, `total`, `HasAns_*`, `NoAns_*`, `best_exact`,
+    `best_exact_thresh`, `best_f1`, `best_f1_thresh` (see `squad_v2_metric.py`).
+
+    Args:
+        predictions (`Mapping[str, str]`): Example id -> answer text (`""`: no answer), from
+            [`postprocess_qa_predictions`] with `version_2_with_negative=True`.
+        examples: The reference examples (`datasets.Dataset`, dict of lists or list of rows): `id`, `answers`.
+
+    Raises:
+        `ValueError`: if there is no example, an example has no prediction, or a prediction is for an unknown id.
+    """
+    ids = _column(examples, "id")
+    unknown = set(predictions) - set(ids)
+    if unknown:
+        raise ValueError(f"{len(unknown)} predictions are for ids not among the examples, e.g. {sorted(unknown)[:3]}")
+    gold = {i: list(a["text"]) for i, a in zip(ids, _column(examples, "answers"), strict=True)}
+    # no_answer_probability 0.0 for every question, as the upstream script passes
+    return squad_v2_scores(predictions, gold)

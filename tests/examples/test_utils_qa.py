@@ -98,6 +98,48 @@ def test_squad_metrics_unanswerable_missing_and_unknown():
         utils_qa.squad_metrics({"stray": "x"}, examples)
 
 
+def test_squad_v2_official_keys_and_values():
+    """Hand-computed with the official SQuAD v2.0 rules (article dropping, HasAns/NoAns split, best threshold)."""
+    examples = datasets.Dataset.from_dict(
+        {
+            "id": ["cat", "paris", "none-right", "none-wrong", "article-only"],
+            "answers": [
+                {"text": ["the cat", "a cat sat"], "answer_start": [0, 0]},
+                {"text": ["Paris France"], "answer_start": [0]},
+                {"text": [], "answer_start": []},
+                {"text": [], "answer_start": []},
+                {"text": ["The"], "answer_start": [0]},  # normalises to nothing: only "" is right
+            ],
+        }
+    )
+    predictions = {"cat": "Cat!", "paris": "paris", "none-right": "", "none-wrong": "London", "article-only": ""}
+    scores = utils_qa.squad_v2_metrics(predictions, examples)
+    expected = {
+        "exact": 100 * 3 / 5,
+        "f1": 100 * (1 + 2 / 3 + 1 + 0 + 1) / 5,
+        "total": 5,
+        "HasAns_exact": 100 * 2 / 3,
+        "HasAns_f1": 100 * (1 + 2 / 3 + 1) / 3,
+        "HasAns_total": 3,
+        "NoAns_exact": 50.0,
+        "NoAns_f1": 50.0,
+        "NoAns_total": 2,
+        # no-answer probabilities all 0.0 (as upstream passes): start from the 2 unanswerable questions counted
+        # right, add each question's score in order (-1 for a wrong unanswerable one), keep the best running total:
+        # 2 -> 3 -> 3 -> 3 -> 2 -> 3 (exact), 2 -> 3 -> 3.67 -> 3.67 -> 2.67 -> 3.67 (F1)
+        "best_exact": 100 * 3 / 5,
+        "best_exact_thresh": 0.0,
+        "best_f1": 100 * (3 + 2 / 3) / 5,
+        "best_f1_thresh": 0.0,
+    }
+    assert scores == pytest.approx(expected)
+    assert list(scores) == list(expected)  # the upstream key order
+    with pytest.raises(ValueError, match="1 of 5 questions have no prediction"):
+        utils_qa.squad_v2_metrics({k: v for k, v in predictions.items() if k != "cat"}, examples)
+    with pytest.raises(ValueError, match="stray"):
+        utils_qa.squad_v2_metrics({**predictions, "stray": "x"}, examples)
+
+
 # --- post-processing --------------------------------------------------------------------------------------------
 
 FILLER = "the quick brown fox jumps over the lazy dog near the river bank. "
