@@ -11,7 +11,9 @@ device, and keeps accelerate from wrapping it in DDP.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -24,12 +26,18 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
-FSDP_HELP = (
-    "full parameter sharding (--fsdp) runs with one process per replica (torchrun, ipus_per_replica 1); "
-    "pipeline stages on separate processes keep whole weights"
+from ..errors import IncompatibleIPUConfigError
+from .stage_cut import stage_ranges
+
+FSDP_HELP = "full parameter sharding (--fsdp) needs several processes (torchrun)"
+HELD_ELSEWHERE = (
+    "{layer} is held by the process of another pipeline stage (--fsdp with stages on separate processes keeps "
+    "only its own stage's layers): the whole model cannot run here. Evaluate or predict the saved model in one "
+    "process, or train without --fsdp (every process then keeps the whole model)"
 )
 
 
@@ -69,8 +77,12 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The whole, unsharded `state_dict` of a sharded model, on the CPU of rank 0 (empty on the others).
 
     A collective: every process must call it. Its keys and values are those of the stock model, so what is
-    saved from it loads in one process.
+    saved from it loads in one process. With stages on separate processes (`shard_stages`), each entry comes from
+    the stage that holds (and trains) it.
     """
+    shards = stage_shards(model)
+    if shards is not None:
+        return _gather_stages(model, shards)
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     return get_model_state_dict(model, options=options)
 
@@ -122,10 +134,13 @@ def load_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Opti
 
 
 def local_parameter_bytes(parameters: Iterable[torch.Tensor]) -> int:
-    """Bytes of parameters this process holds (its shard of each `DTensor`, all of a plain tensor)."""
+    """Bytes of parameters this process holds (its shard of each `DTensor`, all of a plain tensor, none of a tensor
+    on the meta device: another stage's)."""
     total = 0
     for p in parameters:
         local = p.to_local() if isinstance(p, DTensor) else p
+        if local.is_meta:
+            continue
         total += local.numel() * local.element_size()
     return total
 
@@ -133,3 +148,140 @@ def local_parameter_bytes(parameters: Iterable[torch.Tensor]) -> int:
 def unsharded_norm(norm: torch.Tensor) -> torch.Tensor:
     """A gradient norm computed over `DTensor` shards, as a plain tensor (the norm over every shard)."""
     return norm.full_tensor() if isinstance(norm, DTensor) else norm
+
+
+# ------------------------------------------------------------------ stages on processes x sharded replicas
+# A 2-D mesh (replicas x stages, dims "dp" x "pp"; rank = replica x stages + stage), composed in torchtitan's order:
+# the pipeline split first (each process keeps only its stage's layers), then FSDP over the stage's replicas.
+
+
+def stage_mesh(replicas: int, stages: int, device: torch.device) -> DeviceMesh:
+    """The (replicas, stages) mesh of a process pipeline, dims named `("dp", "pp")`: `mesh["pp"]` joins the
+    stages of one replica (activations travel there), `mesh["dp"]` the replicas of one stage (gradients)."""
+    return init_device_mesh(device.type, (replicas, stages), mesh_dim_names=("dp", "pp"))
+
+
+class StageRoot(nn.Module):
+    """The FSDP root of one stage: it holds the model and runs `fn(*args)` for each stage forward. A stage ends by an
+    exception inside the model's forward (`stage_cut`), which the model cannot be the root of: FSDP's root
+    post-forward would never run. This root's forward encloses the stage and returns."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args)
+
+
+@dataclass
+class StageShards:
+    """What one process holds of a model whose stages run on separate processes, sharded over replicas.
+
+    Args:
+        root (`StageRoot`): the stage's FSDP root (its own layers are FSDP units under it).
+        mesh (`DeviceMesh`): the `("dp", "pp")` mesh.
+        layer_paths (`Sequence[str]`): every layer's dotted path, in pipeline order.
+        ranges (`list[range]`): the layers of each stage.
+        freed (`frozenset[str]`): names of the parameters held by other stages (on the meta device here).
+        owners (`dict[str, int]`): for the other parameters (embeddings, norms, heads, present on every stage), the
+            stage whose copy is trained; set by `PipelineEngine` after its first step (stage 0 before).
+    """
+
+    root: StageRoot
+    mesh: DeviceMesh
+    layer_paths: Sequence[str]
+    ranges: list[range]
+    freed: frozenset[str]
+    owners: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def stage(self) -> int:
+        return self.mesh.get_local_rank("pp")
+
+    def stage_of(self, key: str) -> int:
+        """The stage whose copy of a `state_dict` entry (or parameter name) is current."""
+        for i, path in enumerate(self.layer_paths):
+            if key.startswith(path + "."):
+                return next(stage for stage, layers in enumerate(self.ranges) if i in layers)
+        return self.owners.get(key, 0)
+
+
+_STAGES: weakref.WeakKeyDictionary[nn.Module, StageShards] = weakref.WeakKeyDictionary()
+
+
+def stage_shards(model: nn.Module) -> StageShards | None:
+    """The stage sharding of `model` on this process (`shard_stages`), if any."""
+    return _STAGES.get(model)
+
+
+def _held_elsewhere(module: nn.Module, args: tuple, kwargs: dict) -> None:
+    if any(p.is_meta for p in module.parameters()):
+        raise IncompatibleIPUConfigError(HELD_ELSEWHERE.format(layer=type(module).__name__))
+
+
+def shard_stages(model: nn.Module, layer_paths: Sequence[str], counts: Sequence[int], mesh: DeviceMesh) -> StageShards:
+    """Keep only this process's stage of `model` and shard it over the stage's replicas (FSDP2), in place.
+
+    The layers of other stages are frozen and moved to the meta device (their memory is freed; their attributes
+    stay, for the stand-ins that replace them in this stage's forward). The embeddings, norms and heads stay on
+    every stage, since each stage runs the stock forward around its own layers; each is trained by the stages
+    where it gets gradients. Then each own layer is an FSDP unit over `mesh["dp"]`, and a `StageRoot` holds the
+    rest.
+
+    Args:
+        model (`nn.Module`): the stock model, whole, on this process's device.
+        layer_paths (`Sequence[str]`): dotted paths of its layers, in pipeline order.
+        counts (`Sequence[int]`): the layers of each stage (`IPUConfig.layers_per_stage`).
+        mesh (`DeviceMesh`): the `("dp", "pp")` mesh (`stage_mesh`).
+
+    Returns:
+        `StageShards`: what this process holds (also found later by `stage_shards(model)`).
+    """
+    ranges = stage_ranges(counts)
+    own = ranges[mesh.get_local_rank("pp")]
+    names = {id(p): n for n, p in model.named_parameters()}
+    freed, ignored = set(), set()
+    for i, path in enumerate(layer_paths):
+        if i in own:
+            continue
+        layer = model.get_submodule(path)
+        freed.update(names[id(p)] for p in layer.parameters())
+        layer.requires_grad_(False).to("meta")
+        ignored.update(layer.parameters())
+        layer.register_forward_pre_hook(_held_elsewhere, with_kwargs=True)
+    for i in own:
+        fully_shard(model.get_submodule(layer_paths[i]), mesh=mesh["dp"])
+    root = StageRoot(model)
+    fully_shard(root, mesh=mesh["dp"], ignored_params=ignored)
+    shards = StageShards(root, mesh, list(layer_paths), ranges, frozenset(freed))
+    _STAGES[model] = shards
+    return shards
+
+
+def _canonical_names(model: nn.Module) -> dict[str, str]:
+    """Every parameter name (tied duplicates too) -> the name `named_parameters()` gives it."""
+    first = {id(p): n for n, p in model.named_parameters()}
+    return {n: first[id(p)] for n, p in model.named_parameters(remove_duplicate=False)}
+
+
+def _gather_stages(model: nn.Module, shards: StageShards) -> dict[str, torch.Tensor]:
+    """Each stage's current entries, whole (gathered over its replicas), then gathered over the stages onto global
+    rank 0 (replica 0, stage 0), in the order of `model.state_dict()`. A collective."""
+    for module in shards.root.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()  # between steps they are sharded already; an evaluation may have gathered them
+    canonical, stage = _canonical_names(model), shards.stage
+    entries = model.state_dict()
+    mine = {}
+    for key, value in entries.items():
+        if shards.stage_of(canonical.get(key, key)) == stage:
+            mine[key] = (value.full_tensor() if isinstance(value, DTensor) else value).detach().cpu()
+    if shards.mesh.get_local_rank("dp") != 0:
+        return {}
+    parts: list[Any] | None = [None] * shards.mesh["pp"].size() if stage == 0 else None
+    dist.gather_object(mine, parts, group=shards.mesh.get_group("pp"), group_dst=0)
+    if parts is None:
+        return {}
+    merged = {key: value for part in parts for key, value in part.items()}
+    return {key: merged[key] for key in entries if key in merged}

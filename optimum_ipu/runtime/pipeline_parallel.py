@@ -19,13 +19,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.tensor import DTensor
 
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..topology import SCHEDULE_NAMES, check_processes, check_schedule
 from .engine import split_batch
+from .fsdp import StageShards, shard_stages, stage_mesh, stage_shards
 from .stage_cut import StageCut, StageModule, stage_ranges
 
 SCHEDULES = dict(zip(SCHEDULE_NAMES, (Schedule1F1B, ScheduleGPipe), strict=True))
@@ -54,6 +55,8 @@ class PipelineEngine:
         max_grad_norm (`float`, *optional*): clip to this global norm (over every stage).
         precision (`str`, *optional*, defaults to `"fp32"`): `"fp32"` or `"bf16"`.
         device (`torch.device`, *optional*): this process's device.
+        fsdp (`bool`, *optional*, defaults to `False`): keep only this stage's layers and shard them over the
+            stage's replicas (`fsdp.shard_stages`; a model sharded so already is taken as it is).
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class PipelineEngine:
         max_grad_norm: float | None = None,
         precision: str = "fp32",
         device: torch.device | None = None,
+        fsdp: bool = False,
     ) -> None:
         if not dist.is_initialized():
             raise RuntimeError("PipelineEngine needs torch.distributed: launch with torchrun")
@@ -82,22 +86,38 @@ class PipelineEngine:
         check_processes(ipu_config, dist.get_world_size())  # processes = stages x replicas, a micro-batch a stage
         micro = ipu_config.gradient_accumulation_steps
         self.device = device or torch.device("cpu")
-        mesh = init_device_mesh(self.device.type, (replicas, stages), mesh_dim_names=("replica", "stage"))
-        self.stage_group, self.replica_group = mesh.get_group("stage"), mesh.get_group("replica")
-        self.stage, self.replicas, self.num_stages = mesh.get_local_rank("stage"), replicas, stages
+        # Split first, then shard (torchtitan's order): the trainer shards before its optimizer exists.
+        self.shards: StageShards | None = stage_shards(model)
+        if fsdp and self.shards is None:
+            self.shards = shard_stages(model, cut.layer_paths, counts, stage_mesh(replicas, stages, self.device))
+        mesh = self.shards.mesh if self.shards is not None else stage_mesh(replicas, stages, self.device)
+        self.stage_group, self.replica_group = mesh.get_group("pp"), mesh.get_group("dp")
+        self.stage, self.replicas, self.num_stages = mesh.get_local_rank("pp"), replicas, stages
         self.ipu_config, self.max_grad_norm = ipu_config, max_grad_norm
+        root = self.shards.root if self.shards is not None else None
         self.stage_module = StageModule(
-            model, cut, stage_ranges(counts)[self.stage], self.stage, stages, keys, precision
-        ).to(self.device)
+            model, cut, stage_ranges(counts)[self.stage], self.stage, stages, keys, precision, root=root
+        )
+        if self.shards is None:  # sharded: on its device already, other stages' layers on the meta device
+            self.stage_module.to(self.device)
         self.model, self.keys = model, list(keys)
         self.is_last = self.stage == stages - 1
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = make_optimizer(self.params) if make_optimizer else None
+        # The same names, in the same order, on every stage (other stages' layers included): owners are found by
+        # gathering one flag per name. Resolved at each use: sharding and freeing replace parameter objects.
+        freed = self.shards.freed if self.shards is not None else frozenset()
+        self._names = [n for n, p in model.named_parameters() if p.requires_grad or n in freed]
+        trainable = [p for p in self.params if p.requires_grad]
+        self.optimizer = make_optimizer(trainable) if make_optimizer else None
         self._owner: list[int] | None = None  # stage that updates each parameter, known after the first step
         self._shared: list[int] = []  # parameters with gradients on several stages (tied embeddings, tables)
         stage = PipelineStage(self.stage_module, self.stage, stages, self.device, group=self.stage_group)
         self._steps_run = 0
         self.schedule = SCHEDULES[schedule](stage, micro, loss_fn=lambda output, target: output.sum())
+
+    @property
+    def params(self) -> list[nn.Parameter]:
+        """Every parameter of the model that a stage trains, in the same order on every stage."""
+        return [self.model.get_parameter(name) for name in self._names]
 
     def _stage_rank(self, stage: int) -> int:
         return dist.get_global_rank(self.stage_group, stage)
@@ -125,35 +145,47 @@ class PipelineEngine:
             self.schedule.step()
         if self._owner is None:
             self._owner, self._shared = self._find_owners()
-        for i in self._shared:
-            # e.g. the input embedding is also the output projection: its two gradients live on two stages
-            param = self.params[i]
-            grad = param.grad if param.grad is not None else torch.zeros_like(param)
-            dist.all_reduce(grad, group=self.stage_group)
-            param.grad = grad
-        if self.replicas > 1:  # one flat all-reduce over the replicas of this stage
-            grads = [p.grad for p in self.params if p.grad is not None]
-            flat = _flatten_dense_tensors(grads).div_(self.replicas)
-            dist.all_reduce(flat, group=self.replica_group)
-            for grad, synced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
-                grad.copy_(synced)
+        params = self.params
+        with torch.no_grad():
+            for i in self._shared:
+                # e.g. the input embedding is also the output projection: its two gradients live on two stages
+                # (sharded alike on each stage: the shards add up)
+                param = params[i]
+                grad = param.grad if param.grad is not None else torch.zeros_like(param)
+                dist.all_reduce(_local(grad), group=self.stage_group)
+                param.grad = grad
+        if self.replicas > 1 and self.shards is None:
+            self._average_over_replicas(params)
         loss = torch.stack(losses).mean() if losses else torch.zeros((), device=self.device)
         dist.broadcast(loss, src=self._stage_rank(self.num_stages - 1), group=self.stage_group)
         return loss
 
+    def _average_over_replicas(self, params: list[nn.Parameter]) -> None:
+        # One flat all-reduce over the replicas of this stage, after the schedule (sharded, FSDP reduce-scatters
+        # instead). Ours, not DDP's: the pipeline runs several backwards of the stage per step ...
+        grads = [p.grad for p in params if p.grad is not None]
+        flat = _flatten_dense_tensors(grads).div_(self.replicas)
+        dist.all_reduce(flat, group=self.replica_group)
+        for grad, synced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+            grad.copy_(synced)
+
     def clip_grad_norm_(self, max_norm: float | None) -> torch.Tensor:
         """Clip this stage's gradients with the norm over the whole model's; returns that norm."""
-        shared = set(self._shared)
-        counted = [  # a parameter shared by stages counts once, on the stage that owns it
-            p.grad.detach().float().pow(2).sum()
-            for i, p in enumerate(self.params)
-            if p.grad is not None and (i not in shared or self._owner[i] == self.stage)
-        ]
-        squares = torch.stack(counted).sum() if counted else torch.zeros((), device=self.device)
-        dist.all_reduce(squares, group=self.stage_group)
+        shared, params = set(self._shared), self.params
+        # a parameter shared by stages counts once, on the stage that owns it
+        counted = [i not in shared or self._owner[i] == self.stage for i in range(len(params))]
+        grads = [p.grad for p, counts in zip(params, counted, strict=True) if counts and p.grad is not None]
+        squares = torch.zeros((), device=self.device)
+        for grad in grads:
+            squares += _local(grad).detach().float().pow(2).sum()
+        # sharded, each process holds a shard of its stage's gradients: the norm is over every process
+        dist.all_reduce(squares, group=self.stage_group if self.shards is None else None)
         norm = squares.sqrt()
         if max_norm and math.isfinite(float(norm)):
-            torch.nn.utils.clip_grads_with_norm_([p for p in self.params if p.grad is not None], max_norm, norm)
+            coefficient = torch.clamp(max_norm / (norm + 1e-6), max=1.0)  # as torch.nn.utils.clip_grads_with_norm_
+            with torch.no_grad():
+                for grad in (p.grad for p in params if p.grad is not None):
+                    _local(grad).mul_(coefficient)
         return norm
 
     def _find_owners(self) -> tuple[list[int], list[int]]:
@@ -164,19 +196,25 @@ class PipelineEngine:
         dist.all_gather(gathered, has_grad, group=self.stage_group)
         table = torch.stack(gathered).cpu()  # (stage, parameter)
         owners = [int(column.nonzero()[0]) if column.any() else 0 for column in table.T]
+        if self.shards is not None:  # a save takes each parameter from the stage that trains it
+            self.shards.owners.update(zip(self._names, owners, strict=True))
         return owners, [i for i, column in enumerate(table.T) if int(column.sum()) > 1]
 
     def synchronize(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Give every process of the pipeline the current weights of every stage, and the optimizer state of
-        every parameter if `optimizer` is given (a checkpoint then holds the single-process state)."""
-        if self._owner is None or self.num_stages == 1:
+        every parameter if `optimizer` is given (a checkpoint then holds the single-process state).
+
+        Sharded stages (`fsdp`) keep their own layers only: nothing is copied, a save gathers the weights instead
+        (`fsdp.full_state_dict`)."""
+        if self._owner is None or self.num_stages == 1 or self.shards is not None:
             return
         with torch.no_grad():
             for param, owner in zip(self.params, self._owner, strict=True):
                 dist.broadcast(param.data, src=self._stage_rank(owner), group=self.stage_group)
         if optimizer is None:
             return
-        own = {i: optimizer.state[p] for i, p in enumerate(self.params) if self._owner[i] == self.stage}
+        params = self.params
+        own = {i: optimizer.state[p] for i, p in enumerate(params) if self._owner[i] == self.stage}
         own = {i: {k: v.cpu() if torch.is_tensor(v) else v for k, v in state.items()} for i, state in own.items()}
         gathered: list[Any] = [None] * self.num_stages
         dist.all_gather_object(gathered, own, group=self.stage_group)
@@ -184,7 +222,7 @@ class PipelineEngine:
             if stage == self.stage:
                 continue
             for i, state in states.items():
-                param = self.params[i]
+                param = params[i]
                 optimizer.state[param] = {
                     k: v.to(param.device) if torch.is_tensor(v) and v.dim() else v for k, v in state.items()
                 }
@@ -202,3 +240,8 @@ class PipelineEngine:
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         return loss
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's shard of a sharded (`DTensor`) tensor, sharing its storage; a plain tensor itself."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor

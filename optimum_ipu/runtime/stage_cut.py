@@ -19,7 +19,8 @@ stock model.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,6 +106,23 @@ class _PassThrough(nn.Module):
         return (hidden_states, *([None] * (self.arity - 1))) if self.arity else hidden_states
 
 
+@contextmanager
+def _materialized(layers: Sequence[nn.Module], device: torch.device) -> Iterator[None]:
+    """Layers held by other processes (on the meta device: `fsdp.shard_stages`) get zero weights while the probe
+    runs: it learns how layers are called and what they return, not values. They go back to the meta device."""
+    held_elsewhere = [layer for layer in layers if any(t.is_meta for t in (*layer.parameters(), *layer.buffers()))]
+    for layer in held_elsewhere:
+        layer.to_empty(device=device)
+        with torch.no_grad():
+            for tensor in (*layer.parameters(), *layer.buffers()):
+                tensor.zero_()
+    try:
+        yield
+    finally:
+        for layer in held_elsewhere:
+            layer.to("meta")
+
+
 def _first(output: Any) -> torch.Tensor:
     """The hidden states of a layer's or a stack's output (a tensor, a tuple or a `ModelOutput`)."""
     return output if isinstance(output, torch.Tensor) else output[0]
@@ -130,6 +148,8 @@ class StageModule(nn.Module):
         keys (`Sequence[str]`): names of the batch tensors, in the order stage 0 receives them.
         precision (`str`, *optional*, defaults to `"fp32"`): `"fp32"` or `"bf16"` (autocast inside the stage).
         objective (`Callable`, *optional*): what the last stage returns of the model's output (the loss, `(1,)`).
+        root (`Callable`, *optional*): `(fn, *tensors) -> fn(*tensors)`, run around each forward: the stage's FSDP
+            root (`fsdp.StageRoot`) when its parameters are sharded.
     """
 
     def __init__(
@@ -142,8 +162,10 @@ class StageModule(nn.Module):
         keys: Sequence[str],
         precision: str = "fp32",
         objective: Callable[[Any], torch.Tensor] = default_objective,
+        root: Callable[..., Any] | None = None,
     ) -> None:
         super().__init__()
+        self._root = root.__call__ if root is not None else None  # not registered: it holds the model too
         self.model, self.cut, self.layers, self.index, self.num_stages = model, cut, layers, index, num_stages
         self.keys, self.precision, self.objective = list(keys), precision, objective
         self.is_first, self.is_last = index == 0, index == num_stages - 1
@@ -187,7 +209,8 @@ class StageModule(nn.Module):
     def _learn_layers(self, batch: dict[str, torch.Tensor]) -> dict[int, nn.Module]:
         """Stand-ins for the layers of other stages, each returning what its layer returns (a tensor or a tuple
         of some length): learnt from one forward of the whole model on one row, so no family needs declaring."""
-        probe = probe_layers(self.model, self._layers, {k: v[:1] for k, v in batch.items()}, self.cut)
+        with _materialized(self._layers, next(iter(batch.values())).device):
+            probe = probe_layers(self.model, self._layers, {k: v[:1] for k, v in batch.items()}, self.cut)
         self._encoder_output = probe.encoder_output
         by_class = {type(self._layers[i]): n for i, n in probe.arity.items()}  # for a layer the probe skipped
         stand_ins: dict[int, nn.Module] = {}
@@ -200,6 +223,9 @@ class StageModule(nn.Module):
 
     # ------------------------------------------------------------------ running
     def forward(self, *tensors: torch.Tensor) -> Any:
+        return self._root(self._forward, *tensors) if self._root is not None else self._forward(*tensors)
+
+    def _forward(self, *tensors: torch.Tensor) -> Any:
         batch = self._next_micro_batch(tensors[0])
         if self.identity:
             return tensors if len(tensors) > 1 else tensors[0]

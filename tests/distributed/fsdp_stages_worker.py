@@ -1,0 +1,64 @@
+"""A tiny model trained by `PipelineEngine` with its stages on separate processes, sharded over the replicas of each
+stage (`fsdp=True`), for tests/distributed/test_fsdp_stages.py.
+
+    torchrun --nproc_per_node N fsdp_stages_worker.py OUT_DIR CONFIG_JSON STEPS CLASS
+
+Replica r trains on rows [r x R, (r + 1) x R) of each host batch of `tiny_inputs` (R = 2 x accumulation x device
+iterations), so the job sees the batch one process sees. Rank 0 writes OUT_DIR/model.safetensors (the whole model,
+gathered from the stages and shards) and OUT_DIR/losses.json (mean over replicas); every rank writes
+OUT_DIR/rank{r}.json with the parameter bytes it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import save_file
+
+from optimum_ipu import IPUConfig, to_pipelined
+from optimum_ipu.runtime.fsdp import full_state_dict, local_parameter_bytes
+from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
+from tests.distributed.pipeline_worker import tiny_for
+
+
+def main() -> None:
+    out, config_json, steps, class_name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    tiny_model, tiny_inputs = tiny_for(class_name).tiny_model, tiny_for(class_name).tiny_inputs
+    dist.init_process_group("gloo")
+    config = IPUConfig.from_dict(json.loads(config_json))
+    pipelined = to_pipelined(tiny_model(class_name).train(), config, parallelize=True)
+    model = pipelined.model
+    whole = local_parameter_bytes(model.parameters())
+    rows = 2 * config.gradient_accumulation_steps * config.device_iterations
+    replicas = config.value("replication_factor")
+    replica = dist.get_rank() // (dist.get_world_size() // replicas)  # rank = replica x stages + stage
+
+    def host_batch(seed: int) -> dict[str, torch.Tensor]:
+        batch = tiny_inputs(class_name, batch=rows * replicas, seed=seed)
+        return {k: v[replica * rows : (replica + 1) * rows] for k, v in batch.items()}
+
+    sgd = lambda params: torch.optim.SGD(params, lr=0.1)  # noqa: E731
+    engine = PipelineEngine(model, config, pipelined.stage_cut(), list(host_batch(0)), sgd, fsdp=True)
+    held = local_parameter_bytes(model.parameters())
+    losses = []
+    for step in range(steps):
+        loss = engine.train_step(host_batch(step))
+        dist.all_reduce(loss)  # every stage of a replica has its loss: the mean over the processes is the replicas'
+        losses.append(float(loss.detach()) / dist.get_world_size())
+    state = full_state_dict(model)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"rank{dist.get_rank()}.json"), "w") as f:
+        json.dump({"whole_parameter_bytes": whole, "parameter_bytes": held}, f)
+    if dist.get_rank() == 0:
+        save_file({k: v.clone() for k, v in state.items()}, os.path.join(out, "model.safetensors"))
+        with open(os.path.join(out, "losses.json"), "w") as f:
+            json.dump(losses, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
