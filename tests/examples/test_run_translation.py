@@ -96,6 +96,7 @@ def test_train_evaluate_predict_on_fixture_and_aligned_files(tmp_path, shared_da
     assert {"eval_bleu", "eval_gen_len"} <= set(json.loads((out / "eval_results.json").read_text()))
     assert len((out / "generated_predictions.txt").read_text().split("\n")) == 6
     assert (out / "ipu_config.json").is_file() and (out / "model.safetensors").is_file()
+    assert (out / "training_curves.png").read_bytes()[:4] == b"\x89PNG"  # drawn beside all_results.json
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     losses = [entry["loss"] for entry in history if "loss" in entry]
     assert len(losses) == 16  # 11 examples, full batches of 4: 2 steps an epoch

@@ -1,0 +1,212 @@
+"""What every example script does alike: model arguments, argument parsing, logging, loading a named dataset (with
+one clear message when the Hub cannot be reached), and the train / evaluate / predict tail that saves the metrics and
+draws `training_curves.png` beside `all_results.json`.
+
+The scripts put this folder (`examples/`) on `sys.path` and import it as `example_utils`; beside it they import only
+the public API of `optimum_ipu`. `example_utils.seq2seq` is the core that `run_translation.py` and
+`run_summarization.py` share.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import datasets
+import transformers
+from transformers import HfArgumentParser
+
+logger = logging.getLogger("example_utils")
+
+
+@dataclass
+class ModelArguments:
+    """Which model, config and tokenizer to fine-tune, and how to reach them on the Hugging Face Hub."""
+
+    model_name_or_path: str = field(
+        metadata={"help": "Model id on the Hugging Face Hub (downloaded once, then read from the cache) or a folder."}
+    )
+    config_name: str | None = field(default=None, metadata={"help": "Config id or folder, if not the model's."})
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer id or folder, if not the model's."})
+    cache_dir: str | None = field(
+        default=None, metadata={"help": "Where models and datasets downloaded from the Hub are cached."}
+    )
+    use_fast_tokenizer: bool = field(default=True, metadata={"help": "Use a fast (`tokenizers`) tokenizer."})
+    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model on the Hub."})
+    token: str | None = field(
+        default=None, metadata={"help": "Hugging Face Hub token (default: the one `hf auth login` stored)."}
+    )
+    trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from the model's repository."})
+
+    def hub_kwargs(self) -> dict[str, Any]:
+        """`cache_dir`, `revision`, `token`, `trust_remote_code`: what every `from_pretrained` call takes."""
+        return hub_kwargs(self)
+
+
+def hub_kwargs(model_args: Any) -> dict[str, Any]:
+    """The `from_pretrained` keywords of any model-arguments dataclass with the usual Hub fields."""
+    return {
+        "cache_dir": getattr(model_args, "cache_dir", None),
+        "revision": getattr(model_args, "model_revision", "main"),
+        "token": getattr(model_args, "token", None),
+        "trust_remote_code": getattr(model_args, "trust_remote_code", False),
+    }
+
+
+def parse_args(*dataclass_types: type) -> tuple:
+    """The script's dataclasses from the command line, or from a single `.json` argument (as upstream)."""
+    parser = HfArgumentParser(dataclass_types)
+    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
+        return parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
+    return parser.parse_args_into_dataclasses()
+
+
+def setup_logging(training_args: Any, *loggers: logging.Logger) -> None:
+    """The upstream scripts' logging: one format on stdout, the process's level (main rank: info) for the script,
+    `optimum_ipu`, `datasets` and `transformers`; the training arguments logged once."""
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    log_level = training_args.get_process_log_level()
+    for each in (*loggers, logger, logging.getLogger("optimum_ipu")):
+        each.setLevel(log_level)
+    datasets.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+    logger.info("Training/evaluation parameters %s", training_args)
+
+
+def start_run(training_args: Any) -> str | None:
+    """Checks the output folder and the IPU config before any data or model is loaded.
+
+    Returns:
+        The last checkpoint of a non-empty `output_dir` (resumed from), or `None`; a non-empty folder without a
+        checkpoint is refused unless `--overwrite_output_dir`.
+    """
+    last_checkpoint = training_args.checkpoint_in_output_dir()
+    training_args.load_ipu_config()  # a bad config or override: refused now, in one line
+    return last_checkpoint
+
+
+def _offline_errors() -> tuple[type[BaseException], ...]:
+    """What `datasets` and `huggingface_hub` raise when the Hub cannot be reached (offline mode, no network, a
+    timeout), and nothing else: a misspelt name or a missing config name is reported as it is."""
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]  # datasets: "Couldn't reach ... on the Hub"
+    from huggingface_hub import errors as hub_errors
+
+    errors += [getattr(hub_errors, name) for name in ("OfflineModeIsEnabled", "LocalEntryNotFoundError")]
+    for module, name in (("httpx", "TransportError"), ("requests.exceptions", "ConnectionError")):
+        if importlib.util.find_spec(module.split(".")[0]) is not None:
+            errors.append(getattr(importlib.import_module(module), name))
+    return tuple(errors)
+
+
+class HubUnreachableError(ConnectionError):
+    """A dataset or model the run needs is neither in the local cache nor reachable on the Hugging Face Hub."""
+
+
+def load_hub_dataset(
+    name: str, config_name: str | None = None, *, local_files_hint: str, **kwargs: Any
+) -> datasets.DatasetDict:
+    """
+    `datasets.load_dataset(name, config_name, **kwargs)`; when the Hub cannot be reached, one message for the user
+    with a network and for the one without.
+
+    Args:
+        name (`str`): Dataset id on the Hub (or a local dataset folder, read without the Hub).
+        config_name (`str`, *optional*): Its configuration.
+        local_files_hint (`str`): The script's flags for local files, e.g. `"--train_file train.json
+            --validation_file dev.json (SQuAD's JSON layout)"`.
+        kwargs: Passed to `datasets.load_dataset` (`cache_dir`, `token`, `split`, ...).
+
+    Raises:
+        `HubUnreachableError`: offline or without a network, the dataset not being in the local cache. Every other
+            error (a misspelt name, a missing config name) is raised as `datasets` raises it.
+    """
+    try:
+        return datasets.load_dataset(name, config_name, **kwargs)
+    except _offline_errors() as err:
+        which = f"{name} ({config_name})" if config_name else name
+        offline = any(os.environ.get(v, "0").upper() in ("1", "ON", "YES", "TRUE") for v in _OFFLINE_VARIABLES)
+        online_fix = (
+            f"unset {' and '.join(_OFFLINE_VARIABLES)} to download it"
+            if offline
+            else "check the network (and --token for a gated or private dataset)"
+        )
+        raise HubUnreachableError(
+            f"--dataset_name {which}: not in the local datasets cache and the Hugging Face Hub could not be reached "
+            f"({type(err).__name__}). With a network: {online_fix}. Without one: pass local files instead, "
+            f"{local_files_hint}"
+        ) from None
+
+
+_OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
+def train(trainer: Any, training_args: Any, last_checkpoint: str | None, num_samples: int, **extra: Any) -> bool:
+    """
+    Trains (resuming from `--resume_from_checkpoint` or the output folder's last checkpoint), saves the model and
+    the trainer state, and logs and saves the `train_*` metrics with `train_samples` and `extra`.
+
+    Returns:
+        `bool`: `False` when `--compile_only` compiled the graphs and nothing was trained or saved.
+    """
+    checkpoint = training_args.resume_from_checkpoint or last_checkpoint
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    if training_args.compile_only:
+        logger.info("--compile_only: graphs compiled and cached; nothing trained or saved")
+        return False
+    trainer.save_model()  # the tokenizer / processor and ipu_config.json too
+    metrics = {**result.metrics, "train_samples": num_samples, **extra}
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    return True
+
+
+def evaluate(trainer: Any, num_samples: int, **kwargs: Any) -> dict[str, Any]:
+    """`trainer.evaluate(**kwargs)`, with `eval_samples`, logged and saved (`eval_results.json`)."""
+    logger.info("*** Evaluate ***")
+    metrics = {**trainer.evaluate(**kwargs), "eval_samples": num_samples}
+    trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", metrics)
+    return metrics
+
+
+def predict(trainer: Any, dataset: Any, num_samples: int, *args: Any, **kwargs: Any) -> Any:
+    """`trainer.predict(dataset, *args, **kwargs)`; its metrics, with `predict_samples`, logged and saved."""
+    logger.info("*** Predict ***")
+    results = trainer.predict(dataset, *args, **kwargs)
+    results.metrics["predict_samples"] = num_samples
+    trainer.log_metrics("predict", results.metrics)
+    trainer.save_metrics("predict", results.metrics)
+    return results
+
+
+def finish(trainer: Any, training_args: Any) -> Path | None:
+    """
+    Draws `training_curves.png` (loss, learning rate, evaluation metrics) beside `all_results.json` after a
+    training run, on the main process; `optimum-ipu plot OUTPUT_DIR` draws it again from `trainer_state.json`.
+
+    Returns:
+        The picture's path, or `None` (no training, not the main process, or matplotlib missing: a warning says so).
+    """
+    if not training_args.do_train or training_args.compile_only or not trainer.is_world_process_zero():
+        return None
+    if importlib.util.find_spec("matplotlib") is None:
+        logger.warning(
+            "training_curves.png not drawn: matplotlib is not installed (pip install 'optimum-ipu[examples]')"
+        )
+        return None
+    from optimum_ipu.cli.plot import CURVES_FILE, plot_training_curves
+
+    path = plot_training_curves(trainer.state.log_history, Path(training_args.output_dir) / CURVES_FILE)
+    if path is not None:
+        logger.info("Training curves drawn in %s", path)
+    return path
