@@ -13,6 +13,7 @@ import importlib.util
 import logging
 import os
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,9 +34,7 @@ class ModelArguments:
     )
     config_name: str | None = field(default=None, metadata={"help": "Config id or folder, if not the model's."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer id or folder, if not the model's."})
-    cache_dir: str | None = field(
-        default=None, metadata={"help": "Where models and datasets downloaded from the Hub are cached."}
-    )
+    cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are cached."})
     use_fast_tokenizer: bool = field(default=True, metadata={"help": "Use a fast (`tokenizers`) tokenizer."})
     model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model on the Hub."})
     token: str | None = field(
@@ -149,10 +148,17 @@ def load_hub_dataset(
 _OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 
 
-def train(trainer: Any, training_args: Any, last_checkpoint: str | None, num_samples: int, **extra: Any) -> bool:
+def train(
+    trainer: Any,
+    training_args: Any,
+    last_checkpoint: str | None,
+    num_samples: int,
+    extra_metrics: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> bool:
     """
     Trains (resuming from `--resume_from_checkpoint` or the output folder's last checkpoint), saves the model and
-    the trainer state, and logs and saves the `train_*` metrics with `train_samples` and `extra`.
+    the trainer state, and logs and saves the `train_*` metrics with `train_samples` and, when given,
+    `extra_metrics(metrics)` (figures derived from the run's, e.g. features per second of packed rows).
 
     Returns:
         `bool`: `False` when `--compile_only` compiled the graphs and nothing was trained or saved.
@@ -163,17 +169,27 @@ def train(trainer: Any, training_args: Any, last_checkpoint: str | None, num_sam
         logger.info("--compile_only: graphs compiled and cached; nothing trained or saved")
         return False
     trainer.save_model()  # the tokenizer / processor and ipu_config.json too
-    metrics = {**result.metrics, "train_samples": num_samples, **extra}
+    metrics = {**result.metrics, "train_samples": num_samples}
+    if extra_metrics is not None:
+        metrics.update(extra_metrics(metrics))
     trainer.log_metrics("train", metrics)
     trainer.save_metrics("train", metrics)
     trainer.save_state()
     return True
 
 
-def evaluate(trainer: Any, num_samples: int, **kwargs: Any) -> dict[str, Any]:
-    """`trainer.evaluate(**kwargs)`, with `eval_samples`, logged and saved (`eval_results.json`)."""
+def evaluate(
+    trainer: Any,
+    num_samples: int,
+    extra_metrics: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """`trainer.evaluate(**kwargs)`, with `eval_samples` and `extra_metrics(metrics)` (e.g. perplexity), logged and
+    saved (`eval_results.json`)."""
     logger.info("*** Evaluate ***")
     metrics = {**trainer.evaluate(**kwargs), "eval_samples": num_samples}
+    if extra_metrics is not None:
+        metrics.update(extra_metrics(metrics))
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
     return metrics
@@ -210,3 +226,46 @@ def finish(trainer: Any, training_args: Any) -> Path | None:
     if path is not None:
         logger.info("Training curves drawn in %s", path)
     return path
+
+
+def tokenize_split(
+    raw: Mapping[str, datasets.Dataset],
+    split: str,
+    function: Callable[..., dict],
+    training_args: Any,
+    data_args: Any,
+    limit: int | None = None,
+    flag: str | None = None,
+) -> datasets.Dataset:
+    """
+    The first `limit` examples of `raw[split]` through `function` (batched `Dataset.map`, the original columns
+    dropped), tokenized on the main process first so the others read its cache.
+
+    Args:
+        raw: The raw splits.
+        split (`str`): `train`, `validation` or `test`.
+        function (`Callable`): The batched preprocessing function.
+        training_args: The training arguments (`main_process_first`).
+        data_args: The data arguments (`preprocessing_num_workers`, `overwrite_cache`).
+        limit (`int`, *optional*): `--max_*_samples`.
+        flag (`str`, *optional*): The flag that needs the split, for the error when it is missing (`--do_eval`).
+
+    Raises:
+        `ValueError`: if the split is missing.
+    """
+    if split not in raw:
+        raise ValueError(
+            f"{flag or '--do_' + split} needs a {split} dataset: give --{split}_file or a --dataset_name with it"
+        )
+    examples = raw[split]
+    if limit is not None:
+        examples = examples.select(range(min(limit, len(examples))))
+    with training_args.main_process_first(desc=f"tokenize {split}"):
+        return examples.map(
+            function,
+            batched=True,
+            num_proc=getattr(data_args, "preprocessing_num_workers", None),
+            remove_columns=examples.column_names,
+            load_from_cache_file=not getattr(data_args, "overwrite_cache", False),
+            desc=f"Running tokenizer on {split}",
+        )

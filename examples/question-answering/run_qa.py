@@ -9,28 +9,31 @@ The reference recipe of Optimum Graphcore, run from this folder (it reads `./ipu
       --doc_stride 128 --seed 1984 --lr_scheduler_type linear --loss_scaling 64 --weight_decay 0.01 \\
       --warmup_ratio 0.1
 
-Offline, give local files instead of `--dataset_name`: `--train_file` / `--validation_file` take the official
-nested SQuAD JSON (split by article with `--train_articles 0:34 --validation_articles 34:40`) or flat JSON/JSONL.
-Writes `train_results.json`, `eval_results.json` and `all_results.json` (`eval_exact_match`, `eval_f1`, ...).
+`--dataset_name` is downloaded from the Hugging Face Hub once, then read from the local `datasets` cache (a local
+dataset folder works too). Without a network, give local files instead: `--train_file` / `--validation_file` take
+the official nested SQuAD JSON (split by article with `--train_articles 0:34 --validation_articles 34:40`) or flat
+JSON/JSONL. Writes `train_results.json`, `eval_results.json` and `all_results.json` (`eval_exact_match`, `eval_f1`;
+with `--version_2_with_negative` the official SQuAD v2 keys: `eval_exact`, `eval_f1`, `eval_HasAns_exact`, ...,
+`eval_best_f1_thresh`) and, after training, `training_curves.png`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
+from typing import Any
 
 import datasets
-import transformers
 from trainer_qa import IPUQuestionAnsweringTrainer
 from transformers import (
     AutoConfig,
     AutoModelForQuestionAnswering,
     AutoTokenizer,
     DataCollatorWithPadding,
-    HfArgumentParser,
     default_data_collator,
     set_seed,
 )
@@ -43,31 +46,28 @@ from utils_qa import (
     squad_v2_metrics,
 )
 
-from optimum_ipu import IPUTrainingArguments
-from optimum_ipu.errors import run_script
-from optimum_ipu.packing import packed_question_answering_loss, prepare_packed_training
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
+import example_utils  # noqa: E402
+
+from optimum_ipu import IPUTrainingArguments  # noqa: E402
+from optimum_ipu.errors import run_script  # noqa: E402
+from optimum_ipu.packing import packed_question_answering_loss, prepare_packed_training  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass
-class ModelArguments:
-    """Which model, config and tokenizer to fine-tune."""
-
-    model_name_or_path: str = field(metadata={"help": "Model folder or id in the local Hugging Face cache."})
-    config_name: str | None = field(default=None, metadata={"help": "Config folder or id, if not the model's."})
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer folder or id, if not the model's."})
-    cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded models are cached."})
-    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model."})
-    token: str | None = field(default=None, metadata={"help": "Hugging Face Hub token."})
-    trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from the model's repository."})
+LOCAL_FILES_HINT = (
+    "--train_file squad.json --train_articles 0:34 --validation_file squad.json --validation_articles 34:40 "
+    "(SQuAD's nested JSON, e.g. its dev-v1.1.json, or flat JSON lines)"
+)
 
 
 @dataclass
 class DataTrainingArguments:
     """What data to train and evaluate on, and how to cut it into features."""
 
-    dataset_name: str | None = field(default=None, metadata={"help": "Dataset name (from the local datasets cache)."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Dataset id on the Hugging Face Hub (e.g. squad), or a local dataset folder."}
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     train_file: str | None = field(default=None, metadata={"help": "SQuAD JSON (nested or flat) or JSONL file."})
     validation_file: str | None = field(default=None, metadata={"help": "Evaluation file, same formats."})
@@ -127,8 +127,8 @@ def parse_articles(text: str | None) -> slice | None:
         raise ValueError(f"article range {text!r}: expected START:STOP, e.g. 0:34") from None
 
 
-def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dict[str, datasets.Dataset]:
-    """The train / validation / test examples, from local files or the local `datasets` cache."""
+def load_raw_datasets(data: DataTrainingArguments, model: example_utils.ModelArguments) -> dict[str, datasets.Dataset]:
+    """The train / validation / test examples, from local files or the Hugging Face Hub (or its local cache)."""
     if data.train_file or data.validation_file or data.test_file:
         files = {
             "train": (data.train_file, data.train_articles),
@@ -138,49 +138,19 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
         return {
             split: load_squad_json(path, parse_articles(articles)) for split, (path, articles) in files.items() if path
         }
-    try:
-        return dict(datasets.load_dataset(data.dataset_name, data.dataset_config_name, cache_dir=model.cache_dir))
-    except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
-        raise SystemExit(
-            f"--dataset_name {data.dataset_name}: not in the local datasets cache and the Hub cannot be reached "
-            f"({type(err).__name__}). Pass local files instead, e.g. --train_file "
-            "../../../shared/data/squad/squad-v1.1-dev-articles-00-39.json --train_articles 0:34 --validation_file "
-            "(same file) --validation_articles 34:40"
-        ) from None
-
-
-def main() -> None:
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUTrainingArguments))
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
+    raw = example_utils.load_hub_dataset(
+        data.dataset_name,
+        data.dataset_config_name,
+        local_files_hint=LOCAL_FILES_HINT,
+        cache_dir=model.cache_dir,
+        token=model.token,
     )
-    log_level = training_args.get_process_log_level()
-    for lib_logger in (logger, logging.getLogger("optimum_ipu")):
-        lib_logger.setLevel(log_level)
-    datasets.utils.logging.set_verbosity(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    logger.info("Training/evaluation parameters %s", training_args)
+    return dict(raw)
 
-    # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
-    last_checkpoint = training_args.checkpoint_in_output_dir()
-    training_args.load_ipu_config()  # a bad config or override is refused now, before any data or model is loaded
 
-    set_seed(training_args.seed)
-    raw = load_raw_datasets(data_args, model_args)
-
-    hub = {
-        "cache_dir": model_args.cache_dir,
-        "revision": model_args.model_revision,
-        "token": model_args.token,
-        "trust_remote_code": model_args.trust_remote_code,
-    }
+def load_model_and_tokenizer(model_args: example_utils.ModelArguments) -> tuple[Any, Any]:
+    """The question-answering model and its fast tokenizer (the offsets map answers back to the context)."""
+    hub = model_args.hub_kwargs()
     config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path, **hub)
     tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path, **hub)
     if not tokenizer.is_fast:
@@ -189,72 +159,81 @@ def main() -> None:
             "with a tokenizer.json (the `tokenizers` library), see https://huggingface.co/transformers/index.html"
         )
     model = AutoModelForQuestionAnswering.from_pretrained(model_args.model_name_or_path, config=config, **hub)
+    return model, tokenizer
 
+
+def featurize(
+    raw: dict[str, datasets.Dataset],
+    split: str,
+    fn: Callable,
+    limit: int | None,
+    features_kwargs: dict[str, Any],
+    data_args: DataTrainingArguments,
+    training_args: IPUTrainingArguments,
+) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """The split's examples (the first `limit`) and their features (one or more windows per example)."""
+    flag = f"--do_{'train' if split == 'train' else 'eval'}"
+    if split not in raw:
+        raise ValueError(f"{flag} needs a {split} dataset")
+    examples = raw[split]
+    if limit is not None:
+        examples = examples.select(range(min(limit, len(examples))))
+    if len(examples) == 0:  # found before training, not after it and the save
+        raise ValueError(
+            f"{flag}: the {split} set is empty; check the file, its --*_articles range and --max_*_samples"
+        )
+    description = f"{split} features"
+    with training_args.main_process_first(desc=description):
+        features = examples.map(
+            partial(fn, **features_kwargs),
+            batched=True,
+            num_proc=data_args.preprocessing_num_workers,
+            remove_columns=examples.column_names,
+            load_from_cache_file=not data_args.overwrite_cache,
+            desc=description,
+        )
+    return examples, features
+
+
+def build_features(
+    raw: dict[str, datasets.Dataset], tokenizer: Any, data_args: DataTrainingArguments, training_args: Any
+) -> dict[str, Any]:
+    """`train` features, and (`examples`, `features`) for `validation` and `test`, for the splits the run needs."""
     max_seq_length = min(data_args.max_seq_length, tokenizer.model_max_length)
     if data_args.max_seq_length > tokenizer.model_max_length:
         logger.warning("max_seq_length %d > the model's %d: using the latter", data_args.max_seq_length, max_seq_length)
-    features_kwargs = {
-        "tokenizer": tokenizer,
-        "max_seq_length": max_seq_length,
-        "doc_stride": data_args.doc_stride,
-        "pad_to_max_length": data_args.pad_to_max_length,
-    }
-
-    def tokenize(
-        split: str, fn, limit: int | None, description: str, pad: bool | None = None
-    ) -> tuple[datasets.Dataset, datasets.Dataset]:
-        if split not in raw:
-            raise ValueError(f"--do_{'train' if split == 'train' else 'eval'} needs a {split} dataset")
-        examples = raw[split]
-        if limit is not None:
-            examples = examples.select(range(min(limit, len(examples))))
-        if len(examples) == 0:  # found before training, not after it and the save
-            raise ValueError(
-                f"--do_{'train' if split == 'train' else 'eval'}: the {split} set is empty; check the file, its "
-                "--*_articles range and --max_*_samples"
-            )
-        with training_args.main_process_first(desc=description):
-            features = examples.map(
-                partial(
-                    fn,
-                    **{
-                        **features_kwargs,
-                        "pad_to_max_length": features_kwargs["pad_to_max_length"] if pad is None else pad,
-                    },
-                ),
-                batched=True,
-                num_proc=data_args.preprocessing_num_workers,
-                remove_columns=examples.column_names,
-                load_from_cache_file=not data_args.overwrite_cache,
-                desc=description,
-            )
-        return examples, features
-
-    train_dataset = eval_examples = eval_dataset = predict_examples = predict_dataset = None
+    kwargs = {"tokenizer": tokenizer, "max_seq_length": max_seq_length, "doc_stride": data_args.doc_stride}
+    padded = {**kwargs, "pad_to_max_length": data_args.pad_to_max_length}
+    out: dict[str, Any] = {"max_seq_length": max_seq_length}
     if training_args.do_train:
         # packed rows are built from unpadded features
-        pad = False if data_args.packing else None
-        _, train_dataset = tokenize("train", prepare_train_features, data_args.max_train_samples, "train features", pad)
-        if data_args.max_train_samples is not None:  # one example can give several features
-            train_dataset = train_dataset.select(range(min(data_args.max_train_samples, len(train_dataset))))
-    if training_args.do_eval:
-        eval_examples, eval_dataset = tokenize(
-            "validation", prepare_validation_features, data_args.max_eval_samples, "validation features"
-        )
-    if training_args.do_predict:
-        predict_examples, predict_dataset = tokenize(
-            "test", prepare_validation_features, data_args.max_predict_samples, "prediction features"
-        )
+        train_kwargs = {**kwargs, "pad_to_max_length": False} if data_args.packing else padded
+        limit = data_args.max_train_samples
+        _, train = featurize(raw, "train", prepare_train_features, limit, train_kwargs, data_args, training_args)
+        if limit is not None:  # one example can give several features
+            train = train.select(range(min(limit, len(train))))
+        out["train"] = train
+    wanted = [("validation", training_args.do_eval, data_args.max_eval_samples)]
+    wanted.append(("test", training_args.do_predict, data_args.max_predict_samples))
+    for split, on, limit in wanted:
+        if on:
+            out[split] = featurize(raw, split, prepare_validation_features, limit, padded, data_args, training_args)
+    return out
 
+
+def build_trainer(
+    model: Any, tokenizer: Any, features: dict[str, Any], data_args: DataTrainingArguments, training_args: Any
+) -> IPUQuestionAnsweringTrainer:
+    """The QA trainer: answers post-processed from the logits, scored by SQuAD (v1.1 or v2.0); packed rows when
+    `--packing`."""
     collator = default_data_collator if data_args.pad_to_max_length else DataCollatorWithPadding(tokenizer)
-    trainer_kwargs = {}
-    train_features = len(train_dataset) if train_dataset is not None else 0
+    train_dataset, kwargs = features.get("train"), {}
     if data_args.packing and train_dataset is not None:
         # a dense block-diagonal mask for eager/sdpa attention, sequence ids (a BlockMask on the device) for flex
         packing = prepare_packed_training(
             model,
             train_dataset,
-            max_seq_length,
+            features["max_seq_length"],
             tokenizer.pad_token_id,
             collator,
             packed_question_answering_loss,
@@ -263,7 +242,7 @@ def main() -> None:
         train_dataset, collator = packing.train_dataset, packing.data_collator
         # one `labels` tensor of per-sequence slots, read by the packed loss (the model gets no labels)
         training_args.label_names = ["labels"]
-        trainer_kwargs["compute_loss_func"] = packing.compute_loss_func
+        kwargs["compute_loss_func"] = packing.compute_loss_func
 
     def post_process(examples, features, predictions, prefix: str = "eval") -> dict[str, str]:
         return postprocess_qa_predictions(
@@ -278,7 +257,8 @@ def main() -> None:
             prefix=prefix,
         )
 
-    trainer = IPUQuestionAnsweringTrainer(
+    eval_examples, eval_dataset = features.get("validation", (None, None))
+    return IPUQuestionAnsweringTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
@@ -288,40 +268,39 @@ def main() -> None:
         data_collator=collator,
         post_process_function=post_process,
         compute_metrics=squad_v2_metrics if data_args.version_2_with_negative else squad_metrics,
-        **trainer_kwargs,
+        **kwargs,
     )
 
+
+def main() -> None:
+    model_args, data_args, training_args = example_utils.parse_args(
+        example_utils.ModelArguments, DataTrainingArguments, IPUTrainingArguments
+    )
+    example_utils.setup_logging(training_args, logger)
+    last_checkpoint = example_utils.start_run(training_args)
+    set_seed(training_args.seed)
+    raw = load_raw_datasets(data_args, model_args)
+    model, tokenizer = load_model_and_tokenizer(model_args)
+    features = build_features(raw, tokenizer, data_args, training_args)
+    trainer = build_trainer(model, tokenizer, features, data_args, training_args)
+
     if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        if training_args.compile_only:
-            logger.info("--compile_only: graphs compiled and cached; nothing trained or saved")
+        rows, train_features = len(trainer.train_dataset), len(features["train"])
+
+        def features_per_second(metrics: dict[str, Any]) -> dict[str, Any]:
+            # packed: samples are rows; SQuAD features per second is the figure comparable with unpacked runs
+            per_second = round(metrics["train_samples_per_second"] * train_features / rows, 3)
+            return {"train_features": train_features, "train_features_per_second": per_second}
+
+        extra = features_per_second if data_args.packing else None
+        if not example_utils.train(trainer, training_args, last_checkpoint, rows, extra):
             return
-        trainer.save_model()
-        metrics = train_result.metrics
-        metrics["train_samples"] = len(train_dataset)
-        if data_args.packing:  # samples are packed rows; SQuAD features per second is the comparable figure
-            metrics["train_features"] = train_features
-            metrics["train_features_per_second"] = round(
-                metrics["train_samples_per_second"] * train_features / len(train_dataset), 3
-            )
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
-
     if training_args.do_eval:
-        logger.info("*** Evaluate ***")
-        metrics = trainer.evaluate()
-        metrics["eval_samples"] = len(eval_dataset)
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
-
+        example_utils.evaluate(trainer, len(features["validation"][1]))
     if training_args.do_predict:
-        logger.info("*** Predict ***")
-        results = trainer.predict(predict_dataset, predict_examples)
-        results.metrics["predict_samples"] = len(predict_dataset)
-        trainer.log_metrics("predict", results.metrics)
-        trainer.save_metrics("predict", results.metrics)
+        predict_examples, predict_dataset = features["test"]
+        example_utils.predict(trainer, predict_dataset, len(predict_dataset), predict_examples)
+    example_utils.finish(trainer, training_args)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -14,6 +15,9 @@ from ..conftest import PYTHON, REPO_ROOT
 from ..distributed.test_data_parallel import free_port
 
 QA_DIR = REPO_ROOT / "examples" / "question-answering"
+sys.path.insert(0, str(QA_DIR))
+import utils_qa  # noqa: E402
+
 REFERENCE_FLAGS = (
     "--do_train --do_eval --overwrite_output_dir --per_device_train_batch_size 2 --per_device_eval_batch_size 2 "
     "--learning_rate 6e-5 --num_train_epochs 3 --max_seq_length 384 --doc_stride 128 --seed 1984 "
@@ -92,6 +96,7 @@ def test_reference_command_with_local_files(tmp_path, shared_data, tiny_qa_model
     assert (out / "ipu_config.json").is_file() and (out / "model.safetensors").is_file()
     predictions = json.loads((out / "eval_predictions.json").read_text())
     assert len(predictions) == 24
+    assert (out / "training_curves.png").read_bytes()[:4] == b"\x89PNG"  # drawn beside all_results.json
 
 
 def test_one_epoch_lowers_the_loss(tmp_path, shared_data, tiny_qa_model_dir):
@@ -143,10 +148,68 @@ def test_dataset_name_offline_is_a_clear_error(tmp_path, tiny_qa_model_dir):
         "--output_dir",
         str(tmp_path / "o"),
     )
-    assert result.returncode != 0
-    assert "--dataset_name squad: not in the local datasets cache" in result.stderr
-    assert "--train_file" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    message = result.stderr.strip().splitlines()[-1]
+    assert (
+        "--dataset_name squad: not in the local datasets cache and the Hugging Face Hub could not be reached" in message
+    )
+    # one text for both users: how to download it with a network, which local files to give without one
+    assert "With a network: unset HF_HUB_OFFLINE and HF_DATASETS_OFFLINE" in message
+    assert "Without one: pass local files instead, --train_file" in message and "shared/" not in message
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_a_dataset_folder_without_data_is_reported_as_such(tmp_path, tiny_qa_model_dir):
+    """Only the offline errors become the "cannot reach the Hub" message; anything else is `datasets`' own."""
+    empty = tmp_path / "no-data-files"
+    empty.mkdir()
+    out = str(tmp_path / "o")
+    result = run_qa(
+        "--model_name_or_path", str(tiny_qa_model_dir), "--dataset_name", str(empty), "--do_eval", "--output_dir", out
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "Hugging Face Hub could not be reached" not in result.stderr and str(empty) in result.stderr
+
+
+def test_dataset_name_reads_a_local_dataset_folder(tmp_path, shared_data, tiny_qa_model_dir):
+    """The --dataset_name path end to end: `datasets.load_dataset(folder)` finds the splits by their file names."""
+    path = shared_data / "squad" / "squad-v1.1-dev-articles-00-39.json"
+    folder = tmp_path / "my-squad"
+    folder.mkdir()
+    for split, articles in (("train", slice(0, 2)), ("validation", slice(34, 35))):
+        utils_qa.load_squad_json(path, articles).to_json(folder / f"{split}.jsonl", force_ascii=False)
+    out = tmp_path / "output"
+    result = run_qa(
+        "--model_name_or_path",
+        str(tiny_qa_model_dir),
+        "--dataset_name",
+        str(folder),
+        "--do_train",
+        "--do_eval",
+        "--max_train_samples",
+        "16",
+        "--max_eval_samples",
+        "8",
+        "--max_seq_length",
+        "128",
+        "--doc_stride",
+        "64",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "8",
+        "--num_train_epochs",
+        "1",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    everything = json.loads((out / "all_results.json").read_text())
+    assert everything["train_samples"] == 16 and everything["eval_samples"] >= 8
+    assert 0 <= everything["eval_exact_match"] <= everything["eval_f1"] <= 100
+    assert len(json.loads((out / "eval_predictions.json").read_text())) == 8
 
 
 def test_non_empty_output_dir_needs_overwrite(tmp_path, shared_data, tiny_qa_model_dir):
