@@ -28,9 +28,10 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from ..errors import IncompatibleIPUConfigError
+from ..topology import check_processes
 from .stage_cut import stage_ranges
 
 FSDP_HELP = "full parameter sharding (--fsdp) needs several processes (torchrun)"
@@ -93,6 +94,9 @@ def load_full_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor]) 
     Raises:
         ValueError: the checkpoint has keys the model lacks, or lacks keys other than tied duplicates.
     """
+    shards = stage_shards(model)
+    if shards is not None:
+        return _load_stage(model, state_dict, shards)
     options = StateDictOptions(full_state_dict=True, strict=False)
     result = set_model_state_dict(model, state_dict, options=options)
     # A tied parameter (output projection = embeddings) is saved once, under one of its names.
@@ -113,6 +117,9 @@ def _parameter_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> list
 def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """The whole optimizer state of a sharded model on rank 0, in the layout of `optimizer.state_dict()` in one
     process (parameters numbered in group order), so that a one-process run resumes from it. A collective."""
+    shards = stage_shards(model)
+    if shards is not None:
+        return _gather_stages_optimizer(model, optimizer, shards)
     options = StateDictOptions(full_state_dict=True, cpu_offload=True, flatten_optimizer_state_dict=False)
     full = get_optimizer_state_dict(model, optimizer, options=options)
     index = {name: i for i, name in enumerate(_parameter_names(model, optimizer))}
@@ -125,6 +132,9 @@ def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer
 def load_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """Load a one-process `optimizer.state_dict()` (or `full_optimizer_state_dict`'s) into the optimizer of a
     sharded model: each process keeps its shards of the state."""
+    shards = stage_shards(model)
+    if shards is not None:
+        return _load_stage_optimizer(model, optimizer, state, shards)
     names = _parameter_names(model, optimizer)
     full = {
         "state": {names[int(i)]: value for i, value in state["state"].items()},
@@ -232,7 +242,7 @@ def shard_stages(model: nn.Module, layer_paths: Sequence[str], counts: Sequence[
     Args:
         model (`nn.Module`): the stock model, whole, on this process's device.
         layer_paths (`Sequence[str]`): dotted paths of its layers, in pipeline order.
-        counts (`Sequence[int]`): the layers of each stage (`IPUConfig.layers_per_stage`).
+        counts (`Sequence[int]`): the layers of each stage, wildcards resolved.
         mesh (`DeviceMesh`): the `("dp", "pp")` mesh (`stage_mesh`).
 
     Returns:
@@ -268,9 +278,7 @@ def _canonical_names(model: nn.Module) -> dict[str, str]:
 def _gather_stages(model: nn.Module, shards: StageShards) -> dict[str, torch.Tensor]:
     """Each stage's current entries, whole (gathered over its replicas), then gathered over the stages onto global
     rank 0 (replica 0, stage 0), in the order of `model.state_dict()`. A collective."""
-    for module in shards.root.modules():
-        if isinstance(module, FSDPModule):
-            module.reshard()  # between steps they are sharded already; an evaluation may have gathered them
+    _reshard(shards)
     canonical, stage = _canonical_names(model), shards.stage
     entries = model.state_dict()
     mine = {}
@@ -285,3 +293,132 @@ def _gather_stages(model: nn.Module, shards: StageShards) -> dict[str, torch.Ten
         return {}
     merged = {key: value for part in parts for key, value in part.items()}
     return {key: merged[key] for key in entries if key in merged}
+
+
+def shard_pipeline(
+    model: nn.Module, layer_paths: Sequence[str], counts: Sequence[int], ipu_config: Any, device: torch.device
+) -> StageShards:
+    """`shard_stages` on the (replicas, stages) mesh of `ipu_config` (an `IPUConfig`) over this job's processes.
+
+    Args:
+        model (`nn.Module`): the stock model, whole, on this process's device.
+        layer_paths (`Sequence[str]`): dotted paths of its layers, in pipeline order.
+        counts (`Sequence[int]`): the layers of each stage, wildcards resolved.
+        ipu_config (`IPUConfig`): its `replication_factor` (the processes must be replicas x stages).
+        device (`torch.device`): this process's device.
+    """
+    check_processes(ipu_config, dist.get_world_size())
+    mesh = stage_mesh(ipu_config.value("replication_factor"), len(counts), device)
+    return shard_stages(model, layer_paths, counts, mesh)
+
+
+def _whole(value: Any) -> Any:
+    """A state value, whole and on the CPU (a `DTensor` is gathered over its replicas: a collective)."""
+    if isinstance(value, DTensor):
+        value = value.full_tensor()
+    return value.detach().cpu() if torch.is_tensor(value) else value
+
+
+def _like(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+    """`full` (a whole tensor of `param`'s shape) as this process holds `param`: its shard of a `DTensor`."""
+    full = full.to(device=param.device)
+    if isinstance(param, DTensor):  # every process has the whole tensor: each takes its shard, nothing is sent
+        return distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
+    return full
+
+
+def _load_stage(model: nn.Module, state_dict: dict[str, torch.Tensor], shards: StageShards) -> None:
+    """Copy into this stage's parameters and buffers (their shards) the entries of a whole `state_dict`."""
+    aliases: dict[str, list[str]] = {}
+    for name, first in _canonical_names(model).items():
+        aliases.setdefault(first, []).append(name)
+    known = set(aliases) | set(_canonical_names(model)) | {n for n, _ in model.named_buffers()}
+    unexpected = [k for k in state_dict if k not in known]
+    missing = []
+    _reshard(shards)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name in shards.freed:
+                continue
+            key = next((a for a in aliases[name] if a in state_dict), None)
+            if key is None:
+                missing.append(name)
+                continue
+            value = _like(state_dict[key].to(param.dtype), param)
+            target = param.to_local() if isinstance(param, DTensor) else param
+            target.copy_(value.to_local() if isinstance(value, DTensor) else value)
+        for name, buffer in model.named_buffers():
+            if not buffer.is_meta and name in state_dict:
+                buffer.copy_(state_dict[name])
+    if missing or unexpected:
+        raise ValueError(f"the checkpoint does not fit the model: missing {missing}, unexpected {unexpected}")
+
+
+def _reshard(shards: StageShards) -> None:
+    for module in shards.root.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()  # between steps they are sharded already; an evaluation may have gathered them
+
+
+def _group_layout(model: nn.Module, optimizer: torch.optim.Optimizer, shards: StageShards) -> list[list[str]]:
+    """The parameter names of each optimizer group as one process holding every stage numbers them: each stage's
+    names (gathered over the stages, a collective), in the model's order. The groups are `Trainer`'s (weight decay
+    or not), so a stage has the same groups as the others, with fewer parameters."""
+    names = {p: n for n, p in model.named_parameters()}
+    mine = [[names[p] for p in group["params"]] for group in optimizer.param_groups]
+    parts: list[Any] = [None] * shards.mesh["pp"].size()
+    dist.all_gather_object(parts, mine, group=shards.mesh.get_group("pp"))
+    if len({len(part) for part in parts}) > 1:
+        raise ValueError(
+            f"the stages' optimizers have different numbers of parameter groups: {[len(p) for p in parts]}"
+        )
+    order = {name: i for i, (name, _) in enumerate(model.named_parameters())}
+    return [sorted({n for part in parts for n in part[g]}, key=order.__getitem__) for g in range(len(mine))]
+
+
+def _gather_stages_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, shards: StageShards) -> dict[str, Any]:
+    """Each parameter's state from the stage that trains it, whole, numbered as in one process, on global rank 0."""
+    layout = _group_layout(model, optimizer, shards)
+    _reshard(shards)
+    names, stage = {p: n for n, p in model.named_parameters()}, shards.stage
+    mine = {}
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if shards.stage_of(names[param]) == stage and param in optimizer.state:
+                mine[names[param]] = {k: _whole(v) for k, v in optimizer.state[param].items()}
+    if shards.mesh.get_local_rank("dp") != 0:
+        return {}
+    parts: list[Any] | None = [None] * shards.mesh["pp"].size() if stage == 0 else None
+    dist.gather_object(mine, parts, group=shards.mesh.get_group("pp"), group_dst=0)
+    if parts is None:
+        return {}
+    states = {name: state for part in parts for name, state in part.items()}
+    index = {name: i for i, name in enumerate(n for group in layout for n in group)}
+    groups = [
+        {**{k: v for k, v in group.items() if k != "params"}, "params": [index[n] for n in names_]}
+        for group, names_ in zip(optimizer.param_groups, layout, strict=True)
+    ]
+    return {"state": {index[n]: state for n, state in states.items()}, "param_groups": groups}
+
+
+def _load_stage_optimizer(
+    model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], shards: StageShards
+) -> None:
+    """Load a one-process optimizer state: each process takes its stage's parameters, its shard of each."""
+    layout = _group_layout(model, optimizer, shards)
+    names = [n for group in layout for n in group]
+    if [len(g) for g in layout] != [len(g["params"]) for g in state["param_groups"]]:
+        raise ValueError(
+            f"the optimizer state does not fit the model: groups of {[len(g['params']) for g in state['param_groups']]}"
+            f" parameters, the model's optimizer has {[len(g) for g in layout]}"
+        )
+    params = dict(model.named_parameters())
+    held = {p for group in optimizer.param_groups for p in group["params"]}
+    for i, values in state["state"].items():
+        param = params[names[int(i)]]
+        if param in held:
+            optimizer.state[param] = {
+                k: _like(v, param) if torch.is_tensor(v) and v.shape == param.shape else v for k, v in values.items()
+            }
+    for group, saved in zip(optimizer.param_groups, state["param_groups"], strict=True):
+        group.update({k: v for k, v in saved.items() if k != "params"})

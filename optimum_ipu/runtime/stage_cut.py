@@ -109,16 +109,26 @@ class _PassThrough(nn.Module):
 @contextmanager
 def _materialized(layers: Sequence[nn.Module], device: torch.device) -> Iterator[None]:
     """Layers held by other processes (on the meta device: `fsdp.shard_stages`) get zero weights while the probe
-    runs: it learns how layers are called and what they return, not values. They go back to the meta device."""
+    runs them, one at a time (so no process ever holds the whole model): the probe learns how layers are called
+    and what they return, not values."""
     held_elsewhere = [layer for layer in layers if any(t.is_meta for t in (*layer.parameters(), *layer.buffers()))]
-    for layer in held_elsewhere:
+
+    def fill(layer: nn.Module, args: tuple) -> None:
         layer.to_empty(device=device)
         with torch.no_grad():
             for tensor in (*layer.parameters(), *layer.buffers()):
                 tensor.zero_()
+
+    def free(layer: nn.Module, args: tuple, output: Any) -> None:
+        layer.to("meta")
+
+    handles = [layer.register_forward_pre_hook(fill, prepend=True) for layer in held_elsewhere]
+    handles += [layer.register_forward_hook(free) for layer in held_elsewhere]
     try:
         yield
     finally:
+        for handle in handles:
+            handle.remove()
         for layer in held_elsewhere:
             layer.to("meta")
 
@@ -401,7 +411,7 @@ def _run_leaving_no_trace(model: nn.Module, batch: dict[str, Any], handles: list
                 handle.remove()
             with torch.no_grad():  # only what changed: an in-place copy would stale autograd's saved buffers
                 for name, buffer in model.named_buffers():
-                    if not torch.equal(buffer, buffers[name]):
+                    if not buffer.is_meta and not torch.equal(buffer, buffers[name]):
                         buffer.copy_(buffers[name])
 
 
@@ -428,7 +438,7 @@ def run_stages_in_turn(
     Args:
         model (`nn.Module`): the stock model.
         cut (`StageCut`): its layers and encoder-decoder split (`PipelinedModel.stage_cut()`).
-        counts (`Sequence[int]`): layers of each stage (`IPUConfig.layers_per_stage`).
+        counts (`Sequence[int]`): layers of each stage (`optimum_ipu.models.layout.layers_per_stage`).
         batch (`dict[str, torch.Tensor]`): the model's inputs, labels included.
         objective (`Callable`, *optional*): what is differentiated of the last stage's output (the loss).
 

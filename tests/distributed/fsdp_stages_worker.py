@@ -42,7 +42,8 @@ def main() -> None:
         return {k: v[replica * rows : (replica + 1) * rows] for k, v in batch.items()}
 
     sgd = lambda params: torch.optim.SGD(params, lr=0.1)  # noqa: E731
-    engine = PipelineEngine(model, config, pipelined.stage_cut(), list(host_batch(0)), sgd, fsdp=True)
+    counts = [len(stage.layers) for stage in pipelined.stage_layout(inference=False)]
+    engine = PipelineEngine(model, config, pipelined.stage_cut(), list(host_batch(0)), sgd, counts=counts, fsdp=True)
     held = local_parameter_bytes(model.parameters())
     losses = []
     for step in range(steps):

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+import transformers
 from safetensors.torch import load_file
 
 from optimum_ipu import IPUConfig, to_pipelined
@@ -84,3 +85,79 @@ def bytes_per_stage(config: dict, class_name: str) -> tuple[int, list[int]]:
     starts = [sum(config["layers_per_ipu"][:i]) for i in range(len(config["layers_per_ipu"]))]
     per_stage = [rest + sum(layers[s : s + n]) for s, n in zip(starts, config["layers_per_ipu"], strict=True)]
     return size(pipelined.model), per_stage
+
+
+# ---------------------------------------------------------------- through IPUTrainer (tests/distributed/fsdp_worker.py)
+# `--fsdp` with 2 stages x 2 replicas on 4 processes against the same job without it, whose stages keep the whole model
+# and whose checkpoints are single-process ones (tests/distributed/test_pipeline_parallel.py): same losses, weights
+# and checkpoint (model and optimizer state, in the one-process layout), about a quarter of the parameters each.
+TRAINER_WORKER = str(REPO_ROOT / "tests" / "distributed" / "fsdp_worker.py")
+
+
+def trainer_run(out, *flags: str, resume_from=None) -> list[dict]:
+    run = launch(
+        *TORCHRUN,
+        "--nproc_per_node=4",
+        f"--master_port={free_port()}",
+        TRAINER_WORKER,
+        str(out),
+        "2",  # replicas
+        "4",  # steps
+        "--stages",
+        *flags,
+        extra_env={"RESUME_FROM": str(resume_from or "")},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(4)]
+
+
+@pytest.fixture(scope="module")
+def whole_stages(tmp_path_factory):
+    out = tmp_path_factory.mktemp("whole-stages")
+    return out, trainer_run(out)
+
+
+def assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        torch.testing.assert_close(got[key], value, atol=1e-5, rtol=0, msg=key)
+
+
+def test_trainer_sharded_stages_equal_whole_stages(tmp_path, whole_stages):
+    want_dir, want = whole_stages
+    got = trainer_run(tmp_path, "--fsdp")
+    assert all(r["sharded"] for r in got) and not want[0]["sharded"]
+    assert got[0]["losses"] == pytest.approx(want[0]["losses"], abs=1e-5)
+    for saved in ("final", "checkpoint-3"):
+        assert_same_weights(
+            load_file(tmp_path / saved / "model.safetensors"), load_file(want_dir / saved / "model.safetensors")
+        )
+    # The optimizer state of every stage, whole, numbered as in one process.
+    got_state = torch.load(tmp_path / "checkpoint-3" / "optimizer.pt", weights_only=True)
+    want_state = torch.load(want_dir / "checkpoint-3" / "optimizer.pt", weights_only=True)
+    assert [g["params"] for g in got_state["param_groups"]] == [g["params"] for g in want_state["param_groups"]]
+    assert got_state["state"].keys() == want_state["state"].keys()
+    for i, state in want_state["state"].items():
+        for key, value in state.items():
+            torch.testing.assert_close(got_state["state"][i][key], value, atol=1e-6, rtol=0, msg=f"{i} {key}")
+    # transformers loads the saved model in one process.
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "final")
+    assert_same_weights(dict(model.state_dict()), load_file(want_dir / "final" / "model.safetensors"))
+
+    whole = want[0]["whole_parameter_bytes"]
+    held = [r["parameter_bytes"] for r in got]
+    print(f"IPUTrainer --fsdp, 2 stages x 2 replicas: held {held} of {whole} bytes")
+    assert all(r["parameter_bytes"] == whole for r in want)
+    # half the layers, halved again by the shards; the embeddings and head (a quarter of this model) on both stages
+    assert max(held) < whole * 0.3
+    # while a layer runs: its shards gathered, and (first step) one layer of another stage zero-filled for the probe
+    assert max(r["peak_parameter_bytes"] for r in got) < whole * 0.6
+
+
+def test_trainer_sharded_stages_resume_a_whole_checkpoint(tmp_path, whole_stages):
+    want_dir, want = whole_stages
+    got = trainer_run(tmp_path, "--fsdp", resume_from=want_dir / "checkpoint-3")
+    assert got[0]["losses"][-1] == pytest.approx(want[0]["losses"][-1], abs=1e-5)
+    assert_same_weights(
+        load_file(tmp_path / "final" / "model.safetensors"), load_file(want_dir / "final" / "model.safetensors")
+    )
