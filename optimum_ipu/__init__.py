@@ -30,6 +30,8 @@ _LAZY: dict[str, str] = {
     "pipeline": ".pipelines.factory",
     **{name: ".models.auto" for name in AUTO_CLASSES},
 }
+# Optimum Graphcore's `optimum.graphcore.modeling_utils` helpers, also at the top level
+_LAZY.update({name: ".modeling_utils" for name in ("get_layer_ipu", "split_encoder_decoder_ipu_config")})
 
 
 def __getattr__(name: str) -> Any:

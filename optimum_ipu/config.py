@@ -8,6 +8,7 @@ decided by `optimum_ipu.runtime`; the table lives in the README and in DESIGN.md
 from __future__ import annotations
 
 import copy
+import importlib.metadata
 import json
 import logging
 import os
@@ -19,17 +20,22 @@ from .config_schema import (
     DEPRECATED_KEYS,
     FIELDS,
     IPU_ONLY_FIELDS,
+    METADATA_KEYS,
     MODE_MANAGED_FIELDS,
+    MODES,
+    PARALLELIZE_KWARGS_BUILT_IN,
+    PARALLELIZE_KWARGS_REALISED,
+    PARALLELIZE_KWARGS_REPORTED,
 )
 from .config_validation import (
     check_exclusive_serialization,
     check_field_types,
+    check_metadata,
     check_unknown_keys,
     known_keys,
     locate_config_file,
     parse_update_string,
     read_json,
-    resolve_layers_per_ipu,
     resolve_pod_values,
     validate,
 )
@@ -39,6 +45,7 @@ from .files import write_text_atomic
 logger = logging.getLogger(__name__)
 
 _warned: set[str] = set()
+DEFAULT_MATMUL_PROPORTION = 0.2
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -48,10 +55,16 @@ def _warn_once(key: str, message: str) -> None:
 
 
 class _ModeManaged:
-    """Descriptor: `config.<name>` reads/writes `<name>` in training mode, `inference_<name>` in inference mode."""
+    """Descriptor: `config.<name>` reads/writes `<name>` in training mode, `inference_<name>` in inference mode.
+
+    Also under Optimum Graphcore's private names (`config._layers_per_ipu`, ...), which its models and helpers read.
+    """
+
+    def __init__(self, field: str | None = None) -> None:
+        self.name = field
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
+        self.name = self.name or name
 
     def _key(self, obj: IPUConfig) -> str:
         return f"inference_{self.name}" if obj.__dict__.get("mode") == "inference" else self.name
@@ -62,7 +75,7 @@ class _ModeManaged:
         return obj.__dict__[self._key(obj)]
 
     def __set__(self, obj: IPUConfig, value: Any) -> None:
-        obj.__dict__[self._key(obj)] = value
+        obj._set_field(self._key(obj), value)
 
 
 class IPUConfig:
@@ -136,9 +149,15 @@ class IPUConfig:
             Keyword arguments passed to the model's `parallelize()` in training.
         inference_parallelize_kwargs (`Dict[str, Any]`, *optional*):
             Same for inference.
+        execute_encoder_on_cpu_for_generation (`bool`, *optional*, defaults to `False`):
+            Optimum Graphcore's switch (never implemented there: its `to_options` refused `True`). Kept in the
+            file; `True` is reported once and the encoder runs on the model's device.
         n_ipu (`int`, *optional*):
             Number of devices of the pod, used only to resolve per-pod values such as
             `{"pod4": 1, "pod16": 4, "default": 1}` (key `pod{n_ipu}`, else `default`). Not stored.
+        kwargs:
+            Optimum Graphcore's metadata keys `optimum_version` and `transformers_version` (kept as read and
+            written back on save; no effect) and the deprecated keys of older files (one warning each).
 
     Example:
 
@@ -151,6 +170,7 @@ class IPUConfig:
     """
 
     CONFIG_NAME = CONFIG_NAME
+    modes = MODES
 
     replication_factor = _ModeManaged()
     layers_per_ipu = _ModeManaged()
@@ -162,6 +182,17 @@ class IPUConfig:
     projection_serialization_factor = _ModeManaged()
     serialized_projection_splits_per_ipu = _ModeManaged()
     parallelize_kwargs = _ModeManaged()
+    # Optimum Graphcore's names: there only these follow the mode (its plain names always read training values)
+    _replication_factor = _ModeManaged("replication_factor")
+    _layers_per_ipu = _ModeManaged("layers_per_ipu")
+    _ipus_per_replica = _ModeManaged("ipus_per_replica")
+    _matmul_proportion = _ModeManaged("matmul_proportion")
+    _device_iterations = _ModeManaged("device_iterations")
+    _embedding_serialization_factor = _ModeManaged("embedding_serialization_factor")
+    _serialized_embedding_splits_per_ipu = _ModeManaged("serialized_embedding_splits_per_ipu")
+    _projection_serialization_factor = _ModeManaged("projection_serialization_factor")
+    _serialized_projection_splits_per_ipu = _ModeManaged("serialized_projection_splits_per_ipu")
+    _parallelize_kwargs = _ModeManaged("parallelize_kwargs")
 
     def __init__(
         self,
@@ -195,6 +226,7 @@ class IPUConfig:
         explicit_ir_inference: bool = False,
         parallelize_kwargs: dict[str, Any] | None = None,
         inference_parallelize_kwargs: dict[str, Any] | None = None,
+        execute_encoder_on_cpu_for_generation: bool = False,
         n_ipu: int | None = None,
         **kwargs: Any,
     ) -> None:
@@ -204,7 +236,9 @@ class IPUConfig:
                 _warn_once(
                     f"deprecated:{key}", f"IPUConfig: `{key}` is deprecated and ignored: {DEPRECATED_KEYS[key]}."
                 )
-        check_unknown_keys([k for k in kwargs if k not in DEPRECATED_KEYS])
+        check_unknown_keys([k for k in kwargs if k not in DEPRECATED_KEYS and k not in METADATA_KEYS])
+        metadata = {k: kwargs[k] for k in METADATA_KEYS if k in kwargs}
+        check_metadata(metadata)
 
         given = dict(locals())
         values = {name: given[name] for name in (*FIELDS, "n_ipu")}
@@ -212,10 +246,33 @@ class IPUConfig:
         check_exclusive_serialization(values)
         check_field_types(values, allow_none=True)  # before deriving defaults from them
         self.__dict__["mode"] = "training"
+        self.__dict__["metadata"] = metadata
         for name, value in _fill_defaults(values).items():
             self.__dict__[name] = copy.deepcopy(value)
         validate(self)
         _report_parallelize_kwargs(self.__dict__)
+        if self.__dict__["execute_encoder_on_cpu_for_generation"]:
+            _warn_once(
+                "execute_encoder_on_cpu_for_generation",
+                "IPUConfig: `execute_encoder_on_cpu_for_generation` has no effect here (Optimum Graphcore never "
+                "implemented it either): the encoder runs on the model's device.",
+            )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Fields are checked when set, as in Optimum Graphcore (type and range; the layout is checked on load)."""
+        if name in FIELDS and name not in MODE_MANAGED_FIELDS:
+            self._set_field(name, value)
+        else:  # `mode`, the mode-managed names (their descriptor checks the field reached), other attributes
+            object.__setattr__(self, name, value)
+
+    def _set_field(self, name: str, value: Any) -> None:
+        check_field_types({**self.__dict__, name: value})
+        self.__dict__[name] = value
+
+    def _get_managed_attr_mode_name(self, attr: str) -> str:
+        """The field that the mode-managed `attr` reaches in the current mode (Optimum Graphcore's helper)."""
+        managed = attr in MODE_MANAGED_FIELDS
+        return f"inference_{attr}" if managed and self.mode == "inference" else attr
 
     # ------------------------------------------------------------------ modes
     def train(self, mode: bool = True) -> IPUConfig:
@@ -229,8 +286,16 @@ class IPUConfig:
 
     @property
     def mode(self) -> str:
-        """`"training"` or `"inference"`."""
+        """`"training"` or `"inference"` (`IPUConfig.modes`); settable, as `train()` and `eval()` do."""
         return self.__dict__["mode"]
+
+    @mode.setter
+    def mode(self, value: str) -> None:
+        if value not in MODES:
+            raise IncompatibleIPUConfigError(
+                f"`IPUConfig` mode can only take values in {MODES}; got {short_repr(value)}. Use `train()` / `eval()`."
+            )
+        self.__dict__["mode"] = value
 
     def value(self, name: str, inference: bool = False) -> Any:
         """A field's training value (or its `inference_*` twin's), whatever the current mode."""
@@ -238,15 +303,16 @@ class IPUConfig:
         return self.__dict__[twin if inference and twin in self.__dict__ else name]
 
     # ------------------------------------------------------------ derived sizes
-    def batch_size_factor(self, for_inference: bool | None = None) -> int:
+    def batch_size_factor(self, for_inference: bool = False) -> int:
         """Samples per host call divided by the per-device micro-batch size.
 
-        Training: `replication_factor * gradient_accumulation_steps * device_iterations`.
-        Inference: `inference_replication_factor * inference_device_iterations`.
-        `for_inference` defaults to the current mode.
+        Args:
+            for_inference (`bool`, defaults to `False`):
+                Training (whatever the mode, as in Optimum Graphcore):
+                `replication_factor * gradient_accumulation_steps * device_iterations`.
+                Inference: `inference_replication_factor * inference_device_iterations`.
         """
-        inference = self.mode == "inference" if for_inference is None else for_inference
-        if inference:
+        if for_inference:
             return self.__dict__["inference_replication_factor"] * self.__dict__["inference_device_iterations"]
         return (
             self.__dict__["replication_factor"]
@@ -259,14 +325,6 @@ class IPUConfig:
         """Device slots of the current mode: `ipus_per_replica * replication_factor`."""
         return self.ipus_per_replica * self.replication_factor
 
-    def layers_per_stage(self, num_layers: int, inference: bool | None = None) -> list[int]:
-        """`layers_per_ipu` with its `-1` wildcards resolved against `num_layers`: of the current mode, or of the
-        inference (`inference=True`) or training (`inference=False`) layout whatever the mode."""
-
-        inference = self.mode == "inference" if inference is None else inference
-        field = "inference_layers_per_ipu" if inference else "layers_per_ipu"
-        return resolve_layers_per_ipu(self.value("layers_per_ipu", inference=inference), num_layers, field=field)
-
     def ipu_only_fields_set(self) -> list[str]:
         """IPU compiler knobs of this config that differ from their defaults (they have no effect here)."""
         default = IPUConfig()
@@ -274,15 +332,21 @@ class IPUConfig:
 
     # -------------------------------------------------------------- (de)serialise
     def to_dict(self) -> dict[str, Any]:
-        """All fields, training and inference values alike, whatever the mode.
+        """All fields, training and inference values alike, whatever the mode, and the metadata keys: the keys of
+        Optimum Graphcore's `to_dict()`.
 
-        A serialization factor implied by per-IPU splits is written as `null`, so the file loads back.
+        A serialization factor implied by per-IPU splits is written as `null`, so the file loads back. The
+        metadata is kept as read; a config made here writes the installed `transformers` version and
+        `optimum_version: null`.
         """
         d = {name: copy.deepcopy(self.__dict__[name]) for name in FIELDS}
         for prefix in ("", "inference_"):
             for kind in ("embedding", "projection"):
                 if d[f"{prefix}serialized_{kind}_splits_per_ipu"] is not None:
                     d[f"{prefix}{kind}_serialization_factor"] = None
+        metadata = self.__dict__["metadata"]
+        d["optimum_version"] = metadata.get("optimum_version")
+        d["transformers_version"] = metadata.get("transformers_version") or _installed_version("transformers")
         return d
 
     def to_json_string(self) -> str:
@@ -357,70 +421,74 @@ class IPUConfig:
         candidate = type(self).from_dict(check)
         for name in FIELDS:
             self.__dict__[name] = candidate.__dict__[name]
-        validate(self)
 
     def copy(self) -> IPUConfig:
         return copy.deepcopy(self)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, IPUConfig) and self.to_dict() == other.to_dict()
+        """Equal fields (the metadata of the files they came from does not count)."""
+        if not isinstance(other, IPUConfig):
+            return False
+        return all(self.to_dict()[k] == other.to_dict()[k] for k in FIELDS)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__} ({self.mode}) {self.to_json_string()}"
 
 
 def _fill_defaults(values: dict[str, Any]) -> dict[str, Any]:
-    """Derive the defaults that depend on other fields, as Graphcore's IPUConfig does."""
+    """Derive the defaults that depend on other fields, with Optimum Graphcore's rules (`IPUConfig.__init__` and
+    `_validate_ipu_config` there): the inference layout follows the training one; nothing else is inherited."""
     v = dict(values)
     if v["layers_per_ipu"] is None:
         v["layers_per_ipu"] = [-1]
+    layers = v["layers_per_ipu"]
+    if v["inference_layers_per_ipu"] is None:
+        v["inference_layers_per_ipu"] = copy.deepcopy(layers)
+    if v["ipus_per_replica"] is None:
+        v["ipus_per_replica"] = len(layers)
+    if v["inference_ipus_per_replica"] is None:
+        # the inference layout's length, unless it is the bare wildcard and `ipus_per_replica` was given apart
+        inference = v["inference_layers_per_ipu"]
+        own_length = v["ipus_per_replica"] == len(layers) or inference != [-1]
+        v["inference_ipus_per_replica"] = len(inference) if own_length else v["ipus_per_replica"]
     for prefix in ("", "inference_"):
-        # Serialization: splits given -> factor is their sum; neither given -> factor 1.
+        ipus = v[f"{prefix}ipus_per_replica"]
+        if v[f"{prefix}layers_per_ipu"] == [-1] and isinstance(ipus, int) and ipus > 1:
+            v[f"{prefix}layers_per_ipu"] = [-1] * ipus  # the wildcard on every slot
+        # Serialization: splits given -> the factor is their sum; neither given -> factor 1.
         for kind in ("embedding", "projection"):
             factor, splits = f"{prefix}{kind}_serialization_factor", f"{prefix}serialized_{kind}_splits_per_ipu"
-            if prefix and v[factor] is None and v[splits] is None:
-                v[factor] = v[f"{kind}_serialization_factor"]
-                v[splits] = copy.deepcopy(v[f"serialized_{kind}_splits_per_ipu"])
             if v[factor] is None and isinstance(v[splits], list) and all(isinstance(s, int) for s in v[splits]):
                 v[factor] = sum(v[splits])
             elif v[factor] is None:
                 v[factor] = 1
-        if prefix == "":
-            _fill_ipus(v, "layers_per_ipu", "ipus_per_replica")
-    # Inference layout defaults to the training one.
-    if v["inference_layers_per_ipu"] is None:
-        v["inference_layers_per_ipu"] = copy.deepcopy(v["layers_per_ipu"])
-        if v["inference_ipus_per_replica"] is None:
-            v["inference_ipus_per_replica"] = v["ipus_per_replica"]
-    _fill_ipus(v, "inference_layers_per_ipu", "inference_ipus_per_replica")
-    # Per-IPU lists inherited from training must fit the inference layout; when the number of IPUs
-    # differs, keep the meaning without the placement (a scalar proportion, a plain factor).
-    n_inference = v["inference_ipus_per_replica"]
     if v["inference_matmul_proportion"] is None:
+        # per-IPU proportions that do not fit the inference layout fall back to the default, 0.2
         mp = v["matmul_proportion"]
-        fits = not isinstance(mp, list) or len(mp) == n_inference or not mp
-        v["inference_matmul_proportion"] = copy.deepcopy(mp) if fits else min(mp)
-    for kind in ("embedding", "projection"):
-        splits = f"inference_serialized_{kind}_splits_per_ipu"
-        if values[splits] is None and isinstance(v[splits], list) and len(v[splits]) != n_inference:
-            v[splits] = None
+        fits = not isinstance(mp, list) or len(mp) == v["inference_ipus_per_replica"]
+        v["inference_matmul_proportion"] = copy.deepcopy(mp) if fits else DEFAULT_MATMUL_PROPORTION
     v["parallelize_kwargs"] = v["parallelize_kwargs"] or {}
     v["inference_parallelize_kwargs"] = v["inference_parallelize_kwargs"] or {}
     return v
 
 
 def _report_parallelize_kwargs(fields: dict[str, Any]) -> None:
-    # no model's parallelize() takes keyword arguments here: said once by name, not silently ignored
+    """Each key of `parallelize_kwargs` / `inference_parallelize_kwargs` that is not realised here, said once by name.
+
+    The inference keys in `PARALLELIZE_KWARGS_REALISED` become defaults of `generate_static`; those in
+    `PARALLELIZE_KWARGS_BUILT_IN` are what `transformers`' generation does anyway. Training has no such knob: every
+    training key is reported (its `parallelize()` took them on IPUs).
+    """
     for field in ("parallelize_kwargs", "inference_parallelize_kwargs"):
         for key in fields[field]:
-            _warn_once(f"{field}:{key}", f"IPUConfig: `{field}` key {short_repr(key, 60)} has no effect here.")
+            if field.startswith("inference_") and key in (*PARALLELIZE_KWARGS_REALISED, *PARALLELIZE_KWARGS_BUILT_IN):
+                continue
+            reason = PARALLELIZE_KWARGS_REPORTED.get(key, "no model's `parallelize()` takes it here")
+            _warn_once(f"{field}:{key}", f"IPUConfig: `{field}` key {short_repr(key, 60)} has no effect: {reason}.")
 
 
-def _fill_ipus(v: dict[str, Any], layers_key: str, ipus_key: str) -> None:
-    layers = v[layers_key]
-    if not isinstance(layers, list):
-        return  # reported by validate()
-    if v[ipus_key] is None:
-        v[ipus_key] = len(layers)
-    elif layers == [-1] and isinstance(v[ipus_key], int) and v[ipus_key] > 1:
-        v[layers_key] = [-1] * v[ipus_key]
+def _installed_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None

@@ -8,6 +8,14 @@ from __future__ import annotations
 
 CONFIG_NAME = "ipu_config.json"
 
+# `IPUConfig.modes`, as in Optimum Graphcore: the plain name of a mode-managed field reads its training value in
+# "training" mode and its `inference_*` twin in "inference" mode.
+MODES = ("training", "inference")
+
+# Metadata keys that Optimum Graphcore's `save_pretrained` writes in every file (`optimum.configuration_utils`).
+# Accepted on load, kept as read and written back on save; no field, no effect, out of `==`.
+METADATA_KEYS = ("optimum_version", "transformers_version")
+
 # Fields that have an `inference_*` twin: in `eval()` mode, reading or writing the plain name
 # reaches the twin. `gradient_accumulation_steps` has none (inference accumulates nothing).
 MODE_MANAGED_FIELDS = (
@@ -68,4 +76,24 @@ FIELDS = (
     "explicit_ir_inference",
     "parallelize_kwargs",
     "inference_parallelize_kwargs",
+    "execute_encoder_on_cpu_for_generation",
 )
+
+# Keys of `parallelize_kwargs` / `inference_parallelize_kwargs` (Optimum Graphcore passed them to the model's
+# `parallelize()`). Realised here: the inference ones become defaults of the static-cache generation
+# (`optimum_ipu.models.generation.generate_static`): `use_cache` (False: no KV cache), `num_beams`, `max_length`
+# and `batch_size` (the rows the batch is padded to, the KV cache's batch).
+PARALLELIZE_KWARGS_REALISED = ("use_cache", "num_beams", "max_length", "batch_size")
+# What these asked Optimum Graphcore for is what `transformers`' generation does anyway: the encoder runs once per
+# `generate()` and its output is kept (`use_encoder_output_buffer`), the cross-attention keys and values are
+# computed once and cached at the encoder's length (`use_cross_cache`, `encoder_max_length`).
+PARALLELIZE_KWARGS_BUILT_IN = ("use_encoder_output_buffer", "use_cross_cache", "encoder_max_length")
+# The rest has no counterpart here and is reported once by name, with the reason.
+PARALLELIZE_KWARGS_REPORTED = {
+    "on_device_generation_steps": "each generated token is one step of transformers' decoding loop (there is "
+    "no host/device split of the loop to batch tokens over)",
+    "batch_serialization_factor": "attention is not computed in batch chunks here (pass a smaller batch_size)",
+    "sequence_serialization_factor": "attention is not computed in sequence chunks here",
+    "use_cond_encoder": "the encoder and the decoder share the model's device already",
+    "use_group_quantized_linears": "no group-quantized linear layers here (load a quantized model instead)",
+}

@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config_schema import CONFIG_NAME, DEPRECATED_KEYS, FIELDS, OUTPUT_MODES
+from .config_schema import CONFIG_NAME, DEPRECATED_KEYS, FIELDS, METADATA_KEYS, OUTPUT_MODES
 from .errors import IncompatibleIPUConfigError, short_repr
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ _BOOLS = (
     "recompute_checkpoint_every_layer",
     "auto_loss_scaling",
     "explicit_ir_inference",
+    "execute_encoder_on_cpu_for_generation",
 )
 _POD_KEY = re.compile(r"^(pod\d+|default)$")
 MAX_SEED = 2**32 - 1
@@ -67,8 +68,15 @@ def _is_int(value: Any) -> bool:
 
 
 def known_keys() -> list[str]:
+    """Every key an `ipu_config.json` may hold (fields, Optimum Graphcore's metadata, deprecated keys) and `n_ipu`."""
+    return [*FIELDS, *METADATA_KEYS, *DEPRECATED_KEYS, "n_ipu"]
 
-    return [*FIELDS, *DEPRECATED_KEYS, "n_ipu"]
+
+def check_metadata(metadata: dict[str, Any]) -> None:
+    """Optimum Graphcore's metadata keys hold version strings (or null); anything else is a damaged file."""
+    for key, value in metadata.items():
+        if value is not None and not isinstance(value, str):
+            raise _fail(key, value, 'expected a version string such as "1.6.1", or null (metadata, no effect)')
 
 
 def check_unknown_keys(keys: list[str]) -> None:
@@ -147,6 +155,8 @@ def check_field_types(values: dict[str, Any], allow_none: bool = False) -> None:
             raise _fail(field, layers, "expected a non-empty list of integers, one per IPU (-1 is the wildcard)")
         if given(field) and (len(layers) > MAX_IPUS_PER_REPLICA or max(layers) > MAX_LAYERS):
             raise _fail(field, layers, f"expected at most {MAX_IPUS_PER_REPLICA} entries, each <= {MAX_LAYERS}")
+        if given(field) and min(layers) < -1:
+            raise _fail(field, layers, "every entry must be >= -1 (-1 is the wildcard)")
     for field in _POSITIVE_INTS:
         if given(field) and (not _is_int(values[field]) or values[field] < 1):
             raise _fail(field, values[field], "expected an integer >= 1")
@@ -228,33 +238,6 @@ def validate(config: IPUConfig) -> None:
             splits_field = f"{prefix}serialized_{kind}_splits_per_ipu"
             if v[splits_field] is not None:
                 _check_per_ipu_list(splits_field, v[splits_field], ipus, ipus_field, minimum=0)
-
-
-def resolve_layers_per_ipu(layers_per_ipu: list[int], num_layers: int, field: str = "layers_per_ipu") -> list[int]:
-    """Resolve `-1` wildcards so that the stages hold exactly `num_layers` layers.
-
-    The layers not placed explicitly are shared evenly between wildcards; the remainder goes one each to
-    the last wildcards (stage 0 also holds the embeddings).
-    """
-    fixed = sum(n for n in layers_per_ipu if n != -1)
-    wildcards = [i for i, n in enumerate(layers_per_ipu) if n == -1]
-    if not wildcards:
-        if fixed != num_layers:
-            raise _fail(
-                field,
-                layers_per_ipu,
-                f"it places {fixed} layers but the model has {num_layers}; make the entries sum to {num_layers} "
-                "or use -1 wildcards",
-            )
-        return list(layers_per_ipu)
-    left = num_layers - fixed
-    if left < 0:
-        raise _fail(field, layers_per_ipu, f"it places {fixed} layers explicitly but the model has only {num_layers}")
-    base, extra = divmod(left, len(wildcards))
-    resolved = list(layers_per_ipu)
-    for rank, i in enumerate(wildcards):
-        resolved[i] = base + (1 if rank >= len(wildcards) - extra else 0)
-    return resolved
 
 
 def read_json(path: str | os.PathLike) -> Any:
@@ -391,13 +374,15 @@ def parse_update_string(update_str: str) -> dict[str, Any]:
                 f"IPUConfig update {short_repr(item)} has no field name before '='; write key=value, e.g. seed=42"
             )
         if key not in FIELDS:
-            check_unknown_keys([key])
+            check_unknown_keys([key] if key not in known_keys() else [])
             # a known key that is no stored field: accepting it silently would ignore what the user asked for
             raise IncompatibleIPUConfigError(
                 f"IPUConfig update {short_repr(item)}: `{key}` is not a field that can be updated "
                 + (
                     "(the pod size is given apart: `n_ipu=` of from_pretrained, or --n_ipu)"
                     if key == "n_ipu"
+                    else "(metadata of the file, kept as read)"
+                    if key in METADATA_KEYS
                     else "(a deprecated key without effect); leave it out"
                 )
             )

@@ -11,6 +11,8 @@ import pytest
 from optimum_ipu import IncompatibleIPUConfigError, IPUConfig, bundled_config_ids
 from optimum_ipu import config as config_module
 from optimum_ipu.config import FIELDS, MODE_MANAGED_FIELDS
+from optimum_ipu.config_schema import METADATA_KEYS
+from optimum_ipu.models.layout import layers_per_stage
 
 from .conftest import PYTHON
 
@@ -75,24 +77,8 @@ def test_bundled_configs_load_by_id(config_id):
     assert IPUConfig.from_dict(c.to_dict()) == c
 
 
-def test_bundled_ids_are_the_announced_ones():
-    assert set(bundled_config_ids()) == {
-        f"Graphcore/{m}-ipu"
-        for m in (
-            "bert-base",
-            "bert-large",
-            "roberta-base",
-            "distilbert-base",
-            "gpt2-small",
-            "t5-small",
-            "vit-base",
-            "convnext-base",
-            "wav2vec2-base",
-            "wav2vec2-ctc-base",
-            "hubert-base",
-            "whisper-tiny",
-        )
-    }
+def test_bundled_bert_base_is_graphcores_file():
+    """The full list of bundled ids is checked against Optimum Graphcore's in test_optimum_graphcore_compat.py."""
     assert IPUConfig.from_pretrained("Graphcore/bert-base-ipu") == IPUConfig.from_dict(json.loads(GRAPHCORE_BERT_BASE))
 
 
@@ -102,7 +88,7 @@ def test_from_json_file_and_save_round_trip(tmp_path):
     assert path.name == "ipu_config.json" and json.loads(path.read_text()) == c.to_dict()
     assert IPUConfig.from_pretrained(path) == c and IPUConfig.from_pretrained(tmp_path / "out") == c
     assert json.loads(c.to_json_string()) == c.to_dict()
-    assert set(c.to_dict()) == set(FIELDS)
+    assert set(c.to_dict()) == {*FIELDS, *METADATA_KEYS}
     assert not list((tmp_path / "out").glob(".*tmp*")), "atomic write left its temporary file"
 
 
@@ -161,40 +147,42 @@ def test_modes_switch_every_twin():
     for field in MODE_MANAGED_FIELDS:
         if field in kwargs:
             assert getattr(c, field) == kwargs[field], field
-    assert c.batch_size_factor() == 2 * 4 and c.eval().batch_size_factor() == 15
+    assert c.eval().batch_size_factor() == 2 * 4, "training's factor unless for_inference, as in Optimum Graphcore"
+    assert c.batch_size_factor(for_inference=True) == 15
     assert c.device_slots == 3
     c.device_iterations = 9  # in inference mode, writes reach the twin
     assert c.inference_device_iterations == 9 and c.train().device_iterations == 4
     assert c.to_dict()["inference_device_iterations"] == 9
 
 
-def test_inference_defaults_follow_training():
+def test_inference_defaults_are_graphcores():
+    """Optimum Graphcore's rules: the inference layout and matmul proportions follow training; serialization not."""
     c = IPUConfig(layers_per_ipu=[3, 3], matmul_proportion=[0.1, 0.2], serialized_embedding_splits_per_ipu=[1, 1])
     assert c.inference_layers_per_ipu == [3, 3] and c.inference_ipus_per_replica == 2
     assert c.inference_matmul_proportion == [0.1, 0.2]
-    assert c.inference_serialized_embedding_splits_per_ipu == [1, 1] and c.inference_embedding_serialization_factor == 2
-    # a different inference layout cannot inherit per-IPU lists: the meaning stays, the placement goes
-    c = IPUConfig(
-        layers_per_ipu=[3, 3],
-        matmul_proportion=[0.1, 0.2],
-        inference_layers_per_ipu=[6],
-        serialized_embedding_splits_per_ipu=[1, 1],
-    )
-    assert c.inference_ipus_per_replica == 1 and c.inference_matmul_proportion == 0.1
-    assert c.inference_serialized_embedding_splits_per_ipu is None and c.inference_embedding_serialization_factor == 2
+    assert c.inference_serialized_embedding_splits_per_ipu is None and c.inference_embedding_serialization_factor == 1
+    # per-IPU proportions that do not fit the inference layout: the default 0.2
+    c = IPUConfig(layers_per_ipu=[3, 3], matmul_proportion=[0.1, 0.3], inference_layers_per_ipu=[6])
+    assert c.inference_ipus_per_replica == 1 and c.inference_matmul_proportion == 0.2
+    # the bare wildcard keeps `ipus_per_replica` for inference; an explicit inference layout has its own length
+    assert IPUConfig(ipus_per_replica=4, inference_layers_per_ipu=[-1]).inference_ipus_per_replica == 4
+    assert IPUConfig(layers_per_ipu=[3, 3], inference_layers_per_ipu=[-1]).inference_ipus_per_replica == 1
 
 
 def test_wildcard_broadcast_and_resolution():
     c = IPUConfig(ipus_per_replica=4)
     assert c.layers_per_ipu == [-1, -1, -1, -1]
-    assert c.layers_per_stage(12) == [3, 3, 3, 3]
-    assert c.layers_per_stage(14) == [3, 3, 4, 4]  # remainder to the last wildcards
-    assert IPUConfig(layers_per_ipu=[0, -1, 2, -1]).layers_per_stage(12) == [0, 5, 2, 5]
-    assert IPUConfig(layers_per_ipu=[2, 0, 4]).layers_per_stage(6) == [2, 0, 4]
+    assert layers_per_stage(c, 12) == [3, 3, 3, 3]
+    assert layers_per_stage(c, 14) == [3, 3, 4, 4]  # remainder to the last wildcards
+    assert layers_per_stage(IPUConfig(layers_per_ipu=[0, -1, 2, -1]), 12) == [0, 5, 2, 5]
+    assert layers_per_stage(IPUConfig(layers_per_ipu=[2, 0, 4]), 6) == [2, 0, 4]
     with pytest.raises(IncompatibleIPUConfigError, match="places 6 layers but the model has 12"):
-        IPUConfig(layers_per_ipu=[2, 0, 4]).layers_per_stage(12)
+        layers_per_stage(IPUConfig(layers_per_ipu=[2, 0, 4]), 12)
     with pytest.raises(IncompatibleIPUConfigError, match="explicitly but the model has only 4"):
-        IPUConfig(layers_per_ipu=[3, 3, -1]).layers_per_stage(4)
+        layers_per_stage(IPUConfig(layers_per_ipu=[3, 3, -1]), 4)
+    # the mode's layout, or the one asked for
+    c = IPUConfig(layers_per_ipu=[-1, -1], inference_layers_per_ipu=[-1])
+    assert layers_per_stage(c.eval(), 6) == [6] and layers_per_stage(c, 6, inference=False) == [3, 3]
 
 
 def test_update_from_string():

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from optimum_ipu import IPUConfig
 from optimum_ipu.config import FIELDS
+from optimum_ipu.config_schema import METADATA_KEYS
+from optimum_ipu.models.layout import layers_per_stage
 
 from .reliability.config_strategies import MODE_MANAGED_FIELDS, POD_FIELDS, valid_config_dicts
 
@@ -22,7 +24,7 @@ SETTINGS = settings(max_examples=150, deadline=None)
 @given(fields=valid_config_dicts())
 def test_valid_config_loads_and_round_trips(fields, tmp_path_factory):
     config = IPUConfig.from_dict(fields)
-    assert set(config.to_dict()) == set(FIELDS)
+    assert set(config.to_dict()) == {*FIELDS, *METADATA_KEYS}
     assert IPUConfig.from_dict(config.to_dict()) == config
     assert IPUConfig.from_dict(json.loads(config.to_json_string())) == config
     folder = tmp_path_factory.mktemp("round-trip", numbered=True)
@@ -49,9 +51,9 @@ def test_modes_sizes_and_layers(fields):
         ipus, replicas = raw[f"{prefix}ipus_per_replica"], raw[f"{prefix}replication_factor"]
         assert len(config.layers_per_ipu) == ipus and config.device_slots == ipus * replicas
         factor = replicas * raw[f"{prefix}device_iterations"] * (1 if inference else raw["gradient_accumulation_steps"])
-        assert config.batch_size_factor() == factor
+        assert config.batch_size_factor(for_inference=inference) == factor
         fixed = sum(n for n in config.layers_per_ipu if n != -1)
-        layers = config.layers_per_stage(fixed + 3) if -1 in config.layers_per_ipu else config.layers_per_stage(fixed)
+        layers = layers_per_stage(config, fixed + 3 if -1 in config.layers_per_ipu else fixed)
         assert len(layers) == ipus and min(layers) >= 0
     assert config.train().mode == "training" and config.eval().mode == "inference"
 

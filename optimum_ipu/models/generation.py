@@ -42,6 +42,10 @@ def generate_static(
         generate_kwargs: passed to `generate()` (`max_new_tokens`, `num_beams`, ...). Other model inputs with a
             batch axis are not padded: pass only `input_ids` and `attention_mask` with `batch_size`.
 
+    A `PipelinedModel` brings the `inference_parallelize_kwargs` of its `IPUConfig` (Optimum Graphcore's knobs
+    of the KV cache) as defaults of the arguments not given: `use_cache` (`False`: no KV cache), `num_beams`,
+    `max_length` (when neither `max_length` nor `max_new_tokens` is given) and `batch_size`.
+
     Returns:
         `torch.Tensor`: the generated ids of the real rows, as `generate()` returns them. With
         `return_dict_in_generate=True`, `generate()`'s output whose `sequences` holds the real rows (its other
@@ -56,7 +60,9 @@ def generate_static(
     >>> tokenizer.batch_decode(ids, skip_special_tokens=True)
     ```
     """
-    model = model.model if isinstance(model, PipelinedModel) else model
+    if isinstance(model, PipelinedModel):
+        batch_size = _apply_parallelize_kwargs(model.ipu_config, batch_size, generate_kwargs)
+        model = model.model
     if main_input_name(model) != "input_ids":  # speech (Whisper's input_features): fixed-size inputs, rows padded
         return _generate_from_features(model, input_ids, attention_mask, batch_size, generate_kwargs)
     if input_ids.dim() != 2:
@@ -83,7 +89,8 @@ def generate_static(
         # pad rows repeat the first row: a row of padding only would attend to nothing
         input_ids = torch.cat([input_ids, input_ids[:1].expand(batch_size - rows, -1)])
         attention_mask = torch.cat([attention_mask, attention_mask[:1].expand(batch_size - rows, -1)])
-    generate_kwargs.setdefault("cache_implementation", "static")
+    if generate_kwargs.get("use_cache") is not False:
+        generate_kwargs.setdefault("cache_implementation", "static")
     generate_kwargs.setdefault("pad_token_id", pad_id)
     with torch.no_grad():
         output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)
@@ -96,6 +103,19 @@ def generate_static(
         return output[:keep]
     output.sequences = output.sequences[:keep]
     return output
+
+
+def _apply_parallelize_kwargs(ipu_config: Any, batch_size: int | None, generate_kwargs: dict[str, Any]) -> int | None:
+    """Optimum Graphcore's generation knobs of `inference_parallelize_kwargs`, as defaults of this call (in
+    place); returns the batch size to pad to. The keys without effect are reported once when the config is made."""
+    knobs = ipu_config.value("parallelize_kwargs", inference=True)
+    if "use_cache" in knobs:
+        generate_kwargs.setdefault("use_cache", bool(knobs["use_cache"]))
+    if "num_beams" in knobs:
+        generate_kwargs.setdefault("num_beams", knobs["num_beams"])
+    if "max_length" in knobs and "max_new_tokens" not in generate_kwargs:
+        generate_kwargs.setdefault("max_length", knobs["max_length"])
+    return batch_size if batch_size is not None else knobs.get("batch_size")
 
 
 def main_input_name(model: nn.Module) -> str:
@@ -120,7 +140,8 @@ def _generate_from_features(
         features = torch.cat([features, features[:1].expand(batch_size - rows, *features.shape[1:])])
         if attention_mask is not None:
             attention_mask = torch.cat([attention_mask, attention_mask[:1].expand(batch_size - rows, -1)])
-    generate_kwargs.setdefault("cache_implementation", "static")
+    if generate_kwargs.get("use_cache") is not False:
+        generate_kwargs.setdefault("cache_implementation", "static")
     inputs = {main_input_name(model): features}
     if attention_mask is not None:
         inputs["attention_mask"] = attention_mask

@@ -1,10 +1,69 @@
-"""Which layers sit on which device slot: the stage layout of a model under an `IPUConfig`. No torch."""
+"""Which layers sit on which device slot: the stage layout of a model under an `IPUConfig`. No torch.
+
+The config layer checks what needs no model (types, ranges, one entry per device slot); resolving `-1` wildcards
+against a model's number of layers, and checking that the layers placed are the model's, happens here.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..config import IPUConfig
+from ..errors import IncompatibleIPUConfigError, short_repr
+
+
+def resolve_layers_per_ipu(layers_per_ipu: list[int], num_layers: int, field: str = "layers_per_ipu") -> list[int]:
+    """Resolve `-1` wildcards so that the stages hold exactly `num_layers` layers.
+
+    The layers not placed explicitly are shared evenly between wildcards; the remainder goes one each to the
+    last wildcards (stage 0 also holds the embeddings). Optimum Graphcore gave the whole remainder to the last
+    wildcard (`optimum_ipu.modeling_utils.get_layer_ipu` keeps its rule).
+
+    Args:
+        layers_per_ipu (`list[int]`): layers per device slot, `-1` for a wildcard.
+        num_layers (`int`): the model's number of layers.
+        field (`str`, *optional*): the field named in errors.
+
+    Raises:
+        `IncompatibleIPUConfigError`: the entries place more layers than the model has, or (without wildcards)
+        not exactly its layers.
+    """
+    fixed = sum(n for n in layers_per_ipu if n != -1)
+    wildcards = [i for i, n in enumerate(layers_per_ipu) if n == -1]
+    if not wildcards:
+        if fixed != num_layers:
+            raise IncompatibleIPUConfigError(
+                f"IPUConfig field `{field}`: got {short_repr(layers_per_ipu)}; it places {fixed} layers but the model "
+                f"has {num_layers}; make the entries sum to {num_layers} or use -1 wildcards."
+            )
+        return list(layers_per_ipu)
+    left = num_layers - fixed
+    if left < 0:
+        raise IncompatibleIPUConfigError(
+            f"IPUConfig field `{field}`: got {short_repr(layers_per_ipu)}; it places {fixed} layers explicitly but the "
+            f"model has only {num_layers}."
+        )
+    base, extra = divmod(left, len(wildcards))
+    resolved = list(layers_per_ipu)
+    for rank, i in enumerate(wildcards):
+        resolved[i] = base + (1 if rank >= len(wildcards) - extra else 0)
+    return resolved
+
+
+def layers_per_stage(ipu_config: IPUConfig, num_layers: int, inference: bool | None = None) -> list[int]:
+    """`layers_per_ipu` of `ipu_config` with its `-1` wildcards resolved against `num_layers`: of the config's
+    current mode, or of the inference (`inference=True`) or training (`inference=False`) layout whatever the mode.
+
+    Example:
+
+    ```python
+    >>> layers_per_stage(IPUConfig(layers_per_ipu=[0, -1, 2, -1]), 12)
+    [0, 5, 2, 5]
+    ```
+    """
+    inference = ipu_config.mode == "inference" if inference is None else inference
+    field = "inference_layers_per_ipu" if inference else "layers_per_ipu"
+    return resolve_layers_per_ipu(ipu_config.value("layers_per_ipu", inference=inference), num_layers, field=field)
 
 
 @dataclass(frozen=True)
@@ -36,7 +95,7 @@ class StageSpec:
 def stage_layout(ipu_config: IPUConfig, num_layers: int, inference: bool | None = None) -> list[StageSpec]:
     """Stages of `ipu_config` for a model of `num_layers` layers: of its current mode, or of the inference
     (`inference=True`) or training layout."""
-    counts = ipu_config.layers_per_stage(num_layers, inference=inference)
+    counts = layers_per_stage(ipu_config, num_layers, inference=inference)
     stages, start = [], 0
     for index, count in enumerate(counts):
         stages.append(
