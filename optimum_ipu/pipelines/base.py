@@ -3,15 +3,19 @@
 A pipeline of this package is a `transformers` pipeline class (or one written here for the tasks `transformers` 5
 removed) combined with `StaticBatchingPipeline`, which replaces how inputs travel to the model:
 
-- every model input is padded to `max_seq_length` tokens (with the tokenizer's padding values and side);
+- every batch of token inputs is padded to a sequence-length bucket: the smallest of a small fixed set of lengths
+  up to `max_seq_length` that holds its longest input (with the tokenizer's padding values and side), or, on ONNX
+  Runtime, to that longest input itself (dynamic shapes; see `optimum_ipu.runtime.inference`);
 - inputs are grouped in host batches of a fixed number of rows: the per-device `batch_size` x the config's
   `inference_device_iterations` x the `inference_replication_factor` replicas this process runs (all of them in one
   process); the last batch is filled with copies of its last row, whose outputs are dropped;
-- the model runs as `to_pipelined(model, ipu_config.eval())` through `Engine.eval_step` (its inference layout,
-  `inference_device_iterations` batches per host call, autocast in the chosen precision).
+- the model runs in its inference layout (the config's `inference_*` values, read without changing the caller's
+  config) with the chosen backend: the engine (`Engine.eval_step`, `inference_device_iterations` batches per host
+  call, autocast in the chosen precision), eagerly or through `torch.compile` (one graph per bucket), or the
+  exported graph on ONNX Runtime (`backend=`, chosen per device by default).
 
-So every call has the same shapes (one compiled graph), while the task's own pre- and post-processing stay those of
-`transformers`, and outputs equal `transformers`' pipeline on the same model and inputs.
+So calls take few shapes (one compiled graph per bucket), while the task's own pre- and post-processing stay those
+of `transformers`, and outputs equal `transformers`' pipeline on the same model and inputs.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from ..errors import IncompatibleIPUConfigError
 from ..models.pipelined import PipelinedModel, to_pipelined
 from ..models.plans import position_offset, registered_classes
 from ..runtime.distributed import world_size
-from ..runtime.engine import Engine
+from ..runtime.inference import BACKENDS, InferenceRunner
 from ..runtime.precision import PRECISIONS
 
 logger = logging.getLogger(__name__)
@@ -61,14 +65,18 @@ def resolve_ipu_config(ipu_config: IPUConfig | str | dict | None) -> IPUConfig:
     )
 
 
-def resolve_precision(precision: str | None = None, fp16: bool = False, bf16: bool = False) -> str:
-    """`"fp32"`, `"fp16"` or `"bf16"` from `precision` or the `fp16` / `bf16` flags (default fp32)."""
+def resolve_precision(precision: str | None = None, fp16: bool | None = None, bf16: bool = False) -> str | None:
+    """`"fp32"`, `"fp16"` or `"bf16"` from `precision` or the `fp16` / `bf16` flags; `fp16=False` alone means fp32.
+    `None` when nothing is given: the device's default (fp16 on accelerators, fp32 on CPUs; see
+    `optimum_ipu.runtime.inference.default_precision`)."""
     if fp16 and bf16:
         raise ValueError("fp16=True and bf16=True: choose one half precision")
     flag = "fp16" if fp16 else "bf16" if bf16 else None
     if precision is not None and flag is not None and precision != flag:
         raise ValueError(f"precision={precision!r} contradicts {flag}=True; give only one of them")
-    precision = precision or flag or "fp32"
+    precision = precision or flag or ("fp32" if fp16 is False else None)
+    if precision is None:
+        return None
     if precision not in PRECISIONS:
         raise ValueError(f"precision: got {precision!r}; expected one of {', '.join(PRECISIONS)}")
     return precision
@@ -110,8 +118,17 @@ class StaticBatchingPipeline(Pipeline):
         max_seq_length (`int`, *optional*): tokens every model input is padded to (the class's
             `default_max_seq_length`, capped by the model's position table, when not given). A longer input is
             an error that names it.
-        precision (`str`, *optional*, defaults to `"fp32"`): `"fp32"`, `"fp16"` or `"bf16"` (autocast).
+        precision (`str`, *optional*): `"fp32"`, `"fp16"` or `"bf16"` (autocast); by default fp16 on accelerators
+            (as Optimum Graphcore), fp32 on CPUs.
         device (`int`, `str` or `torch.device`, *optional*): defaults to this process's GPU, else the CPU.
+        backend (`str`, *optional*, defaults to `"auto"`): what runs the forward: `"eager"`, `"compile"`
+            (`torch.compile`, one graph per bucket, CUDA graphs on GPUs) or `"onnxruntime"` (the exported, fused
+            graph at each batch's own length); `"auto"` takes ONNX Runtime on CPUs and `"compile"` on GPUs (for the
+            tasks whose inputs are tokens; the others run `"eager"` / `"compile"`).
+        buckets (`list[int]`, *optional*): the sequence lengths token inputs are padded to (the last must be
+            `max_seq_length`; at most 8); about six by default (`default_buckets`), `[max_seq_length]` pads every
+            input to the static length.
+        quantize (`bool`, *optional*, defaults to `False`): int8 weights on ONNX Runtime (faster on CPUs, not exact).
         batch_size (`int`, *optional*, defaults to 1): rows per device; a host batch holds `batch_size x
             inference_device_iterations x inference_replication_factor` rows (the replicas of this process).
         kwargs: the task pipeline's own arguments (`tokenizer`, `task`, default call parameters).
@@ -124,6 +141,10 @@ class StaticBatchingPipeline(Pipeline):
     pads_rows: bool = True
     # The task's `preprocess` yields several model inputs per pipeline input, all passed to one `postprocess`.
     chunked: bool = False
+    # The backends this task can feed (`runtime.inference.BACKENDS`); ONNX Runtime takes token inputs only.
+    backends: tuple[str, ...] = BACKENDS
+    # Token inputs are padded to a bucket (or their own length); False: always to `max_seq_length`.
+    bucketed: bool = True
 
     def __init__(
         self,
@@ -133,6 +154,9 @@ class StaticBatchingPipeline(Pipeline):
         max_seq_length: int | None = None,
         precision: str | None = None,
         device: int | str | torch.device | None = None,
+        backend: str = "auto",
+        buckets: list[int] | None = None,
+        quantize: bool = False,
         **kwargs: Any,
     ) -> None:
         if not isinstance(model, nn.Module):
@@ -146,15 +170,26 @@ class StaticBatchingPipeline(Pipeline):
                 )
             pipelined = model
         else:
-            # Inference mode first: `parallelize()` reads the serialization factors of the current mode.
-            pipelined = to_pipelined(model.eval(), resolve_ipu_config(ipu_config).eval(), parallelize=True)
+            # A copy of the caller's config; the model in eval mode first: it selects the inference layout.
+            pipelined = to_pipelined(model.eval(), resolve_ipu_config(ipu_config), parallelize=True)
         pipelined.eval().parallelize()  # (a no-op for a model already parallelized)
         self.pipelined = pipelined
         self.ipu_config: IPUConfig = pipelined.ipu_config
-        self.engine = Engine(
-            pipelined, self.ipu_config, precision=resolve_precision(precision), device=_torch_device(device)
-        )
         self.max_seq_length = self._resolve_max_seq_length(pipelined.model.config, max_seq_length)
+        self.runner = InferenceRunner(
+            pipelined,
+            self.ipu_config,
+            backend=backend,
+            precision=resolve_precision(precision),
+            device=_torch_device(device),
+            buckets=buckets if self.bucketed else [self.max_seq_length],
+            max_seq_length=self.max_seq_length,
+            input_names=_token_inputs(pipelined.model, kwargs.get("tokenizer")) if self.bucketed else None,
+            supported=self.backends,
+            quantize=quantize,
+        )
+        self.engine = self.runner.engine
+        self._forward_parameters: Any = None
         self.static_batch_size = 0  # rows of the host batch of the current call
         super().__init__(pipelined.model, *args, device=self.engine.device, **kwargs)
 
@@ -243,18 +278,22 @@ class StaticBatchingPipeline(Pipeline):
         self.static_batch_size = rows
         with self.device_placement(), self.get_inference_context()():
             outputs = self._forward(self.collate(items), **fwd)
-        outputs = self._ensure_tensor_on_device(dict(outputs), torch.device("cpu"))
+        # only the tensors travel (the values passed on, such as offsets, are host data already)
+        outputs = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in outputs.items()}
         for index, (owner, _) in enumerate(batch):
             owner.outputs.append(_row(outputs, index, len(items)))
 
     # -------------------------------------------------------------- collation
     def collate(self, items: list[dict[str, Any]]) -> dict[str, Any]:
-        """Stack preprocessed model inputs into one batch, padding every token tensor to `max_seq_length` on the
-        tokenizer's padding side; values that are not tensors become lists."""
+        """Stack preprocessed model inputs into one batch, padding every token tensor on the tokenizer's padding side
+        to the bucket of the longest (`runner.padded_length`; `max_seq_length` when not `bucketed`); values that
+        are not tensors become lists."""
         keys = list(items[0].keys())
         if any(list(item.keys()) != keys for item in items):
             raise ValueError("the inputs of one batch were prepared with different keys; they cannot be batched")
         side = getattr(self.tokenizer, "padding_side", "right")
+        longest = max((v.shape[1] for item in items for v in item.values() if _is_tokens(v)), default=0)
+        length = self.runner.padded_length(longest) if self.bucketed else self.max_seq_length
         batch: dict[str, Any] = {}
         for key in keys:
             values = [item[key] for item in items]
@@ -263,10 +302,10 @@ class StaticBatchingPipeline(Pipeline):
             elif values[0].dim() < 2:
                 batch[key] = torch.cat([v.reshape(1) if v.dim() == 0 else v for v in values])
             else:
-                batch[key] = torch.cat([self._pad_tokens(key, v, side) for v in values])
+                batch[key] = torch.cat([self._pad_tokens(key, v, side, length) for v in values])
         return batch
 
-    def _pad_tokens(self, key: str, value: torch.Tensor, side: str) -> torch.Tensor:
+    def _pad_tokens(self, key: str, value: torch.Tensor, side: str, target: int) -> torch.Tensor:
         length = value.shape[1]
         if length > self.max_seq_length:
             raise ValueError(
@@ -282,20 +321,24 @@ class StaticBatchingPipeline(Pipeline):
                 )
         else:
             fill = 1 if key in _PAD_WITH_ONE else 0
-        pad = value.new_full((value.shape[0], self.max_seq_length - length, *value.shape[2:]), fill)
+        if length == target:
+            return value
+        pad = value.new_full((value.shape[0], target - length, *value.shape[2:]), fill)
         return torch.cat([pad, value] if side == "left" else [value, pad], dim=1)
 
     # ------------------------------------------------------------------ model
     def run_model(self, model_inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """One host call of the engine on a collated batch: the tensors the model's `forward` takes, in the
+        """One host call of the backend on a collated batch: the tensors the model's `forward` takes, in the
         inference layout and precision; floating outputs in fp32 for post-processing."""
-        parameters = inspect.signature(self.model.forward).parameters
+        if self._forward_parameters is None:  # read once: inspect.signature costs more than a small forward
+            self._forward_parameters = inspect.signature(self.model.forward).parameters
+        parameters = self._forward_parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
         # e.g. token_type_ids from a BERT tokenizer for DistilBERT, which has no such input
         accepted = {k: v for k, v in model_inputs.items() if takes_any or k in parameters}
         if "use_cache" in parameters:  # as transformers' classification pipelines: no KV cache for one forward
             accepted["use_cache"] = False
-        outputs = self.engine.eval_step(accepted)
+        outputs = self.runner(accepted)
         return {k: v.float() if v.is_floating_point() else v for k, v in outputs.items()}
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
@@ -307,8 +350,8 @@ class StaticBatchingPipeline(Pipeline):
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(task={self.task!r}, {self.pipelined.describe_layout()}, precision="
-            f"{self.engine.precision}, max_seq_length={self.max_seq_length}, device={self.device})"
+            f"{type(self).__name__}(task={self.task!r}, {self.pipelined.describe_layout()}, {self.runner}, "
+            f"max_seq_length={self.max_seq_length}, device={self.device})"
         )
 
 
@@ -323,6 +366,21 @@ def _row(outputs: dict[str, Any], index: int, rows: int) -> dict[str, Any]:
         else:
             row[key] = value
     return row
+
+
+def _is_tokens(value: Any) -> bool:
+    """A token tensor of a model input (batch x length, as the tokenizer returns it)."""
+    return isinstance(value, torch.Tensor) and value.dim() >= 2
+
+
+def _token_inputs(model: nn.Module, tokenizer: Any) -> list[str] | None:
+    """The tokenizer's model inputs that the model's forward takes, in the tokenizer's order (what an exported
+    graph is fed); `None` without a tokenizer."""
+    names = getattr(tokenizer, "model_input_names", None)
+    if not names:
+        return None
+    parameters = inspect.signature(model.forward).parameters
+    return [name for name in names if name in parameters]
 
 
 def _torch_device(device: int | str | torch.device | None) -> torch.device | None:

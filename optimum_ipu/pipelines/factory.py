@@ -112,27 +112,37 @@ def _auto_class(spec: TaskSpec, path: str) -> type:
 def pipeline(
     task: str,
     model: str | os.PathLike | nn.Module | None = None,
-    tokenizer: str | os.PathLike | transformers.PreTrainedTokenizerBase | None = None,
     ipu_config: IPUConfig | str | dict | None = None,
+    tokenizer: str | os.PathLike | transformers.PreTrainedTokenizerBase | None = None,
+    feature_extractor: Any = None,
     *,
     max_seq_length: int | None = None,
     precision: str | None = None,
-    fp16: bool = False,
+    fp16: bool | None = None,
     bf16: bool = False,
     batch_size: int = 1,
     device: Any = None,
+    backend: str = "auto",
+    buckets: list[int] | None = None,
+    quantize: bool = False,
     model_kwargs: dict[str, Any] | None = None,
     pipeline_class: type[StaticBatchingPipeline] | None = None,
     **kwargs: Any,
 ) -> StaticBatchingPipeline:
     """Build a pipeline for `task` that runs `model` pipelined as `ipu_config` says, at static shapes.
 
-    Inputs are batched into host batches of a fixed number of rows, `batch_size x inference_device_iterations x
-    inference_replication_factor` (the replicas run in turn in one process; under `torchrun`, each process takes
-    its share), the last one filled with copies of a real row whose outputs are dropped; every sequence is padded
-    to `max_seq_length` tokens. The model runs in the config's inference layout (`to_pipelined(model,
-    ipu_config.eval())`) through the engine, in `precision`. Outputs are those of `transformers`' pipeline of the
-    same task (its v4 formats for question answering, summarization, translation and text-to-text generation).
+    The arguments come in Optimum Graphcore's order: `pipeline(task, model, ipu_config, tokenizer,
+    feature_extractor)`. Inputs are batched into host batches of a fixed number of rows, `batch_size x
+    inference_device_iterations x inference_replication_factor` (the replicas run in turn in one process; under
+    `torchrun`, each process takes its share), the last one filled with copies of a real row whose outputs are
+    dropped; token inputs are padded to the smallest of a few sequence-length `buckets` that holds them (on ONNX
+    Runtime, to their own length). The model runs in the config's inference layout (its `inference_*` values; the
+    config given is not changed) with `backend`, in `precision`. Outputs are those of `transformers`' pipeline of
+    the same task (its v4 formats for question answering, summarization, translation and text-to-text generation).
+
+    For the lowest latency at batch 1, keep `backend="auto"`: on CPUs the model is exported once to ONNX and run by
+    ONNX Runtime's fused graph at each request's own length (the export takes seconds the first time and is kept in
+    the config's `executable_cache_dir`); on GPUs it is compiled per bucket with CUDA graphs, in fp16.
 
     Args:
         task (`str`): `"text-classification"` (`"sentiment-analysis"`), `"token-classification"` (`"ner"`),
@@ -146,15 +156,25 @@ def pipeline(
         tokenizer (`str`, `os.PathLike` or tokenizer, *optional*): defaults to the model folder's tokenizer. Image
             and audio tasks load the folder's image processor / feature extractor instead (or take them as
             `image_processor=` / `feature_extractor=`).
+        feature_extractor (*optional*): the audio tasks' feature extractor (a folder or an object), as Optimum
+            Graphcore's fifth argument.
         ipu_config (`IPUConfig`, `str` or `dict`, *optional*): a config, a folder / JSON file / bundled id such as
             `"Graphcore/bert-base-ipu"`, or a dict of fields. Defaults to the model folder's `ipu_config.json`,
-            else `IPUConfig()` (one stage, one replica).
+            else `IPUConfig()` (one stage, one replica). The third positional argument, as in Optimum Graphcore;
+            a config object is copied, never changed.
         max_seq_length (`int`, *optional*): tokens every input is padded to: 128 by default (question answering:
             384, its windows; text generation: 64 prompt tokens), at most the model's positions.
-        precision (`str`, *optional*): `"fp32"` (default), `"fp16"` or `"bf16"` (autocast); `fp16=True` /
-            `bf16=True` say the same.
+        precision (`str`, *optional*): `"fp32"`, `"fp16"` or `"bf16"` (autocast); `fp16=True` / `bf16=True` say
+            the same, `fp16=False` fp32. By default fp16 on accelerators (Optimum Graphcore's `fp16=True`) and fp32
+            on CPUs, where half precision is slower.
         batch_size (`int`, *optional*, defaults to 1): rows per device in a host batch.
         device (*optional*): defaults to this process's GPU, else the CPU.
+        backend (`str`, *optional*, defaults to `"auto"`): `"eager"`, `"compile"` (`torch.compile`, one graph per
+            bucket; CUDA graphs on GPUs) or `"onnxruntime"` (the `[onnx]` extra); `"auto"`: ONNX Runtime on CPUs,
+            `"compile"` on GPUs, for token inputs (generation runs `"eager"`).
+        buckets (`list[int]`, *optional*): the sequence lengths inputs are padded to, the last `max_seq_length`
+            (at most 8; default `optimum_ipu.runtime.inference.default_buckets`, e.g. 64, 128, ..., 384).
+        quantize (`bool`, *optional*, defaults to `False`): int8 weights on ONNX Runtime (CPU): faster, not exact.
         model_kwargs (`dict`, *optional*): passed to `from_pretrained` when `model` is a path.
         pipeline_class (*optional*): a subclass of the task's class to use instead.
         kwargs: the task's own parameters, used as defaults of every call (e.g. `top_k`, `num_beams`,
@@ -175,6 +195,15 @@ def pipeline(
             f"pipeline({task!r}): pass model= (a model folder or object); no default model can be downloaded here"
         )
     precision = resolve_precision(precision, fp16=fp16, bf16=bf16)
+    if isinstance(feature_extractor, (str, os.PathLike)):
+        kwargs.update(load_processors(os.fspath(feature_extractor), ("feature_extractor",), {}))
+    elif feature_extractor is not None:
+        kwargs["feature_extractor"] = feature_extractor
+    if isinstance(ipu_config, transformers.PreTrainedTokenizerBase):
+        raise TypeError(
+            "ipu_config: got a tokenizer; the third positional argument is the IPU config (Optimum Graphcore's "
+            "order: pipeline(task, model, ipu_config, tokenizer)); pass it as tokenizer="
+        )
     if isinstance(model, os.PathLike):
         model = os.fspath(model)
     if isinstance(model, str):
@@ -213,5 +242,8 @@ def pipeline(
         precision=precision,
         batch_size=batch_size,
         device=device,
+        backend=backend,
+        buckets=buckets,
+        quantize=quantize,
         **kwargs,
     )

@@ -62,6 +62,8 @@ class IPUTextGenerationPipeline(TextGenerationPipeline, StaticBatchingPipeline):
     model_mapping = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
     default_max_seq_length = 64
     pads_rows = False
+    backends = ("eager",)  # generate_static pads prompts to max_seq_length itself
+    bucketed = False
 
     def _resolve_max_seq_length(self, config: Any, max_seq_length: int | None) -> int:
         limit = position_limit(config)
@@ -112,6 +114,8 @@ class IPUText2TextGenerationPipeline(StaticBatchingPipeline):
     model_mapping = "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"
     return_name = "generated"
     pads_rows = False
+    backends = ("eager",)  # generate_static pads prompts to max_seq_length itself
+    bucketed = False
     _pipeline_calls_generate = True
     _load_processor = False
     _load_image_processor = False

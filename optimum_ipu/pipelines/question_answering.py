@@ -8,7 +8,6 @@ the best spans over all the features of an example win, as in `run_qa.py`.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -49,7 +48,8 @@ def answer_span_candidates(
         start_logits (`Sequence[np.ndarray]`): per feature, the start logit of each token.
         end_logits (`Sequence[np.ndarray]`): per feature, the end logit of each token.
         offset_mappings (`Sequence`): per feature, each token's `(start, end)` characters in the context, or `None`
-            for tokens outside the context (question, special and padding tokens).
+            for tokens outside the context (question, special and padding tokens); or an array of shape
+            `(tokens, 2)` with `-1` for them.
         n_best_size (`int`, *optional*, defaults to 20): positions tried per end, and candidates kept.
         max_answer_length (`int`, *optional*, defaults to 30): the longest answer, in tokens.
         with_null (`bool`, *optional*, defaults to `False`): make the null answer (offsets `(0, 0)`) a candidate
@@ -62,30 +62,60 @@ def answer_span_candidates(
         feature must agree that there is no answer (`None` without features).
     """
     min_null = None
-    candidates = []
+    # Every feature's candidates as arrays (scores, logits, character offsets), in the order of the loops of
+    # run_qa.py (features, then the best starts, then the best ends): the n best are picked by one stable sort.
+    columns: list[tuple[np.ndarray, ...]] = []
     for feature_start, feature_end, offset_mapping in zip(start_logits, end_logits, offset_mappings, strict=True):
         feature_start, feature_end = np.asarray(feature_start), np.asarray(feature_end)
         feature_null = span_candidate((0, 0), feature_start[0], feature_end[0])
         if min_null is None or min_null["score"] > feature_null["score"]:
             min_null = feature_null
-        start_indexes = np.argsort(feature_start)[-1 : -n_best_size - 1 : -1].tolist()
-        end_indexes = np.argsort(feature_end)[-1 : -n_best_size - 1 : -1].tolist()
-        in_context = {k for k, o in enumerate(offset_mapping) if o is not None}
-        for start_index, end_index in itertools.product(start_indexes, end_indexes):
-            if start_index not in in_context or end_index not in in_context:
-                continue
-            if end_index < start_index or end_index - start_index + 1 > max_answer_length:
-                continue
-            offsets = (offset_mapping[start_index][0], offset_mapping[end_index][1])
-            candidates.append(span_candidate(offsets, feature_start[start_index], feature_end[end_index]))
+        columns.append(_feature_spans(feature_start, feature_end, offset_mapping, n_best_size, max_answer_length))
     with_null = with_null and min_null is not None
+    scores, starts, ends, chars = (
+        (np.concatenate(c) for c in zip(*columns, strict=True)) if columns else [np.zeros(0)] * 4
+    )
     if with_null:
-        candidates.append(min_null)
-    nbest = sorted(candidates, key=lambda x: x["score"], reverse=True)[:n_best_size]
+        scores = np.append(scores, min_null["score"])
+    order = np.argsort(-scores, kind="stable")[:n_best_size]  # best first; ties keep the loops' order
+    nbest = []
+    for index in order.tolist():
+        if with_null and index == len(scores) - 1:
+            nbest.append(min_null)
+        else:
+            offsets = (int(chars[index, 0]), int(chars[index, 1]))
+            nbest.append(span_candidate(offsets, starts[index], ends[index]))
     # The null answer must stay comparable even when it fell out of the n best.
     if with_null and all(c is not min_null for c in nbest):
         nbest.append(min_null)
     return nbest, min_null
+
+
+def _feature_spans(
+    start: np.ndarray, end: np.ndarray, offset_mapping: Offsets, n_best_size: int, max_answer_length: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One feature's candidate spans, vectorized: the `n_best_size` best starts x the best ends, kept when both
+    ends are context tokens, the end is not before the start and the span is at most `max_answer_length` tokens.
+    Returns their scores, start logits, end logits and `(start char, end char)` rows, start-major."""
+    start_indexes = np.argsort(start)[-1 : -n_best_size - 1 : -1]
+    end_indexes = np.argsort(end)[-1 : -n_best_size - 1 : -1]
+    if isinstance(offset_mapping, np.ndarray):  # the pipeline's: (tokens, 2), -1 outside the context
+        chars = np.full((len(start), 2), -1, dtype=np.int64)
+        known = min(len(start), len(offset_mapping))
+        chars[:known] = offset_mapping[:known]
+        in_context = chars[:, 0] >= 0
+    else:
+        in_context = np.zeros(len(start), dtype=bool)
+        chars = np.zeros((len(start), 2), dtype=np.int64)
+        for k, offset in enumerate(offset_mapping[: len(start)]):
+            if offset is not None:
+                in_context[k] = True
+                chars[k] = offset[0], offset[1]
+    s, e = np.meshgrid(start_indexes, end_indexes, indexing="ij")
+    valid = in_context[s] & in_context[e] & (e >= s) & (e - s + 1 <= max_answer_length)
+    s, e = s[valid], e[valid]
+    starts, ends = start[s], end[e]
+    return (starts + ends).astype(np.float64), starts, ends, np.stack([chars[s, 0], chars[e, 1]], axis=1)
 
 
 def nbest_with_probabilities(nbest: list[dict[str, Any]], context: str) -> list[dict[str, Any]]:
@@ -201,8 +231,12 @@ class IPUQuestionAnsweringPipeline(StaticBatchingPipeline):
         # Models padded on the left take the context first (as run_qa.py's features).
         pad_on_right = self.tokenizer.padding_side == "right"
         question = example["question"].lstrip()  # leading spaces waste room in the window
-        q_len = len(self.tokenizer(question, add_special_tokens=False)["input_ids"])
-        if self.max_seq_length - self.tokenizer.num_special_tokens_to_add(pair=True) - q_len <= doc_stride:
+        room = self.max_seq_length - self.tokenizer.num_special_tokens_to_add(pair=True) - doc_stride
+        # A token covers at least one byte of UTF-8: a question of fewer bytes than the room needs no count.
+        q_len = len(question.encode())
+        if q_len >= room:
+            q_len = len(self.tokenizer.backend_tokenizer.encode(question, add_special_tokens=False).ids)
+        if q_len >= room:
             # tokenizers would panic (an error `except Exception` cannot catch); say what to change instead
             raise ValueError(
                 f"the question {question!r:.60} takes {q_len} tokens, which leaves no context window longer than "
@@ -217,16 +251,14 @@ class IPUQuestionAnsweringPipeline(StaticBatchingPipeline):
             stride=doc_stride,
             return_overflowing_tokens=True,
             return_offsets_mapping=True,
-            padding="max_length",
-        )
+        )  # not padded here: each batch is padded to its bucket (or its own length) when collated
         context_index = 1 if pad_on_right else 0
         names = [n for n in self.tokenizer.model_input_names if n in encoded]
         for i in range(len(encoded["input_ids"])):
-            sequence_ids = encoded.sequence_ids(i)
-            offsets = [
-                o if sequence_ids[k] == context_index else None for k, o in enumerate(encoded["offset_mapping"][i])
-            ]
-            features = {name: torch.tensor([encoded[name][i]]) for name in names}
+            # offsets as an array, -1 outside the context: what answer_span_candidates reads without a loop
+            in_context = np.array([s == context_index for s in encoded.sequence_ids(i)])
+            offsets = np.where(in_context[:, None], np.asarray(encoded["offset_mapping"][i]), -1)
+            features = {name: torch.from_numpy(np.asarray([encoded[name][i]], dtype=np.int64)) for name in names}
             yield {**features, "offset_mapping": offsets, "context": example["context"]}
 
     def _forward(self, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -243,9 +275,11 @@ class IPUQuestionAnsweringPipeline(StaticBatchingPipeline):
         handle_impossible_answer: bool = False,
         n_best_size: int = 20,
     ) -> dict[str, Any] | list[dict[str, Any]]:
+        # Each window's logits at its own tokens only: the padding of its batch (its bucket) changes no answer.
+        lengths = [len(o["offset_mapping"]) for o in all_outputs]
         candidates, _ = answer_span_candidates(
-            [o["start_logits"][0].numpy() for o in all_outputs],
-            [o["end_logits"][0].numpy() for o in all_outputs],
+            [o["start_logits"][0, :n].numpy() for o, n in zip(all_outputs, lengths, strict=True)],
+            [o["end_logits"][0, :n].numpy() for o, n in zip(all_outputs, lengths, strict=True)],
             [o["offset_mapping"] for o in all_outputs],
             n_best_size=max(n_best_size, top_k),
             max_answer_length=max_answer_len,

@@ -1,0 +1,257 @@
+"""Low-latency inference: sequence-length buckets, the backends that run a model's forward, and how one is chosen.
+
+A request is padded to the smallest bucket that holds it (a small fixed set of lengths up to the static length),
+not to the static length itself, so that a short question costs a short forward while the compiled graphs stay
+few (one per bucket). The backends:
+
+- `"eager"`: the model through the engine (autocast in the chosen precision), at the bucket's length;
+- `"compile"`: the same, through `torch.compile(dynamic=False)`: one graph per bucket, kept in the config's
+  `executable_cache_dir`; on CUDA with `mode="reduce-overhead"` (CUDA graphs: one kernel launch per forward);
+- `"onnxruntime"`: the model exported to ONNX once (dynamic batch and sequence axes), fused by ONNX Runtime's
+  transformer optimizer (attention, LayerNorm, GELU) and run at each request's own length
+  (`OnnxRuntimeModel`, `optimum_ipu.runtime.inference_onnx`), optionally with int8 weights (dynamic quantization).
+
+`"auto"` picks, per device, the backend measured fastest for encoder models at batch 1 (BENCHMARKS.md, "Latency"):
+ONNX Runtime on CPUs (the fused graph at the request's own length: 1.6-2x eager PyTorch, where `torch.compile`
+gains under 10%), `torch.compile` with CUDA graphs in fp16 on GPUs (launch overhead dominates a batch-1 forward
+there). Without ONNX Runtime installed (the `[onnx]` extra) the CPU takes `"eager"`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config import IPUConfig
+from .devices import default_device
+from .engine import Engine
+from .process_flags import configure_compile_cache
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "eager", "compile", "onnxruntime")
+# torch.compile(dynamic=False) keeps one graph per input shape, up to dynamo's recompile limit (8 by default):
+# the buckets are at most that many, so every bucket keeps its graph.
+MAX_BUCKETS = 8
+
+
+def default_buckets(max_seq_length: int, count: int = 6) -> list[int]:
+    """The default sequence-length buckets for a static length: about `count` lengths that are multiples of a power
+    of two (at least 16), the last one `max_seq_length` itself. For 384: `[64, 128, 192, 256, 320, 384]`; for 128:
+    `[32, 64, 96, 128]`; for 512: `[128, 256, 384, 512]`.
+
+    Args:
+        max_seq_length (`int`): the static length (the longest bucket).
+        count (`int`, *optional*, defaults to 6): about how many buckets (at most `MAX_BUCKETS`).
+    """
+    if max_seq_length < 1:
+        raise ValueError(f"max_seq_length: got {max_seq_length!r}; expected a positive number of tokens")
+    step = max(16, 2 ** math.ceil(math.log2(max(1, max_seq_length / min(count, MAX_BUCKETS)))))
+    buckets = list(range(step, max_seq_length, step))
+    return [*buckets, max_seq_length]
+
+
+def check_buckets(buckets: Sequence[int], max_seq_length: int) -> list[int]:
+    """`buckets` sorted, checked against `max_seq_length` (the longest must be it, so that every input fits)."""
+    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
+        raise ValueError(f"buckets: got {buckets!r}; expected a list of sequence lengths, e.g. [64, 128, 256, 384]")
+    if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
+        raise ValueError(f"buckets: got {list(buckets)!r}; every bucket must be a positive number of tokens")
+    ordered = sorted(set(buckets))
+    if ordered[-1] != max_seq_length:
+        raise ValueError(
+            f"buckets: the longest is {ordered[-1]} but max_seq_length is {max_seq_length}; end the list with "
+            f"{max_seq_length} (every input must fit the longest bucket)"
+        )
+    if len(ordered) > MAX_BUCKETS:
+        raise ValueError(
+            f"buckets: {len(ordered)} given; at most {MAX_BUCKETS} (one compiled graph each), e.g. "
+            f"{default_buckets(max_seq_length)}"
+        )
+    return ordered
+
+
+def bucket_for(length: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket of `buckets` (sorted) that holds `length` tokens (the longest if none does: the caller
+    reports the input as too long)."""
+    for bucket in buckets:
+        if length <= bucket:
+            return bucket
+    return buckets[-1]
+
+
+def onnxruntime_available() -> bool:
+    """Whether ONNX Runtime and the ONNX exporter's packages are installed (the `[onnx]` extra)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
+
+
+def resolve_backend(backend: str, device: torch.device, supported: Sequence[str] = BACKENDS) -> str:
+    """The backend `"auto"` stands for on `device` (see the module docstring), or `backend` checked.
+
+    Args:
+        backend (`str`): one of `BACKENDS`.
+        device (`torch.device`): where the model runs.
+        supported (`Sequence[str]`, *optional*): the backends the caller can run (a task whose inputs are not
+            tokens runs `"eager"` and `"compile"` only).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: got {backend!r}; expected one of {', '.join(BACKENDS)}")
+    if backend == "auto":
+        if device.type == "cpu":
+            backend = "onnxruntime" if "onnxruntime" in supported and onnxruntime_available() else "eager"
+        else:
+            backend = "compile" if "compile" in supported else "eager"
+        return backend
+    if backend not in supported:
+        raise ValueError(f"backend={backend!r}: this task runs {', '.join(supported)}; choose one of them")
+    if backend == "onnxruntime" and not onnxruntime_available():
+        raise ValueError(
+            "backend='onnxruntime': ONNX Runtime is not installed; pip install 'optimum-ipu[onnx]' or choose "
+            "backend='eager' / 'compile'"
+        )
+    return backend
+
+
+def default_precision(device: torch.device) -> str:
+    """Inference precision when none is given: fp16 on accelerators (as Optimum Graphcore's `pipeline(fp16=True)`),
+    fp32 on CPUs (half precision is slower there and not exact)."""
+    return "fp32" if device.type == "cpu" else "fp16"
+
+
+def compile_options(device: torch.device) -> dict[str, Any]:
+    """`torch.compile` options of the `"compile"` backend: one static graph per bucket (`dynamic=False`); on CUDA,
+    `mode="reduce-overhead"` (CUDA graphs: the whole forward replayed by one launch)."""
+    options: dict[str, Any] = {"dynamic": False}
+    if device.type == "cuda":
+        options["mode"] = "reduce-overhead"
+    return options
+
+
+class InferenceRunner:
+    """Runs the inference host calls of a pipelined model with one backend (see the module docstring).
+
+    Args:
+        model (`nn.Module`): a parallelized `PipelinedModel` in eval mode.
+        ipu_config (`IPUConfig`): its config (read with `value(..., inference=True)`; its mode is not changed).
+        backend (`str`, *optional*, defaults to `"auto"`): `"auto"`, `"eager"`, `"compile"` or `"onnxruntime"`.
+        precision (`str`, *optional*): `"fp32"`, `"fp16"` or `"bf16"`; `default_precision(device)` when not given.
+            ONNX Runtime runs the exported fp32 graph.
+        device (`torch.device`, *optional*): defaults to this process's GPU, else the CPU.
+        buckets (`Sequence[int]`, *optional*): sequence lengths inputs are padded to (the smallest that holds the
+            batch's longest input); `default_buckets(max_seq_length)` when not given. ONNX Runtime needs none: it
+            runs every batch at its longest input's length.
+        max_seq_length (`int`): the static length, the longest bucket.
+        input_names (`Sequence[str]`, *optional*): the token inputs of the forward, in order (the ONNX export's
+            inputs); required for `"onnxruntime"`.
+        supported (`Sequence[str]`, *optional*): the backends the caller can feed (see `resolve_backend`).
+        quantize (`bool`, *optional*, defaults to `False`): int8 weights for ONNX Runtime (not exact).
+        threads (`int`, *optional*): ONNX Runtime's intra-op threads (default: this process's cores).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        ipu_config: IPUConfig,
+        *,
+        backend: str = "auto",
+        precision: str | None = None,
+        device: torch.device | None = None,
+        buckets: Sequence[int] | None = None,
+        max_seq_length: int,
+        input_names: Sequence[str] | None = None,
+        supported: Sequence[str] = BACKENDS,
+        quantize: bool = False,
+        threads: int | None = None,
+    ) -> None:
+        device = device or default_device()
+        requested = backend
+        if not input_names:  # ONNX Runtime is fed token inputs only
+            supported = [name for name in supported if name != "onnxruntime"]
+        self.backend = resolve_backend(backend, device, supported)
+        self.precision = precision or default_precision(device)
+        self.buckets = (
+            check_buckets(buckets, max_seq_length) if buckets is not None else default_buckets(max_seq_length)
+        )
+        if self.backend == "onnxruntime" and self.precision != "fp32":
+            if requested == "onnxruntime":
+                raise ValueError(
+                    f"backend='onnxruntime' runs the fp32 graph; precision={self.precision!r} is not served"
+                )
+            self.backend = "eager"  # auto: the half precision asked for
+        self.engine = Engine(model, ipu_config, precision=self.precision, device=device)
+        self.onnx = None
+        if quantize and self.backend != "onnxruntime":
+            raise ValueError(f"quantize=True: int8 weights run on backend='onnxruntime', not {self.backend!r}")
+        if self.backend == "onnxruntime":
+            self.onnx = self._export(model, ipu_config, input_names, requested, quantize, threads)
+        if self.backend == "compile":
+            configure_compile_cache(ipu_config.executable_cache_dir)
+            self.engine.forward = torch.compile(model, **compile_options(self.engine.device))
+
+    def _export(
+        self,
+        model: nn.Module,
+        ipu_config: IPUConfig,
+        input_names: Sequence[str],
+        requested: str,
+        quantize: bool,
+        threads: int | None,
+    ) -> Any:
+        from .inference_onnx import OnnxRuntimeModel
+
+        stock = getattr(model, "model", model)  # the transformers model inside the PipelinedModel
+        try:
+            return OnnxRuntimeModel(
+                stock,
+                input_names,
+                cache_dir=ipu_config.executable_cache_dir or None,
+                threads=threads,
+                quantize=quantize,
+                device=self.engine.device,
+            )
+        except Exception as err:  # the exporter's failures have no common type
+            if requested == "onnxruntime":
+                raise
+            logger.warning(
+                "backend='auto': %s could not be exported to ONNX (%s: %.200s); running it eagerly",
+                type(stock).__name__,
+                type(err).__name__,
+                err,
+            )
+            self.backend = "eager"
+            return None
+
+    def padded_length(self, length: int) -> int:
+        """The length a batch whose longest input has `length` tokens is padded to: its bucket, or `length` itself
+        on ONNX Runtime (dynamic shapes)."""
+        return length if self.onnx is not None else bucket_for(length, self.buckets)
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """One inference host call on a collated batch (token tensors padded to `padded_length`)."""
+        if self.onnx is not None:
+            return self.onnx(**{name: batch[name] for name in self.onnx.input_names})
+        return self.engine.eval_step(batch)
+
+    def __repr__(self) -> str:
+        shapes = "dynamic shapes" if self.onnx is not None else f"buckets={self.buckets}"
+        return f"InferenceRunner(backend={self.backend!r}, precision={self.precision!r}, {shapes})"
+
+
+__all__ = [
+    "InferenceRunner",
+    "BACKENDS",
+    "MAX_BUCKETS",
+    "default_buckets",
+    "check_buckets",
+    "bucket_for",
+    "onnxruntime_available",
+    "resolve_backend",
+    "default_precision",
+    "compile_options",
+]
