@@ -41,15 +41,23 @@ class PipelineEngine:
     gradients averaged over the replicas; `clip_grad_norm_` clips with the norm over the whole model;
     `train_step(batch)` is the whole host call with its own optimizer, with the single-process `Engine`'s meaning.
 
-    Every process keeps the whole model: its own stage's parameters are the ones it updates. `synchronize()`
-    copies each parameter (and its optimizer state) from the stage that owns it to all processes, so a save
-    or an evaluation sees the stock model with every stage's current weights.
+    By default every process keeps the whole model: its own stage's parameters are the ones it updates.
+    `synchronize()` copies each parameter (and its optimizer state) from the stage that owns it to all processes,
+    so a save or an evaluation sees the stock model with every stage's current weights.
+
+    With `fsdp=True` (or a model sharded by `fsdp.shard_pipeline`), the mesh's two dims compose in a fixed order:
+    the pipeline split first (each process keeps only its stage's layers, plus the embeddings and heads every
+    stage runs), then FSDP2 over the stage's replicas (`fully_shard`, each layer a unit): parameters, gradients
+    and optimizer state are sharded, FSDP's reduce-scatter averages the gradients over the replicas, and a save
+    gathers the whole model from every stage (`fsdp.full_state_dict`).
 
     Args:
         model (`nn.Module`): the stock model, already parallelized (recompute, serialization).
         ipu_config (`IPUConfig`): its `layers_per_ipu`, `replication_factor` and `gradient_accumulation_steps`.
         cut (`StageCut`): the layers and encoder-decoder split (`PipelinedModel.stage_cut()`).
         keys (`Sequence[str]`): the batch's tensor names (including labels), in a fixed order.
+        counts (`Sequence[int]`): layers of each stage, wildcards resolved
+            (`optimum_ipu.models.layout.layers_per_stage(ipu_config, len(cut.layer_paths), inference=False)`).
         make_optimizer (`Callable`, *optional*): builds the optimizer from the parameters (for `train_step`).
         schedule (`str`, *optional*, defaults to `"1F1B"`): `"1F1B"` or `"GPipe"`.
         max_grad_norm (`float`, *optional*): clip to this global norm (over every stage).
@@ -67,6 +75,7 @@ class PipelineEngine:
         keys: Sequence[str],
         make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None,
         *,
+        counts: Sequence[int],
         schedule: str = "1F1B",
         max_grad_norm: float | None = None,
         precision: str = "fp32",
@@ -81,7 +90,7 @@ class PipelineEngine:
                 f"precision {precision!r} is not supported with pipeline stages on separate processes; use --bf16 "
                 "(or fp32)"
             )
-        counts = ipu_config.layers_per_stage(len(cut.layer_paths), inference=False)
+        counts = list(counts)
         stages, replicas = len(counts), ipu_config.value("replication_factor")
         check_processes(ipu_config, dist.get_world_size())  # processes = stages x replicas, a micro-batch a stage
         micro = ipu_config.gradient_accumulation_steps
@@ -161,8 +170,9 @@ class PipelineEngine:
         return loss
 
     def _average_over_replicas(self, params: list[nn.Parameter]) -> None:
-        # One flat all-reduce over the replicas of this stage, after the schedule (sharded, FSDP reduce-scatters
-        # instead). Ours, not DDP's: the pipeline runs several backwards of the stage per step ...
+        # Ours, not DDP's: each process keeps the whole model here, so DDP would bucket every stage's parameters (a
+        # second copy of the whole model's gradients) and search the graph for the unused ones each step, to do what
+        # this does: one flat all-reduce of this stage's gradients per step. Sharded, FSDP's reduce-scatter does it.
         grads = [p.grad for p in params if p.grad is not None]
         flat = _flatten_dense_tensors(grads).div_(self.replicas)
         dist.all_reduce(flat, group=self.replica_group)
