@@ -20,12 +20,14 @@ from .config_schema import (
     DEPRECATED_KEYS,
     FIELDS,
     IPU_ONLY_FIELDS,
+    LEGACY_NAMES,
     METADATA_KEYS,
     MODE_MANAGED_FIELDS,
     MODES,
     PARALLELIZE_KWARGS_BUILT_IN,
     PARALLELIZE_KWARGS_REALISED,
     PARALLELIZE_KWARGS_REPORTED,
+    SAVED_STATE_KEYS,
 )
 from .config_validation import (
     check_exclusive_serialization,
@@ -380,6 +382,8 @@ class IPUConfig:
         odd = [k for k in keys if not isinstance(k, str)]
         if odd:  # Python would stop at `cls(**...)` with a bare TypeError
             raise IncompatibleIPUConfigError(f"IPUConfig field names must be strings, got {short_repr(odd[0])}")
+        config_dict = _upgrade_older_keys(config_dict)
+        keys = [*config_dict, *kwargs]
 
         # before `cls(**...)`: a key "self" would be a TypeError (two values for the argument `self`)
         check_unknown_keys([k for k in keys if k not in known_keys()])
@@ -433,6 +437,17 @@ class IPUConfig:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__} ({self.mode}) {self.to_json_string()}"
+
+
+def _upgrade_older_keys(config_dict: dict[str, Any]) -> dict[str, Any]:
+    """Keys of older Optimum Graphcore files: a field's older name becomes the field (unless the file has both),
+    the saving process's state (`_mode`) is dropped."""
+    upgraded = {}
+    for key, value in config_dict.items():
+        if key in SAVED_STATE_KEYS or (key in LEGACY_NAMES and LEGACY_NAMES[key] in config_dict):
+            continue
+        upgraded[LEGACY_NAMES.get(key, key)] = value
+    return upgraded
 
 
 def _fill_defaults(values: dict[str, Any]) -> dict[str, Any]:

@@ -39,7 +39,20 @@ DEPRECATED_KEYS = {
     "sharded_execution_for_inference": "inference uses `inference_layers_per_ipu` / `inference_ipus_per_replica`",
     "pod_type": "per-pod values are resolved from `n_ipu` (the number of devices); "
     "`pod_type` is still honoured for this file",
+    # written by Optimum Graphcore 0.1-0.3 (poptorch run options, later training arguments or gone)
+    "compile_only": "compilation without running is `--compile_only` of the training arguments",
+    "use_popdist": "processes are started by torchrun here",
+    "synthetic_data": "poptorch's synthetic data mode has no counterpart here",
+    "profile_dir": "poptorch's profiler has no counterpart here (use torch.profiler)",
+    "decompose_grad_sum": "a PopART graph option, no counterpart here",
 }
+
+# Keys of older Optimum Graphcore files that hold a field under another name (0.1-0.2 wrote `random_seed`); the
+# field's own key wins when a file has both.
+LEGACY_NAMES = {"random_seed": "seed"}
+
+# The state of the process that saved the file, not a setting (0.6.1 wrote its mode as `_mode`): dropped on load.
+SAVED_STATE_KEYS = ("_mode", "_attribute_type_hints")
 
 # IPU-compiler memory knobs: kept in the file, no meaning on GPUs or CPUs.
 IPU_ONLY_FIELDS = ("matmul_proportion", "inference_matmul_proportion", "explicit_ir_inference")

@@ -113,6 +113,23 @@ def test_a_file_saved_by_optimum_graphcore_loads_and_saves_back_with_its_keys(tm
     assert config == IPUConfig(layers_per_ipu=[0, 4, 4, 4], gradient_accumulation_steps=16), "metadata is no field"
 
 
+def test_files_of_older_releases_load(tmp_path, caplog):
+    """Keys that Optimum Graphcore 0.1-0.6 wrote (its `to_dict()` was the object's `__dict__`)."""
+    v0_1 = {"layers_per_ipu": [2, 2], "random_seed": 7, "use_popdist": False, "compile_only": False}
+    v0_1 |= {"synthetic_data": False, "profile_dir": None, "replication_factor": 2}
+    v0_3 = {"layers_per_ipu": [4], "decompose_grad_sum": False, "sharded_execution_for_inference": True}
+    v0_6 = {**OG_SAVED, "_mode": "training"}
+    with caplog.at_level(logging.WARNING, logger="optimum_ipu.config"):
+        old = IPUConfig.from_dict(v0_1)
+        IPUConfig.from_dict(v0_3)
+        newer = IPUConfig.from_dict(v0_6)
+    assert old.seed == 7 and old.replication_factor == 2 and newer.mode == "training"
+    reported = " ".join(r.message for r in caplog.records)
+    for key in ("use_popdist", "compile_only", "synthetic_data", "profile_dir", "decompose_grad_sum"):
+        assert f"`{key}` is deprecated" in reported, key
+    assert IPUConfig.from_dict({"random_seed": 1, "seed": 2}).seed == 2, "the field's own key wins"
+
+
 def test_to_dict_has_optimum_graphcores_keys():
     assert set(IPUConfig().to_dict()) == set(OG_SAVED)
     # OG's own test round-trips `to_dict()` through `from_dict` with `execute_encoder_on_cpu_for_generation` set
