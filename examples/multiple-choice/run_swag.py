@@ -7,10 +7,11 @@ The recipe of Optimum Graphcore's `run_swag.py`, run from this folder (it reads 
       --learning_rate 5e-5 --num_train_epochs 3 --max_seq_length 80 --output_dir ./output/swag_base \\
       --per_device_eval_batch_size 2 --per_device_train_batch_size 2 --overwrite_output_dir
 
-Without files it reads `swag` (`regular`) from the local datasets cache. Offline, give local files instead:
-`--train_file` / `--validation_file` take CSV or JSON (lines) in SWAG's layout: a context `sent1`, the start of
-the continuation `sent2`, four endings `ending0`..`ending3` and the index of the right one, `label`.
-Writes `train_results.json`, `eval_results.json` and `all_results.json` (`eval_accuracy`, ...).
+Without files it reads `swag` (`regular`) from the Hugging Face Hub (downloaded once, then from the local datasets
+cache). Without a network, give local files instead: `--train_file` / `--validation_file` take CSV or JSON (lines)
+in SWAG's layout: a context `sent1`, the start of the continuation `sent2`, four endings `ending0`..`ending3` and the
+index of the right one, `label`. Writes `train_results.json`, `eval_results.json` and `all_results.json`
+(`eval_accuracy`, ...) and, after training, `training_curves.png`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import logging
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
@@ -31,14 +34,16 @@ from transformers import (
     AutoTokenizer,
     DataCollatorForMultipleChoice,
     EvalPrediction,
-    HfArgumentParser,
     PretrainedConfig,
     default_data_collator,
     set_seed,
 )
 
-from optimum_ipu import IPUTrainer, IPUTrainingArguments
-from optimum_ipu.errors import run_script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
+import example_utils  # noqa: E402
+
+from optimum_ipu import IPUTrainer, IPUTrainingArguments  # noqa: E402
+from optimum_ipu.errors import run_script  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -49,24 +54,13 @@ LONGEST_DEFAULT = 1024  # `transformers`' run_swag.py: without --max_seq_length,
 
 
 @dataclass
-class ModelArguments:
-    """Which model, config and tokenizer to fine-tune."""
-
-    model_name_or_path: str = field(metadata={"help": "Model folder or id in the local Hugging Face cache."})
-    config_name: str | None = field(default=None, metadata={"help": "Config folder or id, if not the model's."})
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer folder or id, if not the model's."})
-    cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded models are cached."})
-    use_fast_tokenizer: bool = field(default=True, metadata={"help": "Use a fast (`tokenizers`) tokenizer."})
-    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model."})
-    token: str | None = field(default=None, metadata={"help": "Hugging Face Hub token."})
-    trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from the model's repository."})
-
-
-@dataclass
 class DataTrainingArguments:
     """What data to train and evaluate on, and how to tokenize it."""
 
-    dataset_name: str | None = field(default=None, metadata={"help": "Dataset name; default: swag (local cache)."})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "Dataset id on the Hugging Face Hub, or a local dataset folder (default: swag)."},
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     train_file: str | None = field(default=None, metadata={"help": "Training data: CSV or JSON(L), SWAG layout."})
     validation_file: str | None = field(default=None, metadata={"help": "Evaluation data, same formats."})
@@ -88,8 +82,8 @@ class DataTrainingArguments:
                 raise ValueError(f"--{name} {path}: expected a {', '.join(FILE_FORMATS)} file")
 
 
-def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dict[str, datasets.Dataset]:
-    """The train / validation splits, from local files or the local datasets cache (`swag`, `regular`)."""
+def load_raw_datasets(data: DataTrainingArguments, model: example_utils.ModelArguments) -> dict[str, datasets.Dataset]:
+    """The train / validation splits, from local files or the Hugging Face Hub (`swag`, `regular`) or its cache."""
     files = {"train": data.train_file, "validation": data.validation_file}
     if any(files.values()):
         raw = {}
@@ -103,14 +97,21 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
         return raw
     name = data.dataset_name or "swag"
     config = data.dataset_config_name or ("regular" if name == "swag" else None)
-    try:
-        return dict(datasets.load_dataset(name, config, cache_dir=model.cache_dir, token=model.token))
-    except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
-        raise SystemExit(
-            f"--dataset_name {name} ({config}): not in the local datasets cache and the Hub cannot be reached "
-            f"({type(err).__name__}). Pass local files instead, e.g. --train_file "
-            "../../../shared/data/fixtures/swag/sample.json --validation_file (the same file)"
-        ) from None
+    hint = "--train_file train.csv --validation_file val.csv (SWAG's CSV layout, or the same columns in JSON lines)"
+    raw = example_utils.load_hub_dataset(
+        name, config, local_files_hint=hint, cache_dir=model.cache_dir, token=model.token
+    )
+    return dict(raw)
+
+
+def check_columns(raw: dict[str, datasets.Dataset]) -> None:
+    for split_name, split in raw.items():
+        missing = [c for c in (CONTEXT, QUESTION_HEADER, *ENDINGS, "label") if c not in split.column_names]
+        if missing:
+            raise ValueError(
+                f"the {split_name} data has no column {', '.join(missing)} (columns: {', '.join(split.column_names)})"
+                f"; run_swag.py reads SWAG's layout: {CONTEXT}, {QUESTION_HEADER}, {', '.join(ENDINGS)}, label"
+            )
 
 
 def max_model_length(tokenizer: transformers.PreTrainedTokenizerBase, config: PretrainedConfig) -> int:
@@ -129,64 +130,23 @@ def compute_metrics(p: EvalPrediction) -> dict[str, float]:
     return {"accuracy": float(accuracy(preds, labels, task="multiclass", num_classes=logits.shape[1]))}
 
 
-def main() -> None:
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUTrainingArguments))
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    log_level = training_args.get_process_log_level()
-    for lib_logger in (logger, logging.getLogger("optimum_ipu")):
-        lib_logger.setLevel(log_level)
-    datasets.utils.logging.set_verbosity(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    logger.info("Training/evaluation parameters %s", training_args)
-
-    # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
-    last_checkpoint = training_args.checkpoint_in_output_dir()
-    training_args.load_ipu_config()  # a bad config or override is refused now, before any data or model is loaded
-
-    set_seed(training_args.seed)
-    raw = load_raw_datasets(data_args, model_args)
-    for split_name, split in raw.items():
-        missing = [c for c in (CONTEXT, QUESTION_HEADER, *ENDINGS, "label") if c not in split.column_names]
-        if missing:
-            raise ValueError(
-                f"the {split_name} data has no column {', '.join(missing)} (columns: {', '.join(split.column_names)})"
-                f"; run_swag.py reads SWAG's layout: {CONTEXT}, {QUESTION_HEADER}, {', '.join(ENDINGS)}, label"
-            )
-
-    hub = {
-        "cache_dir": model_args.cache_dir,
-        "revision": model_args.model_revision,
-        "token": model_args.token,
-        "trust_remote_code": model_args.trust_remote_code,
-    }
-    config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path, **hub)
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_args.tokenizer_name or model_args.model_name_or_path, use_fast=model_args.use_fast_tokenizer, **hub
-    )
-    model = AutoModelForMultipleChoice.from_pretrained(model_args.model_name_or_path, config=config, **hub)
-
+def sequence_length(tokenizer: Any, config: PretrainedConfig, wanted: int | None) -> int:
+    """`--max_seq_length`, within what the model takes (default: the longest, at most 1024 as upstream)."""
     longest = max_model_length(tokenizer, config)
-    if data_args.max_seq_length is None:
-        max_seq_length = min(longest, LONGEST_DEFAULT)
+    if wanted is None:
         if longest > LONGEST_DEFAULT:
             logger.warning("the tokenizer takes %d tokens: using %d; set --max_seq_length", longest, LONGEST_DEFAULT)
-    else:
-        max_seq_length = min(data_args.max_seq_length, longest)
-        if data_args.max_seq_length > longest:
-            logger.warning("max_seq_length %d > the model's %d: using the latter", data_args.max_seq_length, longest)
-    padding = "max_length" if data_args.pad_to_max_length else False
+        return min(longest, LONGEST_DEFAULT)
+    if wanted > longest:
+        logger.warning("max_seq_length %d > the model's %d: using the latter", wanted, longest)
+    return min(wanted, longest)
+
+
+def preprocessor(tokenizer: Any, max_seq_length: int, pad_to_max_length: bool) -> Any:
+    """Each example becomes four (context, header + ending) pairs, tokenized flat and regrouped by four."""
+    padding = "max_length" if pad_to_max_length else False
 
     def preprocess(examples: dict[str, list]) -> dict[str, list]:
-        # Each example becomes four (context, header + ending) pairs, tokenized flat and regrouped by four.
         first = [context for context in examples[CONTEXT] for _ in ENDINGS]
         second = [
             f"{header} {examples[ending][i]}"
@@ -201,33 +161,37 @@ def main() -> None:
         result["labels"] = list(examples["label"])
         return result
 
+    return preprocess
+
+
+def main() -> None:
+    model_args, data_args, training_args = example_utils.parse_args(
+        example_utils.ModelArguments, DataTrainingArguments, IPUTrainingArguments
+    )
+    example_utils.setup_logging(training_args, logger)
+    last_checkpoint = example_utils.start_run(training_args)
+    set_seed(training_args.seed)
+    raw = load_raw_datasets(data_args, model_args)
+    check_columns(raw)
+
+    hub = model_args.hub_kwargs()
+    config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path, **hub)
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_args.tokenizer_name or model_args.model_name_or_path, use_fast=model_args.use_fast_tokenizer, **hub
+    )
+    model = AutoModelForMultipleChoice.from_pretrained(model_args.model_name_or_path, config=config, **hub)
+    max_seq_length = sequence_length(tokenizer, config, data_args.max_seq_length)
+    preprocess = preprocessor(tokenizer, max_seq_length, data_args.pad_to_max_length)
+
     def tokenized(split: str, limit: int | None, flag: str) -> datasets.Dataset:
-        if split not in raw:
-            raise ValueError(f"{flag} needs a {split} dataset: give --{split}_file")
-        examples = raw[split]
-        if limit is not None:
-            examples = examples.select(range(min(limit, len(examples))))
-        with training_args.main_process_first(desc=f"tokenize {split}"):
-            return examples.map(
-                preprocess,
-                batched=True,
-                num_proc=data_args.preprocessing_num_workers,
-                remove_columns=examples.column_names,
-                load_from_cache_file=not data_args.overwrite_cache,
-                desc=f"Running tokenizer on {split}",
-            )
+        return example_utils.tokenize_split(raw, split, preprocess, training_args, data_args, limit, flag)
 
-    train_dataset = eval_dataset = None
-    if training_args.do_train:
-        train_dataset = tokenized("train", data_args.max_train_samples, "--do_train")
-    if training_args.do_eval:
-        eval_dataset = tokenized("validation", data_args.max_eval_samples, "--do_eval")
-
+    train_dataset = tokenized("train", data_args.max_train_samples, "--do_train") if training_args.do_train else None
+    eval_dataset = tokenized("validation", data_args.max_eval_samples, "--do_eval") if training_args.do_eval else None
     if data_args.pad_to_max_length:
         collator = default_data_collator
     else:
         collator = DataCollatorForMultipleChoice(tokenizer, pad_to_multiple_of=8 if training_args.fp16 else None)
-
     trainer = IPUTrainer(
         model=model,
         args=training_args,
@@ -237,26 +201,12 @@ def main() -> None:
         data_collator=collator,
         compute_metrics=compute_metrics,
     )
-
     if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        if training_args.compile_only:
-            logger.info("--compile_only: graphs compiled and cached; nothing trained or saved")
+        if not example_utils.train(trainer, training_args, last_checkpoint, len(train_dataset)):
             return
-        metrics = train_result.metrics
-        metrics["train_samples"] = len(train_dataset)
-        trainer.save_model()
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
-
     if training_args.do_eval:
-        logger.info("*** Evaluate ***")
-        metrics = trainer.evaluate()
-        metrics["eval_samples"] = len(eval_dataset)
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
+        example_utils.evaluate(trainer, len(eval_dataset))
+    example_utils.finish(trainer, training_args)
 
 
 if __name__ == "__main__":

@@ -7,14 +7,16 @@ The recipe of Optimum Graphcore's `run_glue.py`, run from this folder (it reads 
       --do_train --do_eval --max_seq_length 128 --per_device_train_batch_size 8 --learning_rate 2e-5 \\
       --num_train_epochs 3 --output_dir ./output/sst2/
 
-Offline, give local files instead of the Hub's `nyu-mll/glue`: `--train_file` / `--validation_file` /
-`--test_file` take CSV, JSON (lines) or the GLUE TSV files (`SST-2/train.tsv`, `MRPC/dev.tsv`, ...; their
-columns are renamed to the Hub's: `#1 String` -> `sentence1`, `Quality` -> `label`, ...). With `--task_name`,
+`--task_name` alone downloads the Hub's `nyu-mll/glue` once (then reads the local datasets cache); `--dataset_name`
+takes any Hub dataset or local dataset folder. Without a network, give local files instead: `--train_file` /
+`--validation_file` / `--test_file` take CSV, JSON (lines) or the GLUE TSV files (`SST-2/train.tsv`, `MRPC/dev.tsv`,
+...; their columns are renamed to the Hub's: `#1 String` -> `sentence1`, `Quality` -> `label`, ...). With `--task_name`,
 the task decides the text columns, the label names and the metric (`nyu-mll/glue`'s); without it, the first one
 or two non-label columns are the text and the metric is accuracy (mse for float labels).
 `--packing` packs several training examples into each `max_seq_length` row (attention kept inside each example,
 positions restarted; evaluation unpacked) and adds `train_features` / `train_features_per_second` to the train
-metrics. Writes `train_results.json`, `eval_results.json` and `all_results.json` (`eval_accuracy`, `eval_f1`, ...).
+metrics. Writes `train_results.json`, `eval_results.json` and `all_results.json` (`eval_accuracy`, `eval_f1`, ...)
+and, after training, `training_curves.png`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
@@ -47,15 +51,17 @@ from transformers import (
     AutoTokenizer,
     DataCollatorWithPadding,
     EvalPrediction,
-    HfArgumentParser,
     PretrainedConfig,
     default_data_collator,
     set_seed,
 )
 
-from optimum_ipu import IPUTrainer, IPUTrainingArguments
-from optimum_ipu.errors import run_script
-from optimum_ipu.packing import PackedSequenceClassificationLoss, prepare_packed_training
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
+import example_utils  # noqa: E402
+
+from optimum_ipu import IPUTrainer, IPUTrainingArguments  # noqa: E402
+from optimum_ipu.errors import run_script  # noqa: E402
+from optimum_ipu.packing import PackedSequenceClassificationLoss, prepare_packed_training  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -98,17 +104,9 @@ FILE_FORMATS = ("csv", "json", "jsonl", "tsv")
 
 
 @dataclass
-class ModelArguments:
+class ModelArguments(example_utils.ModelArguments):
     """Which model, config and tokenizer to fine-tune."""
 
-    model_name_or_path: str = field(metadata={"help": "Model folder or id in the local Hugging Face cache."})
-    config_name: str | None = field(default=None, metadata={"help": "Config folder or id, if not the model's."})
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer folder or id, if not the model's."})
-    cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded models are cached."})
-    use_fast_tokenizer: bool = field(default=True, metadata={"help": "Use a fast (`tokenizers`) tokenizer."})
-    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model."})
-    token: str | None = field(default=None, metadata={"help": "Hugging Face Hub token."})
-    trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from the model's repository."})
     ignore_mismatched_sizes: bool = field(
         default=False, metadata={"help": "Load a model whose classification head has another number of labels."}
     )
@@ -119,7 +117,9 @@ class DataTrainingArguments:
     """What data to train and evaluate on, and how to tokenize it."""
 
     task_name: str | None = field(default=None, metadata={"help": f"GLUE task: {', '.join(TASK_TO_KEYS)}."})
-    dataset_name: str | None = field(default=None, metadata={"help": "Dataset name (from the local datasets cache)."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Dataset id on the Hub, or a local dataset folder."}
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per example after truncation and padding."})
     overwrite_cache: bool = field(default=False, metadata={"help": "Recompute the tokenized datasets."})
@@ -202,7 +202,8 @@ def _check_tsv_fields(path: str) -> None:
 
 
 def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dict[str, datasets.Dataset]:
-    """The train / validation(_matched/_mismatched) / test splits, from local files or the local datasets cache."""
+    """The train / validation(_matched/_mismatched) / test splits, from local files or the Hugging Face Hub (or
+    its local cache)."""
     files = {"train": data.train_file, "validation": data.validation_file, "test": data.test_file}
     if any(files.values()):
         raw = {}
@@ -221,14 +222,11 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
     name, config = data.dataset_name, data.dataset_config_name
     if name is None:  # --task_name alone: the Hub's GLUE
         name, config = "nyu-mll/glue", data.task_name
-    try:
-        return dict(datasets.load_dataset(name, config, cache_dir=model.cache_dir, token=model.token))
-    except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
-        raise SystemExit(
-            f"--dataset_name {name} ({config}): not in the local datasets cache and the Hub cannot be reached "
-            f"({type(err).__name__}). Pass local files instead, e.g. --task_name sst2 --train_file "
-            "../../../shared/data/glue/SST-2/train.tsv --validation_file ../../../shared/data/glue/SST-2/dev.tsv"
-        ) from None
+    hint = "--task_name sst2 --train_file SST-2/train.tsv --validation_file SST-2/dev.tsv (GLUE's own TSV files)"
+    raw = example_utils.load_hub_dataset(
+        name, config, local_files_hint=hint, cache_dir=model.cache_dir, token=model.token
+    )
+    return dict(raw)
 
 
 def check_labels(raw: dict[str, datasets.Dataset], data: DataTrainingArguments) -> None:
@@ -356,69 +354,31 @@ def packed_training(
     return packing.train_dataset, packing.data_collator, packing.compute_loss_func
 
 
-def main() -> None:
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUTrainingArguments))
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    log_level = training_args.get_process_log_level()
-    for lib_logger in (logger, logging.getLogger("optimum_ipu")):
-        lib_logger.setLevel(log_level)
-    datasets.utils.logging.set_verbosity(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    logger.info("Training/evaluation parameters %s", training_args)
-
-    # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
-    last_checkpoint = training_args.checkpoint_in_output_dir()
-    training_args.load_ipu_config()  # a bad config or override is refused now, before any data or model is loaded
-
-    set_seed(training_args.seed)
-    # `--dataset_name glue --dataset_config_name mrpc` is a GLUE task too: same columns, labels and metric.
-    if data_args.task_name is None and (data_args.dataset_name or "").split("/")[-1] == "glue":
-        data_args.task_name = data_args.dataset_config_name
-    task = data_args.task_name
-    raw = load_raw_datasets(data_args, model_args)
-    check_labels(raw, data_args)
-    is_regression, label_list, label_to_id = resolve_labels(raw, task)
-    num_labels = 1 if is_regression else len(label_list or [])
-    if not is_regression and num_labels < 2:
-        raise ValueError(f"the label column holds {num_labels} distinct value(s) {label_list}: nothing to classify")
-
-    # Which columns are the text.
-    reference = first_split(raw, "train", *raw)
+def text_columns(raw: dict[str, datasets.Dataset], task: str | None) -> tuple[str, str | None]:
+    """The one or two text columns: the task's, else `sentence1`/`sentence2` or the first non-label columns."""
     if task is not None:
-        sentence1_key, sentence2_key = TASK_TO_KEYS[task]
+        keys = TASK_TO_KEYS[task]
     else:
-        text_columns = [name for name in reference.column_names if name != "label"]
-        if "sentence1" in text_columns and "sentence2" in text_columns:
-            sentence1_key, sentence2_key = "sentence1", "sentence2"
-        elif len(text_columns) >= 2:
-            sentence1_key, sentence2_key = text_columns[:2]
+        names = [name for name in first_split(raw, "train", *raw).column_names if name != "label"]
+        if "sentence1" in names and "sentence2" in names:
+            keys = ("sentence1", "sentence2")
         else:
-            sentence1_key, sentence2_key = text_columns[0], None
+            keys = (names[0], names[1]) if len(names) >= 2 else (names[0], None)
     for split_name, split in raw.items():
-        missing = [k for k in (sentence1_key, sentence2_key) if k is not None and k not in split.column_names]
+        missing = [k for k in keys if k is not None and k not in split.column_names]
         if missing:
-            wanted = ", ".join(k for k in (sentence1_key, sentence2_key) if k)
+            wanted = ", ".join(k for k in keys if k)
             reader = f"--task_name {task} reads" if task else "the text columns (found in the training data) are"
             raise ValueError(
                 f"the {split_name} data has no column {', '.join(missing)} (columns: {', '.join(split.column_names)})"
                 f"; {reader} {wanted}"
             )
+    return keys
 
-    hub = {
-        "cache_dir": model_args.cache_dir,
-        "revision": model_args.model_revision,
-        "token": model_args.token,
-        "trust_remote_code": model_args.trust_remote_code,
-    }
+
+def load_model_and_tokenizer(model_args: ModelArguments, num_labels: int) -> tuple[Any, Any]:
+    """The classifier and its tokenizer; decoders without a padding token pad with end-of-text."""
+    hub = model_args.hub_kwargs()
     config = AutoConfig.from_pretrained(
         model_args.config_name or model_args.model_name_or_path, num_labels=num_labels, **hub
     )
@@ -436,144 +396,169 @@ def main() -> None:
     model = AutoModelForSequenceClassification.from_pretrained(
         model_args.model_name_or_path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **hub
     )
+    return model, tokenizer
 
-    # A model fine-tuned with the same label names keeps its ids; any other mapping is replaced by the data's.
-    if not is_regression:
-        default_label2id = PretrainedConfig(num_labels=num_labels).label2id
-        model_label2id = {str(k): int(v) for k, v in model.config.label2id.items()}
-        names = [str(label) for label in label_list]
-        if model_label2id != default_label2id and sorted(model_label2id) == sorted(names):
-            remap = {i: model_label2id[name] for i, name in enumerate(names)}
-            current = label_to_id if label_to_id is not None else {i: i for i in remap} | {-1: -1}
-            label_to_id = {key: (remap[v] if v >= 0 else v) for key, v in current.items()}
-            names = [name for name, _ in sorted(model_label2id.items(), key=lambda kv: kv[1])]
-        elif model_label2id != default_label2id:
-            logger.warning("the model's labels %s do not match the data's %s: using the data's", model_label2id, names)
-        model.config.label2id = {name: i for i, name in enumerate(names)}
-        model.config.id2label = dict(enumerate(names))
-        label_list = names
 
-    max_seq_length = min(data_args.max_seq_length, tokenizer.model_max_length)
-    if data_args.max_seq_length > tokenizer.model_max_length:
-        logger.warning("max_seq_length %d > the model's %d: using the latter", data_args.max_seq_length, max_seq_length)
+def align_labels(model: Any, label_list: list, label_to_id: dict | None, num_labels: int) -> tuple[list, dict | None]:
+    """A model fine-tuned with the same label names keeps its ids; any other mapping is replaced by the data's."""
+    default_label2id = PretrainedConfig(num_labels=num_labels).label2id
+    model_label2id = {str(k): int(v) for k, v in model.config.label2id.items()}
+    names = [str(label) for label in label_list]
+    if model_label2id != default_label2id and sorted(model_label2id) == sorted(names):
+        remap = {i: model_label2id[name] for i, name in enumerate(names)}
+        current = label_to_id if label_to_id is not None else {i: i for i in remap} | {-1: -1}
+        label_to_id = {key: (remap[v] if v >= 0 else v) for key, v in current.items()}
+        names = [name for name, _ in sorted(model_label2id.items(), key=lambda kv: kv[1])]
+    elif model_label2id != default_label2id:
+        logger.warning("the model's labels %s do not match the data's %s: using the data's", model_label2id, names)
+    model.config.label2id = {name: i for i, name in enumerate(names)}
+    model.config.id2label = dict(enumerate(names))
+    return names, label_to_id
 
+
+def preprocessor(tokenizer: Any, keys: tuple[str, str | None], max_seq_length: int, label_to_id: dict | None) -> Any:
     def preprocess(examples: dict[str, list], pad: bool) -> dict[str, list]:
-        texts = (
-            (examples[sentence1_key],) if sentence2_key is None else (examples[sentence1_key], examples[sentence2_key])
-        )
-        padding = "max_length" if pad else False
-        result = tokenizer(*texts, padding=padding, max_length=max_seq_length, truncation=True)
+        texts = (examples[keys[0]],) if keys[1] is None else (examples[keys[0]], examples[keys[1]])
+        result = tokenizer(*texts, padding="max_length" if pad else False, max_length=max_seq_length, truncation=True)
         if "label" in examples:
             # Written as `labels` (the model's argument): a new column, so `map` cannot keep the old string type.
             labels = examples["label"]
             result["labels"] = [label_to_id[v] for v in labels] if label_to_id is not None else labels
         return result
 
-    def tokenized(split: str, limit: int | None, flag: str, pad: bool | None = None) -> datasets.Dataset:
-        if split not in raw:
-            raise ValueError(f"{flag} needs a {split} dataset: give --{split.split('_')[0]}_file")
-        examples = raw[split]
-        if limit is not None:
-            examples = examples.select(range(min(limit, len(examples))))
-        if len(examples) == 0:  # found before training, not after it and the save
-            raise ValueError(f"{flag}: the {split} data is empty; give a file with rows (and a --max_*_samples >= 1)")
-        with training_args.main_process_first(desc=f"tokenize {split}"):
-            return examples.map(
-                partial(preprocess, pad=data_args.pad_to_max_length if pad is None else pad),
-                batched=True,
-                num_proc=data_args.preprocessing_num_workers,
-                remove_columns=examples.column_names,
-                load_from_cache_file=not data_args.overwrite_cache,
-                desc=f"Running tokenizer on {split}",
-            )
+    return preprocess
 
-    train_dataset = eval_dataset = predict_dataset = None
+
+def tokenized_splits(raw: dict, preprocess: Any, task: str | None, data_args: Any, training_args: Any) -> dict:
+    """The splits the run needs, tokenized; `validation_mismatched` too for MNLI."""
+
+    def tokenized(split: str, limit: int | None, flag: str, pad: bool | None = None) -> datasets.Dataset:
+        rows = len(raw[split]) if split in raw else None
+        if rows is not None and min(rows, rows if limit is None else limit) <= 0:  # found before training, not after
+            raise ValueError(f"{flag}: the {split} data is empty; give a file with rows (and a --max_*_samples >= 1)")
+        pad = data_args.pad_to_max_length if pad is None else pad
+        return example_utils.tokenize_split(
+            raw, split, partial(preprocess, pad=pad), training_args, data_args, limit, flag
+        )
+
+    out = {}
     if training_args.do_train:
         # packed rows are built from unpadded examples; evaluation keeps --pad_to_max_length
-        pad = False if data_args.packing else None
-        train_dataset = tokenized("train", data_args.max_train_samples, "--do_train", pad)
-        for index in random.sample(range(len(train_dataset)), min(3, len(train_dataset))):
-            logger.info("Sample %d of the training set: %s.", index, train_dataset[index])
-    matched = "validation_matched" if task == "mnli" and "validation_matched" in raw else "validation"
+        out["train"] = tokenized(
+            "train", data_args.max_train_samples, "--do_train", False if data_args.packing else None
+        )
+        for index in random.sample(range(len(out["train"])), min(3, len(out["train"]))):
+            logger.info("Sample %d of the training set: %s.", index, out["train"][index])
+    mnli = task == "mnli"
     if training_args.do_eval:
-        eval_dataset = tokenized(matched, data_args.max_eval_samples, "--do_eval")
+        matched = "validation_matched" if mnli and "validation_matched" in raw else "validation"
+        out["eval"] = tokenized(matched, data_args.max_eval_samples, "--do_eval")
+        if mnli and "validation_mismatched" in raw:
+            out["eval_mm"] = tokenized("validation_mismatched", data_args.max_eval_samples, "--do_eval")
     if training_args.do_predict:
-        predict_split = "test_matched" if task == "mnli" and "test_matched" in raw else "test"
-        predict_dataset = tokenized(predict_split, data_args.max_predict_samples, "--do_predict")
+        predict_split = "test_matched" if mnli and "test_matched" in raw else "test"
+        out["predict"] = tokenized(predict_split, data_args.max_predict_samples, "--do_predict")
+    return out
+
+
+def evaluate(trainer: IPUTrainer, splits: dict) -> None:
+    """`eval_*` metrics (and MNLI's mismatched `eval_*_mm`), logged and saved in `eval_results.json`."""
+    logger.info("*** Evaluate ***")
+    combined: dict[str, float] = {}
+    for suffix, dataset in (("", splits["eval"]), ("_mm", splits.get("eval_mm"))):
+        if dataset is None:
+            continue
+        metrics = {**trainer.evaluate(eval_dataset=dataset), "eval_samples": len(dataset)}
+        metrics = {f"{key}{suffix}": value for key, value in metrics.items()}
+        combined.update(metrics)
+        trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", combined)
+
+
+def write_predictions(
+    trainer: IPUTrainer, dataset: datasets.Dataset, task: str | None, is_regression: bool, label_list: list
+) -> None:
+    """`predict_results[_TASK].txt`: index and predicted label (or value) of every test example."""
+    logger.info("*** Predict ***")
+    if "labels" in dataset.column_names:
+        dataset = dataset.remove_columns("labels")
+    predictions = trainer.predict(dataset).predictions
+    predictions = predictions[0] if isinstance(predictions, tuple) else predictions
+    predictions = np.squeeze(predictions) if is_regression else np.argmax(predictions, axis=-1)
+    if not trainer.is_world_process_zero():
+        return
+    path = os.path.join(trainer.args.output_dir, f"predict_results_{task}.txt" if task else "predict_results.txt")
+    with open(path, "w", encoding="utf-8") as writer:
+        writer.write("index\tprediction\n")
+        for index, item in enumerate(np.atleast_1d(predictions)):
+            writer.write(f"{index}\t{item:3.3f}\n" if is_regression else f"{index}\t{label_list[item]}\n")
+    logger.info("Predictions written to %s", path)
+
+
+def main() -> None:
+    model_args, data_args, training_args = example_utils.parse_args(
+        ModelArguments, DataTrainingArguments, IPUTrainingArguments
+    )
+    example_utils.setup_logging(training_args, logger)
+    last_checkpoint = example_utils.start_run(training_args)
+    set_seed(training_args.seed)
+    # `--dataset_name glue --dataset_config_name mrpc` is a GLUE task too: same columns, labels and metric.
+    if data_args.task_name is None and (data_args.dataset_name or "").split("/")[-1] == "glue":
+        data_args.task_name = data_args.dataset_config_name
+    task = data_args.task_name
+    raw = load_raw_datasets(data_args, model_args)
+    check_labels(raw, data_args)
+    is_regression, label_list, label_to_id = resolve_labels(raw, task)
+    num_labels = 1 if is_regression else len(label_list or [])
+    if not is_regression and num_labels < 2:
+        raise ValueError(f"the label column holds {num_labels} distinct value(s) {label_list}: nothing to classify")
+    keys = text_columns(raw, task)
+    model, tokenizer = load_model_and_tokenizer(model_args, num_labels)
+    if not is_regression:
+        label_list, label_to_id = align_labels(model, label_list, label_to_id, num_labels)
+    max_seq_length = min(data_args.max_seq_length, tokenizer.model_max_length)
+    if data_args.max_seq_length > tokenizer.model_max_length:
+        logger.warning("max_seq_length %d > the model's %d: using the latter", data_args.max_seq_length, max_seq_length)
+    preprocess = preprocessor(tokenizer, keys, max_seq_length, label_to_id)
+    splits = tokenized_splits(raw, preprocess, task, data_args, training_args)
 
     if data_args.pad_to_max_length:
         collator = default_data_collator
     else:
         collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if training_args.fp16 else None)
-    trainer_kwargs = {}
-    train_features = len(train_dataset) if train_dataset is not None else 0
+    train_dataset, trainer_kwargs = splits.get("train"), {}
     if data_args.packing and train_dataset is not None:
         train_dataset, collator, trainer_kwargs["compute_loss_func"] = packed_training(
             train_dataset, model, tokenizer.pad_token_id, max_seq_length, data_args.max_sequences_per_pack, collator
         )
         # one `labels` tensor of per-sequence slots, read by the packed loss (the model gets no labels)
         training_args.label_names = ["labels"]
-
     trainer = IPUTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
+        eval_dataset=splits.get("eval"),
         compute_metrics=glue_metrics(task, is_regression, num_labels),
         processing_class=tokenizer,
         data_collator=collator,
         **trainer_kwargs,
     )
-
     if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        if training_args.compile_only:
-            logger.info("--compile_only: graphs compiled and cached; nothing trained or saved")
+        rows, examples = len(train_dataset), len(splits["train"])
+
+        def per_example(metrics: dict[str, Any]) -> dict[str, Any]:
+            # packed: samples are rows; examples per second is the figure comparable with unpacked runs
+            per_second = round(metrics["train_samples_per_second"] * examples / rows, 3)
+            return {"train_features": examples, "train_features_per_second": per_second}
+
+        extra = per_example if data_args.packing else None
+        if not example_utils.train(trainer, training_args, last_checkpoint, rows, extra):
             return
-        metrics = train_result.metrics
-        metrics["train_samples"] = len(train_dataset)
-        if data_args.packing:  # samples are packed rows; examples per second is the comparable figure
-            metrics["train_features"] = train_features
-            metrics["train_features_per_second"] = round(
-                metrics["train_samples_per_second"] * train_features / len(train_dataset), 3
-            )
-        trainer.save_model()
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
-
     if training_args.do_eval:
-        logger.info("*** Evaluate ***")
-        evaluations = [(task, eval_dataset)]
-        if task == "mnli" and "validation_mismatched" in raw:
-            evaluations.append(("mnli-mm", tokenized("validation_mismatched", data_args.max_eval_samples, "--do_eval")))
-        combined: dict[str, float] = {}
-        for name, dataset in evaluations:
-            metrics = trainer.evaluate(eval_dataset=dataset)
-            metrics["eval_samples"] = len(dataset)
-            if name == "mnli-mm":
-                metrics = {f"{key}_mm": value for key, value in metrics.items()}
-            combined.update(metrics)
-            trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", combined)
-
+        evaluate(trainer, splits)
     if training_args.do_predict:
-        logger.info("*** Predict ***")
-        if "labels" in predict_dataset.column_names:
-            predict_dataset = predict_dataset.remove_columns("labels")
-        predictions = trainer.predict(predict_dataset).predictions
-        predictions = predictions[0] if isinstance(predictions, tuple) else predictions
-        predictions = np.squeeze(predictions) if is_regression else np.argmax(predictions, axis=-1)
-        if trainer.is_world_process_zero():
-            path = os.path.join(
-                training_args.output_dir, f"predict_results_{task}.txt" if task else "predict_results.txt"
-            )
-            with open(path, "w", encoding="utf-8") as writer:
-                writer.write("index\tprediction\n")
-                for index, item in enumerate(np.atleast_1d(predictions)):
-                    writer.write(f"{index}\t{item:3.3f}\n" if is_regression else f"{index}\t{label_list[item]}\n")
-            logger.info("Predictions written to %s", path)
+        write_predictions(trainer, splits["predict"], task, is_regression, label_list)
+    example_utils.finish(trainer, training_args)
 
 
 if __name__ == "__main__":

@@ -3,15 +3,18 @@
 
 The recipe of Optimum Graphcore's `run_ner.py`, run from this folder (it reads `./ipu_config.json`):
 
-    python run_ner.py --ipu_config_name=./ --model_name_or_path bert-base-uncased --dataset_name conll2003 \\
-      --do_train --do_eval --max_seq_length 128 --output_dir ./output/conll2003/
+    python run_ner.py --ipu_config_name=./ --model_name_or_path bert-base-uncased \\
+      --dataset_name lhoestq/conll2003 --do_train --do_eval --max_seq_length 128 --output_dir ./output/conll2003/
 
-Offline, give local files instead of `--dataset_name`: `--train_file` / `--validation_file` / `--test_file` take
+`lhoestq/conll2003` is CoNLL-2003 in Parquet files on the Hugging Face Hub (downloaded once, then read from the local
+datasets cache): the Hub's `conll2003` is a loading script, which `datasets` 4 and later no longer run. Without a
+network, give local files instead of `--dataset_name`: `--train_file` / `--validation_file` / `--test_file` take
 CSV or JSON (lines) with one example per row: a list of words (`--text_column_name`, default `tokens`, else the
 first column) and a list of their labels (`--label_column_name`, default `{task_name}_tags`, else the second
 column), as strings (the label list is collected from the data) or class ids of a ClassLabel.
 Entity-level precision / recall / F1 and token accuracy come from `seqeval`. Writes `train_results.json`,
-`eval_results.json` and `all_results.json` (`eval_precision`, `eval_recall`, `eval_f1`, `eval_accuracy`).
+`eval_results.json` and `all_results.json` (`eval_precision`, `eval_recall`, `eval_f1`, `eval_accuracy`) and, after
+training, `training_curves.png`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
@@ -32,14 +37,16 @@ from transformers import (
     AutoTokenizer,
     DataCollatorForTokenClassification,
     EvalPrediction,
-    HfArgumentParser,
     PretrainedConfig,
     default_data_collator,
     set_seed,
 )
 
-from optimum_ipu import IPUTrainer, IPUTrainingArguments
-from optimum_ipu.errors import run_script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
+import example_utils  # noqa: E402
+
+from optimum_ipu import IPUTrainer, IPUTrainingArguments  # noqa: E402
+from optimum_ipu.errors import run_script  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -48,16 +55,9 @@ IGNORE_INDEX = -100  # the label of special tokens and of the non-first tokens o
 
 
 @dataclass
-class ModelArguments:
+class ModelArguments(example_utils.ModelArguments):
     """Which model, config and tokenizer to fine-tune."""
 
-    model_name_or_path: str = field(metadata={"help": "Model folder or id in the local Hugging Face cache."})
-    config_name: str | None = field(default=None, metadata={"help": "Config folder or id, if not the model's."})
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer folder or id, if not the model's."})
-    cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded models are cached."})
-    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model."})
-    token: str | None = field(default=None, metadata={"help": "Hugging Face Hub token."})
-    trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from the model's repository."})
     ignore_mismatched_sizes: bool = field(
         default=False, metadata={"help": "Load a model whose classification head has another number of labels."}
     )
@@ -68,7 +68,10 @@ class DataTrainingArguments:
     """What data to train and evaluate on, and how to tokenize it."""
 
     task_name: str = field(default="ner", metadata={"help": "The task (ner, pos, chunk): names the label column."})
-    dataset_name: str | None = field(default=None, metadata={"help": "Dataset name (from the local datasets cache)."})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "Dataset id on the Hugging Face Hub (e.g. lhoestq/conll2003), or a local dataset folder."},
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     train_file: str | None = field(default=None, metadata={"help": "Training data: CSV or JSON(L)."})
     validation_file: str | None = field(default=None, metadata={"help": "Evaluation data, same formats."})
@@ -105,7 +108,7 @@ class DataTrainingArguments:
 
 
 def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dict[str, datasets.Dataset]:
-    """The train / validation / test splits, from local files or the local datasets cache."""
+    """The train / validation / test splits, from local files or the Hugging Face Hub (or its local cache)."""
     files = {"train": data.train_file, "validation": data.validation_file, "test": data.test_file}
     if any(files.values()):
         raw = {}
@@ -117,18 +120,11 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
             builder = "csv" if path.lower().endswith(".csv") else "json"
             raw[split] = datasets.load_dataset(builder, data_files={split: path}, cache_dir=model.cache_dir)[split]
         return raw
-    try:
-        return dict(
-            datasets.load_dataset(
-                data.dataset_name, data.dataset_config_name, cache_dir=model.cache_dir, token=model.token
-            )
-        )
-    except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
-        raise SystemExit(
-            f"--dataset_name {data.dataset_name}: not in the local datasets cache and the Hub cannot be reached "
-            f"({type(err).__name__}). Pass local files instead, e.g. --train_file "
-            "../../../shared/data/fixtures/conll/sample.json --validation_file (the same file)"
-        ) from None
+    hint = "--train_file train.json --validation_file validation.json (JSON lines of tokens and ner_tags lists)"
+    raw = example_utils.load_hub_dataset(
+        data.dataset_name, data.dataset_config_name, local_files_hint=hint, cache_dir=model.cache_dir, token=model.token
+    )
+    return dict(raw)
 
 
 def pick_column(given: str | None, default: str, position: int, columns: list[str], flag: str) -> str:
@@ -188,71 +184,47 @@ def seqeval_metrics(label_list: list[str], entity_level: bool) -> Callable[[Eval
     return compute
 
 
-def main() -> None:
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUTrainingArguments))
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    log_level = training_args.get_process_log_level()
-    for lib_logger in (logger, logging.getLogger("optimum_ipu")):
-        lib_logger.setLevel(log_level)
-    datasets.utils.logging.set_verbosity(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    logger.info("Training/evaluation parameters %s", training_args)
-
-    # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
-    last_checkpoint = training_args.checkpoint_in_output_dir()
-    training_args.load_ipu_config()  # a bad config or override is refused now, before any data or model is loaded
-
-    set_seed(training_args.seed)
-    raw = load_raw_datasets(data_args, model_args)
-    reference = raw["train"] if "train" in raw else raw.get("validation", next(iter(raw.values())))
-    columns = reference.column_names
+def resolve_columns(raw: dict[str, datasets.Dataset], data_args: DataTrainingArguments) -> tuple[str, str]:
+    """The word and label columns, checked in every split (a test split may have no labels)."""
+    columns = reference_split(raw).column_names
     text_column = pick_column(data_args.text_column_name, "tokens", 0, columns, "text_column_name")
     label_column = pick_column(
         data_args.label_column_name, f"{data_args.task_name}_tags", 1, columns, "label_column_name"
     )
     for split_name, split in raw.items():
-        needed = (text_column,) if split_name == "test" else (text_column, label_column)  # test: labels optional
+        needed = (text_column,) if split_name == "test" else (text_column, label_column)
         missing = [c for c in needed if c not in split.column_names]
         if missing:
             raise ValueError(
                 f"the {split_name} data has no column {', '.join(missing)} (columns: {', '.join(split.column_names)})"
                 "; set --text_column_name / --label_column_name"
             )
+    return text_column, label_column
 
-    # ClassLabel sequences carry their names; otherwise the labels are the strings found in the data, sorted.
-    label_feature = getattr(reference.features[label_column], "feature", None)
-    labels_are_int = isinstance(label_feature, datasets.ClassLabel)
-    if labels_are_int:
+
+def reference_split(raw: dict[str, datasets.Dataset]) -> datasets.Dataset:
+    return raw["train"] if "train" in raw else raw.get("validation", next(iter(raw.values())))
+
+
+def collect_labels(raw: dict[str, datasets.Dataset], label_column: str) -> tuple[list, dict, bool]:
+    """ClassLabel sequences carry their names; otherwise the labels are the strings found in the data, sorted."""
+    label_feature = getattr(reference_split(raw).features[label_column], "feature", None)
+    if isinstance(label_feature, datasets.ClassLabel):
         label_list = list(label_feature.names)
-        label_to_id = {i: i for i in range(len(label_list))}
-    else:
-        found = set()
-        for split in raw.values():
-            if label_column in split.column_names:
-                found.update(label for labels in split[label_column] for label in labels)
-        label_list = sorted(found, key=str)
-        label_to_id = {label: i for i, label in enumerate(label_list)}
-    num_labels = len(label_list)
+        return label_list, {i: i for i in range(len(label_list))}, True
+    found = set()
+    for split in raw.values():
+        if label_column in split.column_names:
+            found.update(label for labels in split[label_column] for label in labels)
+    label_list = sorted(found, key=str)
+    return label_list, {label: i for i, label in enumerate(label_list)}, False
 
-    hub = {
-        "cache_dir": model_args.cache_dir,
-        "revision": model_args.model_revision,
-        "token": model_args.token,
-        "trust_remote_code": model_args.trust_remote_code,
-    }
+
+def load_model_and_tokenizer(model_args: ModelArguments, num_labels: int) -> tuple[Any, Any, Any]:
+    """The token classifier, its fast tokenizer (word ids) and its config."""
+    hub = model_args.hub_kwargs()
     config = AutoConfig.from_pretrained(
-        model_args.config_name or model_args.model_name_or_path,
-        num_labels=num_labels,
-        **hub,
+        model_args.config_name or model_args.model_name_or_path, num_labels=num_labels, **hub
     )
     # Byte-level BPE tokenizers need a space before each pre-split word to tokenize it as inside a sentence.
     tokenizer_kwargs = {"add_prefix_space": True} if config.model_type in ("gpt2", "roberta", "deberta") else {}
@@ -271,10 +243,13 @@ def main() -> None:
     model = AutoModelForTokenClassification.from_pretrained(
         model_args.model_name_or_path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **hub
     )
+    return model, tokenizer, config
 
-    # A model fine-tuned with the same label names keeps its ids; any other mapping is replaced by the data's.
+
+def align_model_labels(model: Any, label_list: list, label_to_id: dict, labels_are_int: bool) -> tuple[list, dict]:
+    """A model fine-tuned with the same label names keeps its ids; any other mapping is replaced by the data's."""
     model_label2id = {str(k): int(v) for k, v in model.config.label2id.items()}
-    if model_label2id != PretrainedConfig(num_labels=num_labels).label2id:
+    if model_label2id != PretrainedConfig(num_labels=len(label_list)).label2id:
         if sorted(model_label2id) == sorted(str(label) for label in label_list):
             if labels_are_int:
                 label_to_id = {i: model_label2id[str(label)] for i, label in enumerate(label_list)}
@@ -285,27 +260,30 @@ def main() -> None:
             logger.warning("the model's labels %s do not match the data's: using the data's", model_label2id)
     model.config.label2id = {str(label): i for i, label in enumerate(label_list)}
     model.config.id2label = {i: str(label) for i, label in enumerate(label_list)}
-    label_names = [str(label) for label in label_list]
+    return label_list, label_to_id
 
+
+def aligner(
+    tokenizer: Any,
+    columns: tuple[str, str],
+    label_to_id: dict,
+    label_names: list[str],
+    max_seq_length: int,
+    data_args: Any,
+) -> Callable[[dict[str, list]], dict[str, list]]:
+    """Tokenizes word lists and gives each word's first token its label (the others -100, or I-X with
+    `--label_all_tokens`)."""
+    text_column, label_column = columns
+    padding = "max_length" if data_args.pad_to_max_length else False
     # With --label_all_tokens, the tokens after the first of a B-X word get I-X (when the data has I-X).
     b_to_i_label = [
         label_names.index("I-" + name[2:]) if name.startswith("B-") and "I-" + name[2:] in label_names else index
         for index, name in enumerate(label_names)
     ]
 
-    longest = max_model_length(tokenizer, config)
-    max_seq_length = min(data_args.max_seq_length or longest, longest)
-    if data_args.max_seq_length is not None and data_args.max_seq_length > longest:
-        logger.warning("max_seq_length %d > the model's %d: using the latter", data_args.max_seq_length, longest)
-    padding = "max_length" if data_args.pad_to_max_length else False
-
     def tokenize_and_align_labels(examples: dict[str, list]) -> dict[str, list]:
         tokenized = tokenizer(
-            examples[text_column],
-            padding=padding,
-            truncation=True,
-            max_length=max_seq_length,
-            is_split_into_words=True,  # the texts are lists of words
+            examples[text_column], padding=padding, truncation=True, max_length=max_seq_length, is_split_into_words=True
         )
         if label_column not in examples:
             return tokenized
@@ -318,43 +296,62 @@ def main() -> None:
                 elif word != previous:
                     label_ids.append(label_to_id[word_labels[word]])
                 else:
-                    label_ids.append(
-                        b_to_i_label[label_to_id[word_labels[word]]] if data_args.label_all_tokens else IGNORE_INDEX
-                    )
+                    label = label_to_id[word_labels[word]]
+                    label_ids.append(b_to_i_label[label] if data_args.label_all_tokens else IGNORE_INDEX)
                 previous = word
             all_labels.append(label_ids)
         tokenized["labels"] = all_labels
         return tokenized
 
+    return tokenize_and_align_labels
+
+
+def write_predictions(
+    trainer: IPUTrainer, tokenizer: Any, examples: datasets.Dataset, text_column: str, logits: Any, label_names: list
+) -> None:
+    """`predictions.txt`: one line of labels per example, the prediction of each word's first token."""
+    if not trainer.is_world_process_zero():
+        return
+    path = os.path.join(trainer.args.output_dir, "predictions.txt")
+    encoded = tokenizer(
+        list(examples[text_column]), is_split_into_words=True, truncation=True, max_length=logits.shape[1]
+    )
+    with open(path, "w", encoding="utf-8") as writer:
+        for i, row in enumerate(np.argmax(logits, axis=2)):
+            word_ids = encoded.word_ids(batch_index=i)
+            firsts = [t for t, w in enumerate(word_ids) if w is not None and (t == 0 or word_ids[t - 1] != w)]
+            writer.write(" ".join(label_names[row[t]] for t in firsts) + "\n")
+    logger.info("Predictions written to %s", path)
+
+
+def main() -> None:
+    model_args, data_args, training_args = example_utils.parse_args(
+        ModelArguments, DataTrainingArguments, IPUTrainingArguments
+    )
+    example_utils.setup_logging(training_args, logger)
+    last_checkpoint = example_utils.start_run(training_args)
+    set_seed(training_args.seed)
+    raw = load_raw_datasets(data_args, model_args)
+    columns = resolve_columns(raw, data_args)
+    label_list, label_to_id, labels_are_int = collect_labels(raw, columns[1])
+    model, tokenizer, config = load_model_and_tokenizer(model_args, len(label_list))
+    label_list, label_to_id = align_model_labels(model, label_list, label_to_id, labels_are_int)
+    label_names = [str(label) for label in label_list]
+    longest = max_model_length(tokenizer, config)
+    max_seq_length = min(data_args.max_seq_length or longest, longest)
+    if data_args.max_seq_length is not None and data_args.max_seq_length > longest:
+        logger.warning("max_seq_length %d > the model's %d: using the latter", data_args.max_seq_length, longest)
+    preprocess = aligner(tokenizer, columns, label_to_id, label_names, max_seq_length, data_args)
+
     def tokenized(split: str, limit: int | None, flag: str) -> datasets.Dataset:
-        if split not in raw:
-            raise ValueError(f"{flag} needs a {split} dataset: give --{split}_file")
-        examples = raw[split]
-        if limit is not None:
-            examples = examples.select(range(min(limit, len(examples))))
-        with training_args.main_process_first(desc=f"tokenize {split}"):
-            return examples.map(
-                tokenize_and_align_labels,
-                batched=True,
-                num_proc=data_args.preprocessing_num_workers,
-                remove_columns=examples.column_names,
-                load_from_cache_file=not data_args.overwrite_cache,
-                desc=f"Running tokenizer on {split}",
-            )
+        return example_utils.tokenize_split(raw, split, preprocess, training_args, data_args, limit, flag)
 
-    train_dataset = eval_dataset = predict_dataset = None
-    if training_args.do_train:
-        train_dataset = tokenized("train", data_args.max_train_samples, "--do_train")
-    if training_args.do_eval:
-        eval_dataset = tokenized("validation", data_args.max_eval_samples, "--do_eval")
-    if training_args.do_predict:
-        predict_dataset = tokenized("test", data_args.max_predict_samples, "--do_predict")
-
+    train_dataset = tokenized("train", data_args.max_train_samples, "--do_train") if training_args.do_train else None
+    eval_dataset = tokenized("validation", data_args.max_eval_samples, "--do_eval") if training_args.do_eval else None
     if data_args.pad_to_max_length:
         collator = default_data_collator
     else:
         collator = DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=8 if training_args.fp16 else None)
-
     trainer = IPUTrainer(
         model=model,
         args=training_args,
@@ -364,48 +361,23 @@ def main() -> None:
         data_collator=collator,
         compute_metrics=seqeval_metrics(label_names, data_args.return_entity_level_metrics),
     )
-
     if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        if training_args.compile_only:
-            logger.info("--compile_only: graphs compiled and cached; nothing trained or saved")
+        if not example_utils.train(trainer, training_args, last_checkpoint, len(train_dataset)):
             return
-        metrics = train_result.metrics
-        metrics["train_samples"] = len(train_dataset)
-        trainer.save_model()
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
-
     if training_args.do_eval:
-        logger.info("*** Evaluate ***")
-        metrics = trainer.evaluate()
-        metrics["eval_samples"] = len(eval_dataset)
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
-
+        example_utils.evaluate(trainer, len(eval_dataset))
     if training_args.do_predict:
+        predict_dataset = tokenized("test", data_args.max_predict_samples, "--do_predict")
         logger.info("*** Predict ***")
         output = trainer.predict(predict_dataset, metric_key_prefix="predict")
         if "labels" in predict_dataset.column_names:
             output.metrics["predict_samples"] = len(predict_dataset)
             trainer.log_metrics("predict", output.metrics)
             trainer.save_metrics("predict", output.metrics)
-        # One line of labels per example: the prediction of each word's first token.
         logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
         examples = raw["test"].select(range(len(predict_dataset)))
-        if trainer.is_world_process_zero():
-            path = os.path.join(training_args.output_dir, "predictions.txt")
-            encoded = tokenizer(
-                list(examples[text_column]), is_split_into_words=True, truncation=True, max_length=max_seq_length
-            )
-            with open(path, "w", encoding="utf-8") as writer:
-                for i, row in enumerate(np.argmax(logits, axis=2)):
-                    word_ids = encoded.word_ids(batch_index=i)
-                    firsts = [t for t, w in enumerate(word_ids) if w is not None and (t == 0 or word_ids[t - 1] != w)]
-                    writer.write(" ".join(label_names[row[t]] for t in firsts) + "\n")
-            logger.info("Predictions written to %s", path)
+        write_predictions(trainer, tokenizer, examples, columns[0], logits, label_names)
+    example_utils.finish(trainer, training_args)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,7 @@ def test_sst2_tsv_with_bert(tmp_path, shared_data, tiny_pretrained):
     assert config["id2label"] == {"0": "negative", "1": "positive"}
     assert json.loads((out / "ipu_config.json").read_text())["layers_per_ipu"] == [0, 1, 1, 2]
     assert (out / "model.safetensors").is_file()
+    assert (out / "training_curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_mrpc_tsv_with_gpt2_and_predict(tmp_path, shared_data, tiny_pretrained):

@@ -84,6 +84,7 @@ def test_conll_fixture_with_bert(tmp_path, shared_data, tiny_pretrained):
     predicted = (out / "predictions.txt").read_text().splitlines()
     assert [len(line.split()) for line in predicted] == [len(w) for w in words]
     assert {label for line in predicted for label in line.split()} <= set(config["label2id"])
+    assert (out / "training_curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.fixture(scope="module")

@@ -67,6 +67,7 @@ def test_swag_fixture_with_bert(tmp_path, shared_data, tiny_pretrained):
     losses = [entry["loss"] for entry in history if "loss" in entry]
     assert len(losses) == 6 and losses[-1] < losses[0] - 0.3, losses  # 5 steps per epoch, logged every 5
     assert (out / "ipu_config.json").is_file() and (out / "model.safetensors").is_file()
+    assert (out / "training_curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_missing_column_is_a_clear_error(shared_data, tmp_path, monkeypatch):
