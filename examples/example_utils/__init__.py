@@ -269,3 +269,52 @@ def tokenize_split(
             load_from_cache_file=not getattr(data_args, "overwrite_cache", False),
             desc=f"Running tokenizer on {split}",
         )
+
+
+# the figures a closing summary shows, in this order, when the run has them
+SUMMARY_KEYS = (
+    ("eval_exact_match", "exact match (EM)"),
+    ("eval_exact", "exact match (EM)"),
+    ("eval_f1", "F1"),
+    ("eval_accuracy", "accuracy"),
+    ("eval_bleu", "BLEU"),
+    ("eval_rougeLsum", "ROUGE-Lsum"),
+    ("eval_loss", "evaluation loss"),
+    ("train_loss", "training loss"),
+    ("train_features_per_second", "training features / s"),
+    ("train_samples_per_second", "training samples / s"),
+    ("train_runtime", "training time (s)"),
+)
+
+
+def run_summary(output_dir: str | os.PathLike) -> str:
+    """
+    A few closing lines on a finished run: its main figures from `all_results.json` and where its outputs are.
+
+    Raises:
+        `FileNotFoundError`: if the folder has no `all_results.json` (the run did not finish).
+    """
+    import json
+
+    folder = Path(output_dir).resolve()
+    results_file = folder / "all_results.json"
+    if not results_file.is_file():
+        raise FileNotFoundError(f"{folder}: no all_results.json; the run did not finish (see its log)")
+    results = json.loads(results_file.read_text(encoding="utf-8"))
+    shown, lines = set(), [f"Run in {folder}:"]
+    for key, label in SUMMARY_KEYS:
+        if key in results and label not in shown:
+            shown.add(label)
+            value = results[key]
+            lines.append(f"  {label:<24} {value:.2f}" if isinstance(value, float) else f"  {label:<24} {value}")
+    outputs = [
+        ("metrics", "all_results.json"),
+        ("training curves", "training_curves.png"),
+        ("predictions", "eval_predictions.json"),
+        ("model", "model.safetensors"),
+        ("IPU config", "ipu_config.json"),
+    ]
+    for label, name in outputs:
+        if (folder / name).is_file():
+            lines.append(f"  {label:<24} {folder / name}")
+    return "\n".join(lines)
