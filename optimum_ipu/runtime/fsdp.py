@@ -36,9 +36,9 @@ from .stage_cut import stage_ranges
 
 FSDP_HELP = "full parameter sharding (--fsdp) needs several processes (torchrun)"
 HELD_ELSEWHERE = (
-    "{layer} is held by the process of another pipeline stage (--fsdp with stages on separate processes keeps "
-    "only its own stage's layers): the whole model cannot run here. Evaluate or predict the saved model in one "
-    "process, or train without --fsdp (every process then keeps the whole model)"
+    "{model} cannot run whole here: with --fsdp and pipeline stages on separate processes, each process holds only "
+    "its stage's layers (the others' are held by the process of another pipeline stage), sharded. Evaluate or "
+    "predict the saved model in one process, or train without --fsdp (every process then keeps the whole model)"
 )
 
 
@@ -179,9 +179,23 @@ class StageRoot(nn.Module):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
+        self.running = False  # inside a stage's forward: the model may run
 
     def forward(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return fn(*args)
+        self.running = True
+        try:
+            output = fn(*args)
+        finally:
+            self.running = False
+        # FSDP hooks its backward onto these outputs, which an in-place op on a view would drop (FSDP warns): a view
+        # (the loss reshaped, an activation sent on unchanged) is returned as a copy of its own
+        if isinstance(output, tuple):
+            return tuple(_own(t) for t in output)
+        return _own(output)
+
+
+def _own(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.clone() if tensor._base is not None else tensor
 
 
 @dataclass
@@ -225,9 +239,12 @@ def stage_shards(model: nn.Module) -> StageShards | None:
     return _STAGES.get(model)
 
 
-def _held_elsewhere(module: nn.Module, args: tuple, kwargs: dict) -> None:
-    if any(p.is_meta for p in module.parameters()):
-        raise IncompatibleIPUConfigError(HELD_ELSEWHERE.format(layer=type(module).__name__))
+def _refuse_outside(root: StageRoot) -> Callable[..., None]:
+    def refuse(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if not root.running:
+            raise IncompatibleIPUConfigError(HELD_ELSEWHERE.format(model=type(module).__name__))
+
+    return refuse
 
 
 def shard_stages(model: nn.Module, layer_paths: Sequence[str], counts: Sequence[int], mesh: DeviceMesh) -> StageShards:
@@ -259,11 +276,11 @@ def shard_stages(model: nn.Module, layer_paths: Sequence[str], counts: Sequence[
         freed.update(names[id(p)] for p in layer.parameters())
         layer.requires_grad_(False).to("meta")
         ignored.update(layer.parameters())
-        layer.register_forward_pre_hook(_held_elsewhere, with_kwargs=True)
     for i in own:
         fully_shard(model.get_submodule(layer_paths[i]), mesh=mesh["dp"])
     root = StageRoot(model)
     fully_shard(root, mesh=mesh["dp"], ignored_params=ignored)
+    model.register_forward_pre_hook(_refuse_outside(root), with_kwargs=True)  # a clear error, not a DTensor one
     shards = StageShards(root, mesh, list(layer_paths), ranges, frozenset(freed))
     _STAGES[model] = shards
     return shards

@@ -6,7 +6,7 @@ stage (`fsdp=True`), for tests/distributed/test_fsdp_stages.py.
 Replica r trains on rows [r x R, (r + 1) x R) of each host batch of `tiny_inputs` (R = 2 x accumulation x device
 iterations), so the job sees the batch one process sees. Rank 0 writes OUT_DIR/model.safetensors (the whole model,
 gathered from the stages and shards) and OUT_DIR/losses.json (mean over replicas); every rank writes
-OUT_DIR/rank{r}.json with the parameter bytes it holds.
+OUT_DIR/rank{r}.json with the parameter bytes it holds and the error a forward of the whole model gets.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch.distributed as dist
 from safetensors.torch import save_file
 
 from optimum_ipu import IPUConfig, to_pipelined
+from optimum_ipu.errors import IncompatibleIPUConfigError
 from optimum_ipu.runtime.fsdp import full_state_dict, local_parameter_bytes
 from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
 from tests.distributed.pipeline_worker import tiny_for
@@ -51,9 +52,14 @@ def main() -> None:
         dist.all_reduce(loss)  # every stage of a replica has its loss: the mean over the processes is the replicas'
         losses.append(float(loss.detach()) / dist.get_world_size())
     state = full_state_dict(model)
+    try:  # the whole model cannot run here: other stages' layers are not held
+        model(**host_batch(0))
+        refusal = None
+    except IncompatibleIPUConfigError as error:
+        refusal = str(error)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, f"rank{dist.get_rank()}.json"), "w") as f:
-        json.dump({"whole_parameter_bytes": whole, "parameter_bytes": held}, f)
+        json.dump({"whole_parameter_bytes": whole, "parameter_bytes": held, "whole_forward": refusal}, f)
     if dist.get_rank() == 0:
         save_file({k: v.clone() for k, v in state.items()}, os.path.join(out, "model.safetensors"))
         with open(os.path.join(out, "losses.json"), "w") as f:

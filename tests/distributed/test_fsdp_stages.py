@@ -70,6 +70,7 @@ def test_sharded_stages_equal_one_process(tmp_path, class_name, layout, replicas
     print(f"{class_name} {layout} x {replicas}: held {held} of {whole} bytes")
     assert ranks[0]["whole_parameter_bytes"] == whole
     stages = len(layout)
+    assert all("held by the process of another pipeline stage" in r["whole_forward"] for r in ranks)
     for stage, want_bytes in enumerate(stage_bytes):
         shards = held[stage::stages]  # rank = replica x stages + stage
         assert sum(shards) == want_bytes
