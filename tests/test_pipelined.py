@@ -202,7 +202,8 @@ def test_eval_switches_to_inference_layout():
     config = IPUConfig(layers_per_ipu=[0, -1], inference_layers_per_ipu=[-1])
     pipelined = to_pipelined(tiny_models.tiny_model("BertModel"), config, parallelize=True)
     assert len(pipelined.train().stage_layout()) == 2
-    assert len(pipelined.eval().stage_layout()) == 1 and config.mode == "inference"
+    assert len(pipelined.eval().stage_layout()) == 1
+    assert config.mode == "training"  # the shared config is not flipped behind the user's back (it may be shared)
 
 
 def test_save_pretrained_writes_stock_model_and_ipu_config(tmp_path):

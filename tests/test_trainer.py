@@ -87,7 +87,8 @@ def test_eval_and_predict_keep_every_sample_with_a_padded_last_batch(tmp_path):
     reference = model(**{k: torch.tensor(v) for k, v in dataset(23, seed=3)[:].items() if k != "labels"}).logits
     args = arguments(tmp_path, per_device_eval_batch_size=5, pad_on_batch_axis=True)
     trainer = IPUTrainer(model, IPUConfig(inference_device_iterations=2), args)
-    assert trainer.args.eval_batch_size == 10  # micro-batch x inference_device_iterations per host call
+    assert trainer.args.eval_batch_size == 5  # what the user passed
+    assert trainer.eval_batch_per_call == 10  # micro-batch x inference_device_iterations per host call
     prediction = trainer.predict(dataset(23, seed=3))
     assert prediction.predictions.shape == (23, 3) and prediction.label_ids.shape == (23,)
     torch.testing.assert_close(torch.tensor(prediction.predictions), reference.detach(), atol=1e-5, rtol=0)

@@ -63,7 +63,7 @@ def test_ipu_config_from_arguments(tmp_path):
     ("kwargs", "message"),
     [
         ({"warmup_ratio": 1.5}, r"--warmup_ratio: got 1.5"),
-        ({"dataloader_mode": "fast"}, r"--dataloader_mode: got 'fast'; expected one of batch, async"),
+        ({"dataloader_mode": "fast"}, r"--dataloader_mode: got 'fast'; expected one of sync, async"),
         ({"loss_scaling": -1.0}, r"--loss_scaling: got -1.0"),
         ({"n_ipu": 0}, r"--n_ipu: got 0"),
         ({"fp32": True, "bf16": True}, r"--fp32 cannot be combined"),

@@ -115,7 +115,9 @@ class PipelinedModel(nn.Module):
         return len(self.layer_paths())
 
     def stage_layout(self, inference: bool | None = None) -> list[StageSpec]:
-        """The stages of the config's current mode, or of its inference (`inference=True`) or training layout."""
+        """The stages of the inference (`inference=True`) or training layout; by default, of the layout this
+        model's mode selects (`eval()`: inference, `train()`: training). The shared config's mode is not read."""
+        inference = not self.training if inference is None else inference
         return stage_layout(self.ipu_config, self.num_layers, inference=inference)
 
     def stage_modules(self) -> list[list[str]]:
@@ -148,7 +150,7 @@ class PipelinedModel(nn.Module):
             self.stage_layout(inference=inference)
         _report_ipu_only_knobs(self.ipu_config)
         cfg = self.ipu_config
-        if cfg.recompute_checkpoint_every_layer:
+        if cfg.value("recompute_checkpoint_every_layer"):
             if not getattr(self.model, "supports_gradient_checkpointing", False):
                 raise IncompatibleIPUConfigError(
                     f"recompute_checkpoint_every_layer: {type(self.model).__name__} does not support activation "
@@ -163,7 +165,9 @@ class PipelinedModel(nn.Module):
             else:
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
                 self._undo.append(self.model.gradient_checkpointing_disable)
-        emb, proj = cfg.embedding_serialization_factor, cfg.projection_serialization_factor
+        inference = not self.training
+        emb = cfg.value("embedding_serialization_factor", inference=inference)
+        proj = cfg.value("projection_serialization_factor", inference=inference)
         if emb > 1 or proj > 1:
             from ..runtime.serialization import swap_serialized
 
@@ -179,8 +183,8 @@ class PipelinedModel(nn.Module):
         return self.model
 
     def train(self, mode: bool = True) -> PipelinedModel:
-        """Like `nn.Module.train`; also switches the config to its training or `inference_*` values."""
-        self.ipu_config.train(mode)
+        """Like `nn.Module.train`: `eval()` selects the inference layout (`inference_*` values) for this model.
+        The `IPUConfig`, which other models and trainers may share, is left as it is."""
         return super().train(mode)
 
     # ------------------------------------------------------------------ running

@@ -59,7 +59,7 @@ class Engine:
 
     Args:
         model (`nn.Module`): a parallelized `PipelinedModel` (or any module returning `transformers` outputs);
-            its `train()` / `eval()` also switch the config's mode.
+            its `train()` / `eval()` select the training or inference layout.
         ipu_config (`IPUConfig`): the execution configuration.
         optimizer (`torch.optim.Optimizer`, *optional*): required for `train_step`.
         lr_scheduler (*optional*): stepped after every optimizer step that was not skipped.
@@ -121,7 +121,7 @@ class Engine:
         self.model.train()
         cfg = self.ipu_config
         batch = self._to_device(host_batch)
-        losses = torch.stack([self._optimizer_step(b) for b in split_batch(batch, cfg.device_iterations)])
+        losses = torch.stack([self._optimizer_step(b) for b in split_batch(batch, cfg.value("device_iterations"))])
         return reduce_output(losses, cfg.output_mode, training=True)
 
     def _optimizer_step(self, batch: Batch) -> torch.Tensor:

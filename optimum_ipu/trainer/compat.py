@@ -12,14 +12,21 @@
   `_load_from_checkpoint`, `_load_optimizer_and_scheduler`: checkpoints marked complete only once whole, old
   ones rotated after, FSDP state gathered in the one-process layout.
 
+Where `Trainer` reads a value from `self.args` that must differ for one call (the static evaluation batch, the
+micro-batches of replicas run in turn, no rotation before a checkpoint is marked), `_scoped_args` gives it a copy of
+the arguments for that call: the user's object is never written.
+
 The mixin reads the attributes `IPUTrainer.__init__` sets: `engine`, `process_pipeline`, `fsdp`,
 `pending_rotation`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import functools
 import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -37,6 +44,31 @@ from .checkpoints import discard_checkpoint
 
 class TrainerPrivateHooks(Trainer):
     """The private `Trainer` methods `IPUTrainer` overrides (see the module docstring)."""
+
+    @contextlib.contextmanager
+    def _scoped_args(self, **changes: Any) -> Iterator[None]:
+        """For the calls inside it, `self.args` is a copy of the arguments with `changes` applied; the user's
+        arguments object is never written, and `self.args` is the user's again afterwards."""
+        original = self.args
+        if changes:
+            self.args = copy.copy(original)
+            for name, value in changes.items():
+                setattr(self.args, name, value)
+        try:
+            yield
+        finally:
+            self.args = original
+
+    @contextlib.contextmanager
+    def _scoped_collator(self, collator: Callable[[list[Any]], Any] | None) -> Iterator[None]:
+        """For the loader built inside it, `Trainer` (which reads `self.data_collator`) uses `collator`."""
+        original = self.data_collator
+        if collator is not None:
+            self.data_collator = collator
+        try:
+            yield
+        finally:
+            self.data_collator = original
 
     def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """`Trainer`'s, then packed rows for flex attention get their `BlockMask`, made on the device (its
@@ -74,17 +106,15 @@ class TrainerPrivateHooks(Trainer):
             self.process_pipeline.synchronize(self.optimizer)  # the checkpoint of a single-process run
         # Trainer deletes old checkpoints (save_total_limit) before the new one is marked complete: a kill in
         # between would leave none. MarkCheckpointComplete rotates once the marker is written.
-        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        limit = self.args.save_total_limit
         # A folder of this step left by an earlier run is deleted first, its marker first: never rewritten in
         # place under a marker that would still call it complete.
         folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
         if self.args.should_save and os.path.isdir(folder):
             discard_checkpoint(folder)
         self.accelerator.wait_for_everyone()
-        try:
+        with self._scoped_args(save_total_limit=None):
             super()._save_checkpoint(model, trial)
-        finally:
-            self.args.save_total_limit = limit
         self.pending_rotation = (self._get_output_dir(trial=trial), limit) if limit else None
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:

@@ -22,7 +22,7 @@ from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from ..config import IPUConfig
 from ..models.generation import generate_static, main_input_name
-from .trainer import PAD_MASK_KEY, IPUTrainer, _select_rows
+from .trainer import IPUTrainer, _select_rows, pad_to_static_batch
 from .training_args import IPUTrainingArguments
 
 logger = logging.getLogger(__name__)
@@ -124,8 +124,9 @@ class IPUSeq2SeqTrainer(IPUTrainer, Seq2SeqTrainer):
         `generate()`."""
         if not self.args.predict_with_generate or prediction_loss_only:
             return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
-        self.ipu_config.eval()
-        real = inputs.pop(PAD_MASK_KEY, None)
+        real = None
+        if self.args.pad_on_batch_axis:
+            inputs, real = pad_to_static_batch(inputs, self.eval_batch_per_call)
         # the loss of the whole batch, by the parent's path (engine precision, inference layout)
         loss = None
         if "labels" in inputs:
@@ -159,7 +160,7 @@ class IPUSeq2SeqTrainer(IPUTrainer, Seq2SeqTrainer):
                 self.model,
                 inputs[main_input_name(self.model)],
                 inputs.get("attention_mask"),
-                batch_size=self.args.eval_batch_size,
+                batch_size=self.eval_batch_per_call,
                 prompt_length=self.args.generation_prompt_length,
                 **gen_kwargs,
             )

@@ -3,17 +3,19 @@
 What changes against `transformers.Trainer`:
 - the model is pipelined and parallelized as the `IPUConfig` says (`self.pipelined`); `self.model` stays the
   stock model, so checkpoints are the stock `transformers` layout, plus `ipu_config.json`;
-- `gradient_accumulation_steps` comes from the config; precision and loss scaling are the engine's
-  (`training_step` and `prediction_step`), so fp16 has static or dynamic loss scaling on any device;
+- `gradient_accumulation_steps` is the config's unless given explicitly; precision and loss scaling are the
+  engine's (`training_step` and `prediction_step`), so fp16 has static or dynamic loss scaling on any device;
 - loaders have static shapes: training drops the incomplete last batch, evaluation hands over
   `per_device_eval_batch_size x inference_device_iterations` samples per host call and, with
   `pad_on_batch_axis`, pads the last batch to that size and drops the padded rows from the predictions.
-Everything else (callbacks, logging, TensorBoard, tqdm, evaluate/predict, checkpoints, resume) is `Trainer`'s.
+`trainer.args` is the user's `IPUTrainingArguments`, never written: where `Trainer` must read another value for
+one call (a loader's static batch, the micro-batches of replicas run in turn), it reads a scoped copy
+(`TrainerPrivateHooks._scoped_args`). Everything else (callbacks, logging, TensorBoard, tqdm, evaluate/predict,
+checkpoints, resume) is `Trainer`'s.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -25,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.utils.deprecation import deprecate_kwarg
 
 from ..config import IPUConfig
 from ..errors import SkippedStepsError
@@ -52,7 +55,6 @@ from .training_args import IPUTrainingArguments
 
 logger = logging.getLogger(__name__)
 
-PAD_MASK_KEY = "_optimum_ipu_real_rows"
 LOSS_SCALER_FILE = "loss_scaler.json"
 
 
@@ -125,18 +127,20 @@ class _GatherShardedOptimizer(TrainerCallback):
         self._gather(control)
 
 
-class _PadToStaticBatch:
-    """Collator wrapper: pad every batch to `batch_size` rows by repeating its last row, and record which
-    rows are real, so the compiled graph sees one shape and padded predictions can be dropped."""
+def pad_to_static_batch(inputs: dict[str, Any], batch_size: int) -> tuple[dict[str, Any], torch.Tensor | None]:
+    """Pad a batch to `batch_size` rows by repeating its last row, so the compiled graph sees one shape; returns
+    the padded batch and which rows are real (None when it was full already)."""
+    tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor) and v.dim()]
+    real = tensors[0].shape[0] if tensors else batch_size
+    if real >= batch_size:
+        return inputs, None
 
-    def __init__(self, collator: Callable[[list[Any]], dict[str, Any]], batch_size: int) -> None:
-        self.collator, self.batch_size = collator, batch_size
+    def pad(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == real:
+            return torch.cat([value, value[-1:].expand(batch_size - real, *value.shape[1:])])
+        return value
 
-    def __call__(self, features: list[Any]) -> dict[str, Any]:
-        real = len(features)
-        batch = self.collator(features + [features[-1]] * (self.batch_size - real))
-        batch[PAD_MASK_KEY] = torch.arange(self.batch_size) < real
-        return batch
+    return {k: pad(v) for k, v in inputs.items()}, torch.arange(batch_size) < real
 
 
 class IPUTrainer(TrainerPrivateHooks):
@@ -147,15 +151,20 @@ class IPUTrainer(TrainerPrivateHooks):
         ipu_config (`IPUConfig`, *optional*): the execution configuration; defaults to the one named by
             `args.ipu_config_name` (or `IPUConfig()`), with the arguments' overrides applied.
         args (`IPUTrainingArguments`): the training arguments.
+        eval_data_collator (`Callable`, *optional*): the collator of evaluation and prediction batches, as in
+            Optimum Graphcore; defaults to `data_collator`.
         kwargs: everything else `transformers.Trainer` takes (datasets, collator, `processing_class`,
-            `compute_metrics`, callbacks, ...).
+            `compute_metrics`, callbacks, ...). `tokenizer=` (Optimum Graphcore's, and `transformers` 4's) is
+            read as `processing_class`, with `transformers`' deprecation message.
     """
 
+    @deprecate_kwarg("tokenizer", new_name="processing_class", version="6.0.0", raise_if_both_names=True)
     def __init__(
         self,
         model: nn.Module,
         ipu_config: IPUConfig | None = None,
         args: IPUTrainingArguments | None = None,
+        eval_data_collator: Callable[[list[Any]], dict[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
         if isinstance(ipu_config, TrainingArguments):
@@ -169,8 +178,8 @@ class IPUTrainer(TrainerPrivateHooks):
             raise TypeError(f"IPUTrainer needs IPUTrainingArguments, got {type(args).__name__}")
         self.ipu_config = args.load_ipu_config(ipu_config)
         self.pipelined = to_pipelined(model, self.ipu_config, parallelize=True)
-        self.user_args = args
-        super().__init__(model=model, args=self._engine_args(args), **kwargs)
+        self.eval_data_collator = eval_data_collator
+        super().__init__(model=model, args=args, **kwargs)
         self.engine = Engine(
             self.pipelined,
             self.ipu_config,
@@ -216,36 +225,33 @@ class IPUTrainer(TrainerPrivateHooks):
         if self.args.torch_compile:
             configure_compile_cache(self.ipu_config.executable_cache_dir)
 
-    def _engine_args(self, args: IPUTrainingArguments) -> IPUTrainingArguments:
-        """The arguments `Trainer` itself sees: accumulation from the config, precision left to the engine."""
-        engine_args = copy.copy(args)
-        config_steps = self.ipu_config.gradient_accumulation_steps
-        if args.gradient_accumulation_steps not in (1, config_steps):
-            logger.info(
-                "--gradient_accumulation_steps %d overrides the IPU config's %d",
-                args.gradient_accumulation_steps,
-                config_steps,
-            )
-            self.ipu_config.gradient_accumulation_steps = args.gradient_accumulation_steps
-        # Replicas that share this process run in turn: their micro-batches accumulate into the same step.
-        replicas_here = replicas_per_process(self.ipu_config)
-        engine_args.gradient_accumulation_steps = self.ipu_config.gradient_accumulation_steps * replicas_here
-        # The engine autocasts and scales the loss; accelerate must not do either a second time.
-        engine_args.fp16 = engine_args.bf16 = False
-        # --fsdp is ours (`_shard_parameters`): transformers refuses it on CPUs and would wrap the model again.
-        engine_args.fsdp, engine_args.fsdp_plugin_args = False, None
-        # Inference replicas are the processes under torchrun; the ones left run in turn in each process.
-        inference_replicas_here = replicas_per_process(self.ipu_config, inference=True)
-        engine_args.per_device_eval_batch_size = (
-            args.per_device_eval_batch_size
-            * inference_replicas_here
-            * self.ipu_config.value("device_iterations", inference=True)
+    @property
+    def eval_batch_per_call(self) -> int:
+        """Samples per evaluation host call in this process: the micro-batch x `inference_device_iterations`
+        x the inference replicas this process runs in turn (under torchrun, each process is a replica)."""
+        config = self.ipu_config
+        replicas_here = replicas_per_process(config, inference=True)
+        return self.args.eval_batch_size * replicas_here * config.value("device_iterations", inference=True)
+
+    def _loader_args(self) -> dict[str, Any]:
+        """What every loader of this trainer reads differently from the user's arguments."""
+        return {"dataloader_pin_memory": False} if default_device().type == "cpu" else {}  # on a CPU it only warns
+
+    def _log_effective_batch(self) -> None:
+        """Samples per optimizer step, said once as training starts (the number a user compares runs by)."""
+        config, micro = self.ipu_config, self.args.per_device_train_batch_size
+        accumulation, replicas = config.gradient_accumulation_steps, config.value("replication_factor")
+        per_step = micro * accumulation * replicas
+        iterations = config.value("device_iterations")
+        logger.info(
+            "Effective batch: micro-batch %d x gradient_accumulation_steps %d x replicas %d = %d samples per optimizer "
+            "step%s",
+            micro,
+            accumulation,
+            replicas,
+            per_step,
+            f" ({iterations} steps, {per_step * iterations} samples per host call)" if iterations > 1 else "",
         )
-        if default_device().type == "cpu":
-            engine_args.dataloader_pin_memory = False  # nothing to pin for: it only warns
-        if args.dataloader_mode != "batch":
-            engine_args.dataloader_persistent_workers = engine_args.dataloader_num_workers > 0
-        return engine_args
 
     # ------------------------------------------------------------------ training
     def training_step(
@@ -262,7 +268,6 @@ class IPUTrainer(TrainerPrivateHooks):
         mean over examples (which `Trainer` would not divide by the accumulation) gets one big batch's weights.
         """
         model.train()
-        self.ipu_config.train()
         inputs = self._prepare_inputs(inputs)
         if self.process_pipeline is not None:
             loss = self.process_pipeline.training_step(inputs, last_of_step=self.accelerator.sync_gradients)
@@ -300,7 +305,7 @@ class IPUTrainer(TrainerPrivateHooks):
         return weight
 
     def _check_finite_loss(self, nonfinite: torch.Tensor) -> None:
-        if self.user_args.stop_on_nan and bool(nonfinite):
+        if self.args.stop_on_nan and bool(nonfinite):
             raise FloatingPointError(
                 f"the loss is NaN or infinite at step {self.state.global_step + 1} (epoch {self.state.epoch:.2f}); "
                 "lower the learning rate, use bf16 or loss scaling, or pass --stop_on_nan false to train on"
@@ -326,9 +331,11 @@ class IPUTrainer(TrainerPrivateHooks):
 
     @staticmethod
     def get_optimizer_cls_and_kwargs(args: TrainingArguments, model: nn.Module | None = None) -> tuple[Any, Any]:
-        """`--lamb` selects LAMB (with `Trainer`'s weight-decay groups); anything else is `Trainer`'s choice."""
-        if getattr(args, "lamb", False):
+        """`--lamb` selects LAMB (with `Trainer`'s weight-decay groups), `--lamb_no_bias_correction` LAMB without
+        bias correction of the moments; anything else is `Trainer`'s choice."""
+        if getattr(args, "lamb", False) or getattr(args, "lamb_no_bias_correction", False):
             kwargs = {"lr": args.learning_rate, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
+            kwargs["bias_correction"] = not getattr(args, "lamb_no_bias_correction", False)
             return Lamb, kwargs
         return Trainer.get_optimizer_cls_and_kwargs(args, model)
 
@@ -376,18 +383,14 @@ class IPUTrainer(TrainerPrivateHooks):
                 )
         # Static shapes: every training batch is full, so each graph compiles once. Evaluation keeps every
         # sample (`pad_on_batch_axis` pads its last batch instead).
-        drop_last = self.args.dataloader_drop_last
-        self.args.dataloader_drop_last = True
-        try:
+        with self._scoped_args(dataloader_drop_last=True, **self._loader_args()):
             loader = super().get_train_dataloader()
-        finally:
-            self.args.dataloader_drop_last = drop_last
         return self.process_pipeline.shard_loader(loader) if self.process_pipeline is not None else loader
 
     def _run_identity(self) -> dict[str, Any]:
         dataset = self.train_dataset
         samples = len(dataset) if dataset is not None and hasattr(dataset, "__len__") else None
-        return run_identity(self.user_args, self.ipu_config, self.engine.precision, samples)
+        return run_identity(self.args, self.ipu_config, self.engine.precision, samples)
 
     def _start_run(self, resume_from_checkpoint: str | bool | None) -> str | None:
         """Resolve and check the checkpoint to resume from (None: a fresh run, whose `--overwrite_output_dir`
@@ -403,7 +406,7 @@ class IPUTrainer(TrainerPrivateHooks):
                 "device iterations); lower the batch size or gradient_accumulation_steps, or give more data"
             )
         run_id = check_run_identity(checkpoint, identity) if checkpoint is not None else None
-        if checkpoint is None and self.user_args.overwrite_output_dir and self.args.should_save:
+        if checkpoint is None and self.args.overwrite_output_dir and self.args.should_save:
             removed = discard_checkpoints(self.args.output_dir)
             if removed:
                 logger.warning("--overwrite_output_dir: removed %s of an earlier run", ", ".join(removed))
@@ -428,9 +431,13 @@ class IPUTrainer(TrainerPrivateHooks):
         of the first step, reported as `train_compile_time`; `train_runtime` stays the wall-clock time.
         """
         resume_from_checkpoint = self._start_run(resume_from_checkpoint)
+        self._log_effective_batch()
         scaler = self.engine.loss_scaler
         steps_before, overflows_before = scaler.steps, scaler.overflows
-        output = super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        # Replicas that share this process run in turn: their micro-batches accumulate into the same step.
+        micro_batches = self.ipu_config.gradient_accumulation_steps * replicas_per_process(self.ipu_config)
+        with self._scoped_args(gradient_accumulation_steps=micro_batches):
+            output = super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
         steps, skipped = scaler.steps - steps_before, scaler.overflows - overflows_before
         if scaler.enabled and steps and skipped == steps:
             raise SkippedStepsError(
@@ -455,20 +462,16 @@ class IPUTrainer(TrainerPrivateHooks):
         return super().evaluation_loop(*args, **kwargs)
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> torch.utils.data.DataLoader:
-        return self._static_loader(super().get_eval_dataloader, eval_dataset)
+        """`Trainer`'s, handing over `eval_batch_per_call` samples per host call, with `eval_data_collator`."""
+        with self._scoped_args(per_device_eval_batch_size=self.eval_batch_per_call, **self._loader_args()):
+            with self._scoped_collator(self.eval_data_collator):
+                return super().get_eval_dataloader(eval_dataset)
 
     def get_test_dataloader(self, test_dataset: Any) -> torch.utils.data.DataLoader:
-        return self._static_loader(super().get_test_dataloader, test_dataset)
-
-    def _static_loader(self, build: Callable[[Any], Any], dataset: Any) -> Any:
-        if not self.user_args.pad_on_batch_axis:
-            return build(dataset)
-        original = self.data_collator
-        self.data_collator = _PadToStaticBatch(original, self.args.eval_batch_size)
-        try:
-            return build(dataset)
-        finally:
-            self.data_collator = original
+        """`Trainer`'s, handing over `eval_batch_per_call` samples per host call, with `eval_data_collator`."""
+        with self._scoped_args(per_device_eval_batch_size=self.eval_batch_per_call, **self._loader_args()):
+            with self._scoped_collator(self.eval_data_collator):
+                return super().get_test_dataloader(test_dataset)
 
     def prediction_step(
         self,
@@ -477,10 +480,12 @@ class IPUTrainer(TrainerPrivateHooks):
         prediction_loss_only: bool,
         ignore_keys: list[str] | None = None,
     ) -> tuple[torch.Tensor | None, Any, Any]:
-        """`Trainer.prediction_step` in the inference layout and the engine's precision; rows padded to the
-        static batch size are dropped from logits and labels."""
-        self.ipu_config.eval()
-        real = inputs.pop(PAD_MASK_KEY, None)
+        """`Trainer.prediction_step` in the inference layout and the engine's precision; with `pad_on_batch_axis`
+        a last, smaller batch is padded to the static batch size and the padded rows are dropped from logits and
+        labels."""
+        real = None
+        if self.args.pad_on_batch_axis:
+            inputs, real = pad_to_static_batch(inputs, self.eval_batch_per_call)
         with self.engine.autocast():
             loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
         if real is not None and not bool(real.all()):

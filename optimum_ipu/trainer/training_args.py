@@ -24,7 +24,8 @@ from .checkpoints import last_complete_checkpoint, resolve_resume
 logger = logging.getLogger(__name__)
 
 PIPELINE_SCHEDULES = ("1F1B", "GPipe")
-DATALOADER_MODES = ("batch", "async", "async_rebatched")
+# Optimum Graphcore's names; "batch" (this library's name for "sync" before 0.2) is still read as "sync".
+DATALOADER_MODES = ("sync", "async", "async_rebatched")
 
 
 @dataclass
@@ -33,7 +34,14 @@ class IPUTrainingArguments(TrainingArguments):
     `transformers.TrainingArguments` with the arguments of Optimum Graphcore's `IPUTrainingArguments`.
 
     `per_device_train_batch_size` is the micro-batch of one device slot; samples per optimizer step are
-    that times `gradient_accumulation_steps` (of the IPU config) times `replication_factor`.
+    that times `gradient_accumulation_steps` times `replication_factor` (logged when training starts).
+
+    What these arguments leave to `transformers` and what they take over: precision (`fp16`, `bf16`, the loss
+    scale) is the engine's autocast, so `mixed_precision` is `"no"` for `accelerate`; `--fsdp` is this library's
+    sharding over replicas (and stages), not `accelerate`'s FSDP plugin (`fsdp_plugin_args` is `None`);
+    `--deepspeed` is refused. Every field keeps the value the user gave, except where an Optimum Graphcore
+    argument is translated into `transformers`' own (`warmup_ratio`, `dataloader_mode`, `lamb_no_bias_correction`)
+    or has nothing to act on (`--fsdp` in one process).
 
     Args:
         ipu_config_name (`str`, *optional*):
@@ -48,15 +56,23 @@ class IPUTrainingArguments(TrainingArguments):
             Dynamic loss scaling; sets the config's `auto_loss_scaling`.
         fp32 (`bool`, *optional*, defaults to `False`):
             Train in full precision even where half precision is the default (CUDA with bf16 support).
-        dataloader_mode (`str`, *optional*, defaults to `"batch"`):
-            `"batch"`, `"async"` or `"async_rebatched"`; the asynchronous modes keep loader workers alive and
-            prefetch host batches.
+        gradient_accumulation_steps (`int`, *optional*):
+            Micro-batches per optimizer step. Defaults to the IPU config's `gradient_accumulation_steps`; given
+            explicitly, it wins over the config (said in one line when they differ).
+        dataloader_mode (`str`, *optional*, defaults to `"sync"`):
+            As in Optimum Graphcore: `"sync"` loads each batch when it is needed (in `dataloader_num_workers`
+            worker processes if any); `"async"` loads ahead in background workers (at least one, kept alive
+            across epochs, `dataloader_prefetch_factor` batches each); `"async_rebatched"` is `"async"` where
+            each worker loads a part of the batch and the parts are joined (here: the same as `"async"`, since
+            a PyTorch worker yields whole batches).
         pad_on_batch_axis (`bool`, *optional*, defaults to `False`):
             Pad a last incomplete batch to the full static shape instead of dropping it in training.
         compile_only (`bool`, *optional*, defaults to `False`):
             Compile the graphs (filling `executable_cache_dir`) and stop before training.
         lamb (`bool`, *optional*, defaults to `False`):
             Use the LAMB optimizer instead of AdamW.
+        lamb_no_bias_correction (`bool`, *optional*, defaults to `False`):
+            Use LAMB without Adam's bias correction of the moments (implies `lamb`), as in Optimum Graphcore.
         warmup_ratio (`float`, *optional*, defaults to 0.0):
             Share of the training steps used for linear warm-up (the `transformers` 4 argument). Ignored when
             `warmup_steps` is set.
@@ -73,9 +89,10 @@ class IPUTrainingArguments(TrainingArguments):
             The schedule of pipeline stages on separate processes (`torchrun`, `ipus_per_replica` > 1): `"1F1B"`
             (one forward, one backward: fewer activations alive) or `"GPipe"` (all forwards, then all backwards).
             Same numbers either way. With one process the stages run in turn and this has no effect.
-        ddp_timeout (`int`, *optional*, defaults to 120):
-            Seconds a process waits in a collective before it gives up: a rank that died or hangs ends the job
-            within this bound (`transformers` waits 1,800 s by default). Applies to gloo on CPUs too.
+        ddp_timeout (`int`, *optional*, defaults to 1800):
+            Seconds a process waits in a collective before it gives up, as in `transformers`: a rank that died
+            or hangs ends the job within this bound (the rank is named). Applies to gloo on CPUs too, where
+            `transformers` drops it. Lower it (e.g. 120) to fail fast once data preparation is cached.
         max_consecutive_skipped_steps (`int`, *optional*, defaults to 50):
             Stop fp16 training with an error naming the loss scale after this many optimizer steps in a row were
             skipped for an overflow (0: no bound). A run whose every step was skipped also ends in that error.
@@ -92,10 +109,16 @@ class IPUTrainingArguments(TrainingArguments):
     loss_scaling: float | None = field(default=None, metadata={"help": "Static fp16 loss scale."})
     auto_loss_scaling: bool = field(default=False, metadata={"help": "Dynamic fp16 loss scaling."})
     fp32: bool = field(default=False, metadata={"help": "Train in full precision."})
-    dataloader_mode: str = field(default="batch", metadata={"help": f"One of {', '.join(DATALOADER_MODES)}."})
+    gradient_accumulation_steps: int | None = field(
+        default=None, metadata={"help": "Micro-batches per optimizer step (default: the IPU config's)."}
+    )
+    dataloader_mode: str = field(default="sync", metadata={"help": f"One of {', '.join(DATALOADER_MODES)}."})
     pad_on_batch_axis: bool = field(default=False, metadata={"help": "Pad the last batch to the static shape."})
     compile_only: bool = field(default=False, metadata={"help": "Compile the graphs and stop."})
     lamb: bool = field(default=False, metadata={"help": "Use the LAMB optimizer."})
+    lamb_no_bias_correction: bool = field(
+        default=False, metadata={"help": "Use LAMB without bias correction of the moments (implies --lamb)."}
+    )
     warmup_ratio: float = field(default=0.0, metadata={"help": "Linear warm-up over this share of the steps."})
     overwrite_output_dir: bool = field(default=False, metadata={"help": "Train into a non-empty output_dir."})
     stop_on_nan: bool = field(
@@ -108,7 +131,7 @@ class IPUTrainingArguments(TrainingArguments):
         default="1F1B", metadata={"help": "Schedule of pipeline stages on separate processes: 1F1B or GPipe."}
     )
     ddp_timeout: int = field(
-        default=120, metadata={"help": "Seconds a process waits on the others (a dead rank ends the job after it)."}
+        default=1800, metadata={"help": "Seconds a process waits on the others (a dead rank ends the job after it)."}
     )
     max_consecutive_skipped_steps: int = field(
         default=50, metadata={"help": "Stop fp16 training after this many skipped (overflowed) steps in a row; 0: off."}
@@ -128,6 +151,8 @@ class IPUTrainingArguments(TrainingArguments):
                 # exactly 1 would read as one step: just below it rounds up to all the steps).
                 self.warmup_steps = min(self.warmup_ratio, 1.0 - 1e-9)
         check_schedule(self.pipeline_schedule)
+        if self.dataloader_mode == "batch":
+            self.dataloader_mode = "sync"
         if self.dataloader_mode not in DATALOADER_MODES:
             raise ValueError(
                 f"--dataloader_mode: got {self.dataloader_mode!r}; expected one of {', '.join(DATALOADER_MODES)}"
@@ -146,12 +171,35 @@ class IPUTrainingArguments(TrainingArguments):
         if self.n_ipu is not None and self.n_ipu < 1:
             raise ValueError(f"--n_ipu: got {self.n_ipu}; expected the number of devices, >= 1")
         self._check_resume()
+        if self.deepspeed:
+            raise ValueError(
+                f"--deepspeed {short_repr(self.deepspeed)}: DeepSpeed is not supported (the engine runs the backward "
+                "and optimizer step itself); for sharded parameters use --fsdp, for a sharded optimizer state the IPU "
+                "config's replicated_tensor_sharding"
+            )
+        if self.lamb_no_bias_correction:
+            self.lamb = True
         if default_device().type == "cpu":
             # accelerate sets up CPU processes (gloo) under torchrun only when told the job is CPU-only.
             self.use_cpu = True
             if world_size() > 1 and self.ddp_backend is None:
                 self.ddp_backend = "gloo"
+        if self.dataloader_mode != "sync":
+            # loading runs ahead in background workers kept across epochs (poptorch's asynchronous accessor)
+            self.dataloader_num_workers = max(1, self.dataloader_num_workers)
+            self.dataloader_persistent_workers = True
+        accumulation = self.gradient_accumulation_steps
+        self.gradient_accumulation_steps = 1 if accumulation is None else accumulation  # transformers needs an int
         super().__post_init__()
+        self.accumulation_given = accumulation is not None  # else the IPU config's value (`load_ipu_config`)
+        # The engine autocasts and scales the loss: accelerate must not do either a second time.
+        self.mixed_precision = "no"
+        # --fsdp is realised by IPUTrainer (FSDP2 over replicas and stages), not by accelerate's plugin, which
+        # transformers refuses on CPUs and which would wrap the model a second time.
+        self.fsdp_plugin_args = None
+        if self.fsdp and world_size() == 1:
+            logger.warning("--fsdp in one process: the replicas run in turn here, there is nothing to shard over")
+            self.fsdp = False  # transformers refuses --fsdp outside a distributed job
 
     def _check_counts(self) -> None:
         """Integers that `transformers` does not check (0 accumulation steps is a ZeroDivisionError mid-run)."""
@@ -164,6 +212,8 @@ class IPUTrainingArguments(TrainingArguments):
         }
         for name, low in minimum.items():
             value = getattr(self, name)
+            if name == "gradient_accumulation_steps" and value is None:
+                continue  # the IPU config's
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"--{name}: got {short_repr(value)}; expected an integer >= {low}")
 
@@ -202,8 +252,11 @@ class IPUTrainingArguments(TrainingArguments):
             config = ipu_config.copy()
         if self.ipu_config_overrides:
             config.update_from_string(self.ipu_config_overrides)
-        if self.gradient_accumulation_steps not in (1, config.gradient_accumulation_steps):
-            logger.info(
+        if not getattr(self, "accumulation_given", True):
+            # not given: the config's value, so that these arguments say what training does
+            self.gradient_accumulation_steps = config.gradient_accumulation_steps
+        elif self.gradient_accumulation_steps != config.gradient_accumulation_steps:
+            logger.warning(
                 "--gradient_accumulation_steps %d overrides the IPU config's %d",
                 self.gradient_accumulation_steps,
                 config.gradient_accumulation_steps,
