@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 import torch
+from accelerate.utils import is_mps_available, is_xpu_available
 
 from .distributed import world_size
 
@@ -15,7 +16,7 @@ class DeviceInfo:
     """The accelerator kind of this machine and how many of them there are.
 
     Args:
-        kind (`str`): `"cuda"` or `"cpu"`.
+        kind (`str`): `"cuda"`, `"xpu"`, `"mps"` or `"cpu"`.
         count (`int`): devices of that kind (1 for the CPU).
         names (`list[str]`): a human-readable name per device.
         world_size (`int`): processes of this job (`WORLD_SIZE` set by `torchrun`, else 1).
@@ -27,19 +28,38 @@ class DeviceInfo:
     world_size: int
 
 
+def _accelerator_kind() -> str:
+    """The accelerator of this machine, found as `accelerate` finds it (`PartialState.default_device`), without
+    creating accelerate's state (which would start the process group before ours, with its timeout)."""
+    if torch.cuda.is_available():
+        return "cuda"
+    if is_xpu_available():
+        return "xpu"
+    if is_mps_available():
+        return "mps"
+    return "cpu"
+
+
 def detect_devices() -> DeviceInfo:
     processes = world_size()
-    if torch.cuda.is_available():
+    kind = _accelerator_kind()
+    if kind == "cuda":
         n = torch.cuda.device_count()
         return DeviceInfo("cuda", n, [torch.cuda.get_device_name(i) for i in range(n)], processes)
+    if kind == "xpu":
+        n = torch.xpu.device_count()
+        return DeviceInfo("xpu", n, [torch.xpu.get_device_name(i) for i in range(n)], processes)
+    if kind == "mps":
+        return DeviceInfo("mps", 1, ["Apple GPU (MPS)"], processes)
     return DeviceInfo("cpu", 1, [f"CPU ({os.cpu_count()} cores, {torch.get_num_threads()} threads)"], processes)
 
 
 def default_device() -> torch.device:
-    """The device of this process: its local GPU under torchrun, GPU 0, or the CPU."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
+    """The device of this process: its local GPU (CUDA or XPU) under torchrun, GPU 0, Apple's MPS, or the CPU."""
+    kind = _accelerator_kind()
+    if kind in ("cuda", "xpu"):
+        return torch.device(kind, int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device(kind)
 
 
 def supports_bf16() -> bool:

@@ -44,6 +44,9 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+# Ours, not `torch.amp.GradScaler`: Optimum Graphcore's default is a *static* scale (`--loss_scaling 64` without
+# `auto_loss_scaling`), which GradScaler cannot express (it requires growth_factor > 1 and backoff_factor < 1);
+# one class serves both, with the bound on consecutive skipped steps and the checkpointed state of a run.
 class LossScaler:
     """Loss scaling for fp16 training.
 
