@@ -52,8 +52,13 @@ def sharded_stages(out, config: dict, class_name: str) -> tuple[list[float], dic
 
 @pytest.mark.parametrize(
     ("class_name", "layout", "replicas"),
-    [("LlamaForCausalLM", [2, 2], 2), ("LlamaForCausalLM", [1, 3], 1), ("GPT2LMHeadModel", [2, 2], 2)],
-    ids=["llama-2-stages-x-2-replicas", "llama-2-stages-x-1-replica", "gpt2-tied-2-stages-x-2-replicas"],
+    [
+        ("LlamaForCausalLM", [2, 2], 2),
+        ("LlamaForCausalLM", [1, 3], 1),
+        ("GPT2LMHeadModel", [2, 2], 2),  # the output projection is the input embedding: two stages train it
+        ("T5ForConditionalGeneration", [2, 2], 2),  # the encoder's output travels with the decoder stage
+    ],
+    ids=["llama-2-stages-x-2-replicas", "llama-2-stages-x-1-replica", "gpt2-tied-2x2", "t5-encoder-decoder-2x2"],
 )
 def test_sharded_stages_equal_one_process(tmp_path, class_name, layout, replicas):
     config = {"layers_per_ipu": layout, "replication_factor": replicas, "gradient_accumulation_steps": 2}
