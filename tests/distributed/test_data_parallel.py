@@ -128,3 +128,14 @@ def test_a_dead_rank_ends_the_job_in_bounded_time(tmp_path):
     assert run.returncode != 0 and elapsed < 120, elapsed
     assert "injected failure on rank 1" in run.stderr
     assert "rank      : 1" in run.stderr  # torchrun's report names the failed rank
+
+
+def test_accelerate_launch_runs_the_same_data_parallel_job(tmp_path, one_process):
+    """`accelerate launch --multi_gpu` (torchrun underneath; on CPUs accelerate's own multi-CPU mode needs mpirun)
+    gives the numbers of one process, as torchrun does."""
+    command = (PYTHON, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1")
+    command += ("--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()))
+    run = launch(*command, WORKER, str(tmp_path), REPLICAS_2, "3")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert result(tmp_path)[0]["world_size"] == 2
+    assert_same_run(result(tmp_path), one_process)
