@@ -20,13 +20,13 @@ block is full: static shapes). Writes `train_results.json`, `eval_results.json` 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from dataclasses import dataclass, field
 from itertools import chain
+from pathlib import Path
 from typing import Any
 
-from transformers import AutoModelForCausalLM, HfArgumentParser, default_data_collator, set_seed
+from transformers import AutoModelForCausalLM, default_data_collator, set_seed
 from utils_lm import (
     ModelArguments,
     check_data_arguments,
@@ -35,14 +35,18 @@ from utils_lm import (
     load_raw_datasets,
     perplexity,
     preprocess_logits_for_metrics,
+    select_splits,
     sequence_length,
     setup_logging,
     text_column,
     token_accuracy,
 )
 
-from optimum_ipu import IPUTrainer, IPUTrainingArguments
-from optimum_ipu.errors import run_script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
+import example_utils  # noqa: E402
+
+from optimum_ipu import IPUTrainer, IPUTrainingArguments  # noqa: E402
+from optimum_ipu.errors import run_script  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +55,9 @@ logger = logging.getLogger(__name__)
 class DataTrainingArguments:
     """What data to train and evaluate on, and how to cut it into blocks."""
 
-    dataset_name: str | None = field(default=None, metadata={"help": "Dataset name (from the local datasets cache)."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Dataset id on the Hub, or a local dataset folder."}
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     train_file: str | None = field(default=None, metadata={"help": "Training text (.txt/.tokens/.raw, CSV, JSON)."})
     validation_file: str | None = field(default=None, metadata={"help": "Evaluation text, same formats."})
@@ -84,16 +90,12 @@ def group_texts(examples: dict[str, list[list[Any]]], block_size: int) -> dict[s
 
 
 def main() -> None:
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUTrainingArguments))
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+    model_args, data_args, training_args = example_utils.parse_args(
+        ModelArguments, DataTrainingArguments, IPUTrainingArguments
+    )
     setup_logging(logger, training_args)
 
-    # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
-    last_checkpoint = training_args.checkpoint_in_output_dir()
-    training_args.load_ipu_config()  # a bad config or override is refused now, before any data or model is loaded
+    last_checkpoint = example_utils.start_run(training_args)
 
     set_seed(training_args.seed)
     raw = load_raw_datasets(data_args, model_args)
@@ -129,17 +131,7 @@ def main() -> None:
             desc=f"Grouping texts in chunks of {block_size}",
         )
 
-    train_dataset = eval_dataset = None
-    if training_args.do_train:
-        train_dataset = lm_datasets["train"]
-        if data_args.max_train_samples is not None:
-            train_dataset = train_dataset.select(range(min(len(train_dataset), data_args.max_train_samples)))
-    if training_args.do_eval:
-        if "validation" not in lm_datasets:
-            raise ValueError("--do_eval requires a validation dataset")
-        eval_dataset = lm_datasets["validation"]
-        if data_args.max_eval_samples is not None:
-            eval_dataset = eval_dataset.select(range(min(len(eval_dataset), data_args.max_eval_samples)))
+    train_dataset, eval_dataset = select_splits(lm_datasets, data_args, training_args)
     for name, dataset in (("training", train_dataset), ("evaluation", eval_dataset)):
         if dataset is not None and len(dataset) == 0:
             raise ValueError(
@@ -159,25 +151,14 @@ def main() -> None:
     )
 
     if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        if training_args.compile_only:
-            logger.info("--compile_only: graphs compiled and cached; nothing trained or saved")
+        if not example_utils.train(trainer, training_args, last_checkpoint, len(train_dataset)):
             return
-        trainer.save_model()  # saves the tokenizer too, for easy upload
-        metrics = train_result.metrics
-        metrics["train_samples"] = len(train_dataset)
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
 
     if training_args.do_eval:
-        logger.info("*** Evaluate ***")
-        metrics = trainer.evaluate()
-        metrics["eval_samples"] = len(eval_dataset)
-        metrics["perplexity"] = perplexity(metrics["eval_loss"])
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
+        example_utils.evaluate(
+            trainer, len(eval_dataset), lambda metrics: {"perplexity": perplexity(metrics["eval_loss"])}
+        )
+    example_utils.finish(trainer, training_args)
 
 
 if __name__ == "__main__":

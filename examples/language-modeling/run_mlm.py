@@ -22,13 +22,13 @@ text per sequence (add `--pad_to_max_length` for static shapes). `DataCollatorFo
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from dataclasses import dataclass, field
 from itertools import chain
+from pathlib import Path
 from typing import Any
 
-from transformers import AutoModelForMaskedLM, DataCollatorForLanguageModeling, HfArgumentParser, set_seed
+from transformers import AutoModelForMaskedLM, DataCollatorForLanguageModeling, set_seed
 from utils_lm import (
     ModelArguments,
     check_data_arguments,
@@ -37,14 +37,18 @@ from utils_lm import (
     load_raw_datasets,
     perplexity,
     preprocess_logits_for_metrics,
+    select_splits,
     sequence_length,
     setup_logging,
     text_column,
     token_accuracy,
 )
 
-from optimum_ipu import IPUTrainer, IPUTrainingArguments
-from optimum_ipu.errors import run_script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
+import example_utils  # noqa: E402
+
+from optimum_ipu import IPUTrainer, IPUTrainingArguments  # noqa: E402
+from optimum_ipu.errors import run_script  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +57,9 @@ logger = logging.getLogger(__name__)
 class DataTrainingArguments:
     """What data to train and evaluate on, how to cut it into sequences, and how much of it to mask."""
 
-    dataset_name: str | None = field(default=None, metadata={"help": "Dataset name (from the local datasets cache)."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Dataset id on the Hub, or a local dataset folder."}
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     train_file: str | None = field(default=None, metadata={"help": "Training text (.txt/.tokens/.raw, CSV, JSON)."})
     validation_file: str | None = field(default=None, metadata={"help": "Evaluation text, same formats."})
@@ -97,35 +103,13 @@ def group_texts(examples: dict[str, list[list[Any]]], max_seq_length: int) -> di
     }
 
 
-def main() -> None:
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUTrainingArguments))
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-    setup_logging(logger, training_args)
-
-    # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
-    last_checkpoint = training_args.checkpoint_in_output_dir()
-    training_args.load_ipu_config()  # a bad config or override is refused now, before any data or model is loaded
-
-    set_seed(training_args.seed)
-    raw = load_raw_datasets(data_args, model_args)
-    config, tokenizer = load_config_and_tokenizer(model_args)
-    if tokenizer.mask_token is None:
-        raise ValueError(
-            f"{type(tokenizer).__name__} has no mask token, which masked language modeling needs; use a BERT or "
-            "RoBERTa tokenizer (train_tokenizer.py --family roberta builds one), or run_clm.py for causal LM"
-        )
-    model = load_model(AutoModelForMaskedLM, model_args, config, tokenizer)
-
+def tokenize_texts(raw: Any, tokenizer: Any, max_seq_length: int, data_args: Any, training_args: Any) -> Any:
+    """Every line a sequence (`--line_by_line`), or the texts tokenized and cut into blocks of `max_seq_length`."""
     split = "train" if training_args.do_train else "validation"
     if split not in raw:
         raise ValueError(f"--do_{'train' if split == 'train' else 'eval'} requires a {split} dataset")
     column_names = list(raw[split].features)
     text = text_column(raw[split])
-    max_seq_length = sequence_length(data_args.max_seq_length, "max_seq_length", tokenizer, model.config)
-
     if data_args.line_by_line:
         padding = "max_length" if data_args.pad_to_max_length else False
 
@@ -136,7 +120,7 @@ def main() -> None:
             )
 
         with training_args.main_process_first(desc="dataset map tokenization"):
-            lm_datasets = raw.map(
+            return raw.map(
                 tokenize,
                 batched=True,
                 num_proc=data_args.preprocessing_num_workers,
@@ -159,7 +143,7 @@ def main() -> None:
                 desc="Running tokenizer on every text in dataset",
             )
         with training_args.main_process_first(desc="grouping texts together"):
-            lm_datasets = tokenized.map(
+            return tokenized.map(
                 group_texts,
                 fn_kwargs={"max_seq_length": max_seq_length},
                 batched=True,
@@ -168,17 +152,29 @@ def main() -> None:
                 desc=f"Grouping texts in chunks of {max_seq_length}",
             )
 
-    train_dataset = eval_dataset = None
-    if training_args.do_train:
-        train_dataset = lm_datasets["train"]
-        if data_args.max_train_samples is not None:
-            train_dataset = train_dataset.select(range(min(len(train_dataset), data_args.max_train_samples)))
-    if training_args.do_eval:
-        if "validation" not in lm_datasets:
-            raise ValueError("--do_eval requires a validation dataset")
-        eval_dataset = lm_datasets["validation"]
-        if data_args.max_eval_samples is not None:
-            eval_dataset = eval_dataset.select(range(min(len(eval_dataset), data_args.max_eval_samples)))
+
+def main() -> None:
+    model_args, data_args, training_args = example_utils.parse_args(
+        ModelArguments, DataTrainingArguments, IPUTrainingArguments
+    )
+    setup_logging(logger, training_args)
+
+    last_checkpoint = example_utils.start_run(training_args)
+
+    set_seed(training_args.seed)
+    raw = load_raw_datasets(data_args, model_args)
+    config, tokenizer = load_config_and_tokenizer(model_args)
+    if tokenizer.mask_token is None:
+        raise ValueError(
+            f"{type(tokenizer).__name__} has no mask token, which masked language modeling needs; use a BERT or "
+            "RoBERTa tokenizer (train_tokenizer.py --family roberta builds one), or run_clm.py for causal LM"
+        )
+    model = load_model(AutoModelForMaskedLM, model_args, config, tokenizer)
+
+    max_seq_length = sequence_length(data_args.max_seq_length, "max_seq_length", tokenizer, model.config)
+
+    lm_datasets = tokenize_texts(raw, tokenizer, max_seq_length, data_args, training_args)
+    train_dataset, eval_dataset = select_splits(lm_datasets, data_args, training_args)
     for name, dataset in (("training", train_dataset), ("evaluation", eval_dataset)):
         if dataset is not None and len(dataset) == 0:
             raise ValueError(
@@ -206,25 +202,14 @@ def main() -> None:
     )
 
     if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        if training_args.compile_only:
-            logger.info("--compile_only: graphs compiled and cached; nothing trained or saved")
+        if not example_utils.train(trainer, training_args, last_checkpoint, len(train_dataset)):
             return
-        trainer.save_model()  # saves the tokenizer too, for easy upload
-        metrics = train_result.metrics
-        metrics["train_samples"] = len(train_dataset)
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
 
     if training_args.do_eval:
-        logger.info("*** Evaluate ***")
-        metrics = trainer.evaluate()
-        metrics["eval_samples"] = len(eval_dataset)
-        metrics["perplexity"] = perplexity(metrics["eval_loss"])
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
+        example_utils.evaluate(
+            trainer, len(eval_dataset), lambda metrics: {"perplexity": perplexity(metrics["eval_loss"])}
+        )
+    example_utils.finish(trainer, training_args)
 
 
 if __name__ == "__main__":

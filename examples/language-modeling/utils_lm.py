@@ -13,14 +13,17 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import datasets
 import numpy as np
 import torch
-import transformers
 from torchmetrics.functional import accuracy
 from transformers import CONFIG_MAPPING, AutoConfig, AutoTokenizer, EvalPrediction
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
+import example_utils  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +38,7 @@ FILE_BUILDERS = {
     "jsonl": "json",
 }
 TORCH_DTYPES = ("auto", "bfloat16", "float16", "float32")
-SHARED_WIKITEXT = "../../../shared/data/wikitext2_tokens"
+LOCAL_FILES_HINT = "--train_file wiki.train.tokens --validation_file wiki.valid.tokens (plain text, CSV or JSON lines)"
 
 
 @dataclass
@@ -45,7 +48,7 @@ class ModelArguments:
     model_name_or_path: str | None = field(
         default=None,
         metadata={
-            "help": "Model folder or id in the local Hugging Face cache; leave out to train "
+            "help": "Model id on the Hugging Face Hub (downloaded once, then cached) or a folder; leave out to train "
             "from scratch (with --model_type or --config_name)."
         },
     )
@@ -85,17 +88,7 @@ class ModelArguments:
 
 def setup_logging(logger_: logging.Logger, training_args: Any) -> None:
     """Log to stdout at the process's level (the main process logs, the others warn), as the HF examples do."""
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    log_level = training_args.get_process_log_level()
-    for lib_logger in (logger_, logger, logging.getLogger("optimum_ipu")):
-        lib_logger.setLevel(log_level)
-    datasets.utils.logging.set_verbosity(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    logger_.info("Training/evaluation parameters %s", training_args)
+    example_utils.setup_logging(training_args, logger_, logger)
 
 
 def file_builder(path: str, flag: str) -> str:
@@ -110,8 +103,8 @@ def check_data_arguments(data_args: Any) -> None:
     """Shared checks of the data flags: some data, known file formats, files that exist, a sane split."""
     if data_args.dataset_name is None and data_args.train_file is None and data_args.validation_file is None:
         raise ValueError(
-            "give --dataset_name or --train_file/--validation_file (text, CSV or JSON), e.g. --train_file "
-            f"{SHARED_WIKITEXT}/wiki.valid.tokens --validation_file {SHARED_WIKITEXT}/wiki.test.tokens"
+            "give --dataset_name (e.g. --dataset_name Salesforce/wikitext --dataset_config_name wikitext-2-raw-v1) or "
+            f"local files, e.g. {LOCAL_FILES_HINT}"
         )
     if not 0 < data_args.validation_split_percentage < 100:
         raise ValueError(
@@ -129,7 +122,7 @@ def check_data_arguments(data_args: Any) -> None:
 
 
 def load_raw_datasets(data_args: Any, model_args: ModelArguments) -> datasets.DatasetDict:
-    """`train` and `validation` splits from local files or the local `datasets` cache.
+    """`train` and `validation` splits from local files or the Hugging Face Hub (or its local cache).
 
     Without a validation split, the first `validation_split_percentage` % of the training set becomes it and the
     rest is trained on, as in the `transformers` examples.
@@ -138,17 +131,10 @@ def load_raw_datasets(data_args: Any, model_args: ModelArguments) -> datasets.Da
     if data_args.dataset_name is not None:
         hub = {"cache_dir": model_args.cache_dir, "token": model_args.token}
         name, config = data_args.dataset_name, data_args.dataset_config_name
-        try:
-            raw = datasets.load_dataset(name, config, **hub)
-            if "validation" not in raw:
-                raw["validation"] = datasets.load_dataset(name, config, split=f"train[:{percent}%]", **hub)
-                raw["train"] = datasets.load_dataset(name, config, split=f"train[{percent}%:]", **hub)
-        except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
-            raise SystemExit(
-                f"--dataset_name {name} ({config}): not in the local datasets cache and the Hub cannot be reached "
-                f"({type(err).__name__}). Pass local files instead, e.g. --train_file "
-                f"{SHARED_WIKITEXT}/wiki.valid.tokens --validation_file {SHARED_WIKITEXT}/wiki.test.tokens"
-            ) from None
+        raw = example_utils.load_hub_dataset(name, config, local_files_hint=LOCAL_FILES_HINT, **hub)
+        if "validation" not in raw:
+            raw["validation"] = datasets.load_dataset(name, config, split=f"train[:{percent}%]", **hub)
+            raw["train"] = datasets.load_dataset(name, config, split=f"train[{percent}%:]", **hub)
         return raw
     data_files = {}
     if data_args.train_file is not None:
@@ -313,3 +299,19 @@ def token_accuracy(num_classes: int, causal: bool) -> Callable[[EvalPrediction],
         return {"accuracy": float(accuracy(preds, labels, task="multiclass", num_classes=num_classes, average="micro"))}
 
     return compute
+
+
+def select_splits(lm_datasets: Any, data_args: Any, training_args: Any) -> tuple[Any, Any]:
+    """The training and evaluation sets the run needs, cut to `--max_train_samples` / `--max_eval_samples`."""
+    train_dataset = eval_dataset = None
+    if training_args.do_train:
+        train_dataset = lm_datasets["train"]
+        if data_args.max_train_samples is not None:
+            train_dataset = train_dataset.select(range(min(len(train_dataset), data_args.max_train_samples)))
+    if training_args.do_eval:
+        if "validation" not in lm_datasets:
+            raise ValueError("--do_eval requires a validation dataset")
+        eval_dataset = lm_datasets["validation"]
+        if data_args.max_eval_samples is not None:
+            eval_dataset = eval_dataset.select(range(min(len(eval_dataset), data_args.max_eval_samples)))
+    return train_dataset, eval_dataset

@@ -79,6 +79,7 @@ def test_gpt2_trains_on_wikitext_with_serialized_projection(tmp_path, shared_dat
     )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
+    assert (out / "training_curves.png").read_bytes()[:4] == b"\x89PNG"  # beside all_results.json
     evaluation = json.loads((out / "eval_results.json").read_text())
     expected = {
         "train_loss",
@@ -155,7 +156,9 @@ def test_help_of_both_scripts_lists_the_transformers_flags():
 
 
 def test_bad_inputs_are_clear_errors(tmp_path, shared_data):
-    with pytest.raises(ValueError, match="give --dataset_name or --train_file"):
+    with pytest.raises(
+        ValueError, match="give --dataset_name .*Salesforce/wikitext.* or local files, e.g. --train_file"
+    ):
         check_data_arguments(data_args())
     bad = tmp_path / "corpus.parquet"
     bad.write_text("x")
@@ -177,7 +180,9 @@ def test_bad_inputs_are_clear_errors(tmp_path, shared_data):
     with pytest.raises(ValueError, match="give --model_name_or_path, or --model_type"):
         ModelArguments()
     model_args = SimpleNamespace(cache_dir=str(tmp_path / "cache"), token=None)
-    with pytest.raises(SystemExit, match="--dataset_name wikitext .*not in the local datasets cache.*--train_file"):
+    with pytest.raises(
+        ConnectionError, match="--dataset_name wikitext .*not in the local datasets cache.*--train_file"
+    ):
         load_raw_datasets(data_args(dataset_name="wikitext", dataset_config_name="wikitext-2-raw-v1"), model_args)
 
 

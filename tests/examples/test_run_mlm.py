@@ -35,6 +35,7 @@ def finish(process: subprocess.Popen) -> None:
 
 def check_results(out, steps: int, train_samples: int, eval_samples: int) -> dict:
     everything = json.loads((out / "all_results.json").read_text())
+    assert (out / "training_curves.png").read_bytes()[:4] == b"\x89PNG"  # beside all_results.json
     expected = {
         "train_loss",
         "train_samples",
