@@ -42,7 +42,7 @@ class Seq2SeqDataArguments:
     """What data to train and evaluate on, and how to tokenize it (the flags of both upstream scripts)."""
 
     dataset_name: str | None = field(
-        default=None, metadata={"help": "Dataset id on the Hugging Face Hub (or in the local datasets cache)."}
+        default=None, metadata={"help": "Dataset id on the Hugging Face Hub, or a local dataset folder."}
     )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     train_file: str | None = field(default=None, metadata={"help": "Training data (local file)."})

@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Train a byte-level BPE tokenizer (GPT-2 or RoBERTa style) on local text files, with `tokenizers`.
 
-No GPT-2 or RoBERTa tokenizer files can be downloaded here; this builds one of the same kind from the training text
-so that `run_clm.py` / `run_mlm.py` can train a model from scratch (`--model_type gpt2 --tokenizer_name DIR`):
+With a network, `--tokenizer_name gpt2` downloads GPT-2's own tokenizer; without one, this builds one of the same
+kind from the training text, so that `run_clm.py` / `run_mlm.py` can train a model from scratch (`--model_type gpt2
+--tokenizer_name DIR`):
 
-    python train_tokenizer.py --family gpt2 --vocab_size 8000 --output_dir ./tokenizer-gpt2 \\
-      ../../../shared/data/wikitext2_tokens/wiki.valid.tokens
+    python train_tokenizer.py --family gpt2 --vocab_size 8000 --output_dir ./tokenizer-gpt2 wiki.train.tokens
 
 `--family gpt2` gives a `GPT2TokenizerFast` with `<|endoftext|>` as its only special token (also used for padding);
 `--family roberta` a `RobertaTokenizerFast` with `<s> <pad> </s> <unk> <mask>` and `<s> ... </s>` around each text.
