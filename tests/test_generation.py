@@ -82,6 +82,21 @@ def test_a_pipelined_model_generates_through_its_stock_model():
     )
 
 
+@pytest.mark.parametrize("class_name", ["GPT2LMHeadModel", "T5ForConditionalGeneration"])
+def test_pipelined_generate_gives_the_stock_tokens(class_name):
+    """`pipelined.generate(...)`, as code written for Optimum Graphcore calls it, is the stock `generate()`."""
+    model = generating_model(class_name)
+    ids, mask, rows = prompts(model.config.is_encoder_decoder)
+    pipelined = to_pipelined(model, IPUConfig(layers_per_ipu=[-1, -1], ipus_per_replica=2), parallelize=True).eval()
+    got = pipelined.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+    for r, row in enumerate(rows):
+        stock = model.generate(row[None], max_new_tokens=6, do_sample=False)[0]
+        generated = got[r, -len(stock) :] if model.config.is_encoder_decoder else got[r, PROMPT - len(row) :]
+        assert generated.tolist()[: len(stock)] == stock.tolist(), (class_name, r)
+    with pytest.raises(ValueError, match="give the prompts as `input_ids`"):
+        pipelined.generate(max_new_tokens=2)
+
+
 def test_bad_sizes_are_clear_errors():
     model = generating_model("T5ForConditionalGeneration")
     ids, mask, _ = prompts(encoder_decoder=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import nn
 from transformers.utils.logging import get_logger
 
@@ -213,6 +214,29 @@ class PipelinedModel(nn.Module):
         )
         fields = {k: v for k, v in output.items() if k not in ("loss", "logits")}
         return type(output)(loss=loss, **fields)
+
+    def generate(
+        self, inputs: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None, **kwargs: Any
+    ) -> Any:
+        """`generate()` of the stock model at static shapes, as Optimum Graphcore's pipelined models generate: the
+        KV cache allocated once (`optimum_ipu.models.generation.generate_static`), with the config's
+        `inference_parallelize_kwargs` (`use_cache`, `max_num_beams`, `max_length`, ...) as defaults.
+
+        Args:
+            inputs (`torch.Tensor`): the prompts (`input_ids`; for speech models `input_features`), also accepted
+                by those keyword names.
+            attention_mask (`torch.Tensor`, *optional*): 1 for tokens, 0 for padding.
+            kwargs: `generate()`'s arguments (`max_new_tokens`, `num_beams`, ...) and `generate_static`'s
+                (`batch_size`, `prompt_length`).
+        """
+        from .generation import generate_static  # generation builds on this module
+
+        for name in ("input_ids", "input_features"):
+            if inputs is None and name in kwargs:
+                inputs = kwargs.pop(name)
+        if inputs is None:
+            raise ValueError("generate: give the prompts as `input_ids` (or `input_features` for a speech model)")
+        return generate_static(self, inputs, attention_mask, **kwargs)
 
     def save_pretrained(self, save_directory: str, **kwargs: Any) -> None:
         """Save the stock model (`transformers` layout, safetensors) and `ipu_config.json` beside it."""
