@@ -15,12 +15,18 @@
 #   bert_qa_packed      --packing: real SQuAD feature lengths; ours 30 steps of 64 packed   40  (~2.1 features a
 #                       rows (~4,100 features) vs the same features padded, 64 a step (~64   row: ~2.1x the
 #                       steps) in the baselines; SQuAD features/s                            features of a step)
+#   bert_qa_latency     --mode latency: 200 SQuAD questions answered one at a time, end to 150  (6 buckets compiled
+#                       end: pipeline() compiled per bucket with CUDA graphs in fp16 (auto)      up front, ~15 s
+#                       and eager fp16 in buckets vs transformers eager fp32 padded to 384        each)
+#                       (vs ONNX Runtime on the CPU when installed); p50/p90/p99 ms
+#   bert_qa_throughput  --mode throughput: batches of 32 questions, pipeline() eager fp16     40
+#                       in buckets vs the same baselines; requests/s
 #   bert_qa_compiled    bert_qa_eager under torch.compile, 30 steps (8 warm-up)            250  (~1,500 samples/s;
 #                       compilation 60-120 s per compiled runner, the later ones partly from the caches)
 #   summary             summary.json, summary.png, results.tar.gz                            5
-#   total                                                                                420  (hard stop: below)
+#   total                                                                                610  (hard stop: below)
 #
-# Budget: GPU_CHECK_BUDGET_S (default 450 s) bounds the whole check: each run has a time limit (`timeout`) of at
+# Budget: GPU_CHECK_BUDGET_S (default 640 s) bounds the whole check: each run has a time limit (`timeout`) of at
 # most what is left, less 20 s kept for the summary; a run with under 30 s left is skipped and recorded so.
 #
 # Writes under $OUT (./gpu_check when unset) four files, within the device tool's 8: gpu_check.log (everything
@@ -30,7 +36,7 @@
 # package cannot be imported (the missing packages named in one line).
 #
 # GPU_CHECK_TINY=1: the same script on a CPU in about a minute (CI: tests/test_gpu_check.py): the benchmark's tiny
-# models, seq 32, batch 8, 4 steps (bert_qa_packed: SQuAD lengths scaled to seq 32), fp32 (Trainer refuses bf16 on a CPU), no --peak-tflops; bert_qa_compiled then
+# models, seq 32, batch 8, 4 steps (latency / throughput: seq 64, 4 requests / 2 batches of 4, our eager backend) (bert_qa_packed: SQuAD lengths scaled to seq 32), fp32 (Trainer refuses bf16 on a CPU), no --peak-tflops; bert_qa_compiled then
 # runs without --compile (a cold torch.compile of the tiny model took ~45 s on a 2-core CPU) and says so.
 #
 # Needs: python3 (or $PYTHON) with torch and transformers; this package is taken from this checkout (PYTHONPATH).
@@ -43,7 +49,7 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
 cd "$root" || exit 2
 PY=${PYTHON:-python3}
 tiny=${GPU_CHECK_TINY:-0}
-budget=${GPU_CHECK_BUDGET_S:-450}
+budget=${GPU_CHECK_BUDGET_S:-640}
 reserve=20 # seconds kept for the final summary and chart
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
@@ -51,7 +57,8 @@ trap 'rm -rf "$work"' EXIT
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 
-runs=(bert_qa_eager bert_qa_pipeline2 gpt2_clm bert_qa_inference bert_qa_packed bert_qa_compiled)
+runs=(bert_qa_eager bert_qa_pipeline2 gpt2_clm bert_qa_inference bert_qa_packed bert_qa_latency bert_qa_throughput
+  bert_qa_compiled)
 pipeline_config="$here/ipu_config_bert_pipeline2.json"
 if [[ $tiny == 1 ]]; then
   bert=tiny-bert-config gpt2=tiny-gpt2-config
@@ -59,6 +66,8 @@ if [[ $tiny == 1 ]]; then
   gpt2_train=(--seq-len 32 --batch-size 4 --steps 4 --warmup 1)
   bert_infer=(--seq-len 32 --batch-size 8 --steps 4 --warmup 1)
   compiled=(--steps 4 --warmup 1)
+  latency=(--seq-len 64 --steps 4 --warmup 1 --backends eager) # no torch.compile on the CPU (see below)
+  throughput=(--seq-len 64 --batch-size 4 --steps 2 --warmup 1 --backends eager)
   compile_note="tiny mode: --compile skipped (a cold torch.compile of the tiny model took ~45 s on a 2-core CPU)"
   common=(--precision fp32) # transformers.Trainer refuses bf16 on a CPU
   summary_flags=(--tiny)
@@ -76,6 +85,8 @@ else
   gpt2_train=(--seq-len 1024 --batch-size 16 --steps 20 --warmup 5)
   bert_infer=(--seq-len 384 --batch-size 128 --steps 30 --warmup 5)
   compiled=(--compile --steps 30 --warmup 8)
+  latency=(--seq-len 384 --steps 200 --warmup 10 --backends auto eager)
+  throughput=(--seq-len 384 --batch-size 32 --steps 10 --warmup 2 --backends eager)
   compile_note=""
   common=(--precision bf16 --peak-tflops 989) # H200 dense bf16 peak, for MFU
   summary_flags=()
@@ -146,6 +157,8 @@ main() {
   bench gpt2_clm 30 120 "" --model "$gpt2" --task causal-lm "${gpt2_train[@]}"
   bench bert_qa_inference 25 120 "" --mode inference --model "$bert" --task question-answering "${bert_infer[@]}"
   bench bert_qa_packed 40 120 "" --model "$bert" --task question-answering --packing "${bert_train[@]}"
+  bench bert_qa_latency 150 240 "" --mode latency --model "$bert" "${latency[@]}"
+  bench bert_qa_throughput 40 120 "" --mode throughput --model "$bert" "${throughput[@]}"
   bench bert_qa_compiled 250 400 "$compile_note" --model "$bert" --task question-answering "${bert_train[@]}" \
     "${compiled[@]}"
 

@@ -15,11 +15,21 @@ import tarfile
 import pytest
 
 from optimum_ipu.config import IPUConfig
+from optimum_ipu.models.layout import layers_per_stage
 
 from .conftest import PYTHON, REPO_ROOT
 
 SCRIPT = REPO_ROOT / "benchmarks" / "gpu_check.sh"
-RUNS = ["bert_qa_eager", "bert_qa_pipeline2", "gpt2_clm", "bert_qa_inference", "bert_qa_packed", "bert_qa_compiled"]
+RUNS = [
+    "bert_qa_eager",
+    "bert_qa_pipeline2",
+    "gpt2_clm",
+    "bert_qa_inference",
+    "bert_qa_packed",
+    "bert_qa_latency",
+    "bert_qa_throughput",
+    "bert_qa_compiled",
+]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # what the device tool returns from $OUT: at most 8 files, 16 MiB each, 2 folders down, plain names
 MAX_FILES, MAX_BYTES, MAX_FOLDERS = 8, 16 * 2**20, 2
@@ -64,6 +74,12 @@ def test_tiny_gpu_check_end_to_end(tmp_path):
         assert all(r["samples_per_second"] > 0 for r in report["results"]), name
     runs = summary["runs"]
     assert runs["bert_qa_inference"]["benchmark"]["mode"] == "inference"
+    # latency (batch 1) and throughput (batches of 4): SQuAD questions answered end to end by every runner
+    latency, throughput = runs["bert_qa_latency"]["benchmark"], runs["bert_qa_throughput"]["benchmark"]
+    assert latency["mode"] == "latency" and latency["batch_size"] == 1 and latency["requests"] == 4
+    assert throughput["mode"] == "throughput" and throughput["batch_size"] == 4 and throughput["requests"] == 8
+    assert latency["results"][0]["name"] == "optimum-ipu pipeline (eager)"
+    assert all(r["p50_ms"] > 0 for r in latency["results"])
     assert runs["gpt2_clm"]["benchmark"]["model"] == "tiny-gpt2-config"
     pipeline = runs["bert_qa_pipeline2"]["benchmark"]
     # 2 stages, 4 micro-batches per optimizer step: the same global batch as bert_qa_eager
@@ -74,7 +90,8 @@ def test_tiny_gpu_check_end_to_end(tmp_path):
     assert packed["packing"]["packing_factor"] > 1 and packed["batch_size"] == 8
     assert {r["packing"]["features"] for r in packed["results"]} == {packed["packing"]["features"]}
     assert set(packed["ratios"]) == {"ours / transformers.Trainer (padded)", "ours / plain PyTorch loop (padded)"}
-    assert all(runs[name]["benchmark"]["packing"] is None for name in RUNS if name != "bert_qa_packed")
+    trained = [name for name in RUNS if name not in ("bert_qa_packed", "bert_qa_latency", "bert_qa_throughput")]
+    assert all(runs[name]["benchmark"]["packing"] is None for name in trained)
     # tiny mode skips --compile, and says so
     assert runs["bert_qa_compiled"]["benchmark"]["compile"] is False
     assert "--compile skipped" in runs["bert_qa_compiled"]["note"]
@@ -108,7 +125,7 @@ def test_missing_package_is_named_in_one_line(tmp_path):
 def test_pipeline_config_splits_bert_base_in_two():
     """The GPU run's pipeline config: 2 stages of 6 BERT-base layers; its global batch is the batch-64 runs'."""
     config = IPUConfig.from_pretrained(str(REPO_ROOT / "benchmarks" / "ipu_config_bert_pipeline2.json"))
-    assert config.ipus_per_replica == 2 and config.layers_per_stage(12) == [6, 6]
+    assert config.ipus_per_replica == 2 and layers_per_stage(config, 12) == [6, 6]
     micro_batches = config.gradient_accumulation_steps * config.replication_factor
     assert micro_batches >= config.ipus_per_replica and 64 % micro_batches == 0
     assert "--batch-size 64" in SCRIPT.read_text()

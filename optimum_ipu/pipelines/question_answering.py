@@ -235,7 +235,7 @@ class IPUQuestionAnsweringPipeline(StaticBatchingPipeline):
         # A token covers at least one byte of UTF-8: a question of fewer bytes than the room needs no count.
         q_len = len(question.encode())
         if q_len >= room:
-            q_len = len(self.tokenizer.backend_tokenizer.encode(question, add_special_tokens=False).ids)
+            q_len = len(self.tokenizer(question, add_special_tokens=False)["input_ids"])
         if q_len >= room:
             # tokenizers would panic (an error `except Exception` cannot catch); say what to change instead
             raise ValueError(

