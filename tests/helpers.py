@@ -6,11 +6,14 @@ import os
 import socket
 import subprocess
 
+import datasets
 import torch
 import transformers
 
+from optimum_ipu import IPUTrainingArguments
+
 from .conftest import PYTHON, REPO_ROOT
-from .tiny_models import VOCAB, tiny_config
+from .tiny_models import VOCAB, tiny_config, tiny_inputs
 
 # ------------------------------------------------------------------ processes (torchrun, scripts)
 TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]
@@ -88,3 +91,28 @@ def generating_model(class_name: str) -> transformers.PreTrainedModel:
     config.pad_token_id = PAD
     torch.manual_seed(0)
     return getattr(transformers, class_name)(config).eval()
+
+
+# ------------------------------------------------------------------ IPUTrainer on a tiny classifier
+TRAINER_CLASS = "BertForSequenceClassification"
+
+
+def classification_dataset(rows: int, seed: int = 0) -> datasets.Dataset:
+    """`rows` random examples of the tiny `TRAINER_CLASS` model, with labels."""
+    data = tiny_inputs(TRAINER_CLASS, batch=rows, seed=seed)
+    return datasets.Dataset.from_dict({k: v.tolist() for k, v in data.items()})
+
+
+def training_arguments(out, **kwargs) -> IPUTrainingArguments:
+    """Quiet, deterministic arguments for short runs into `out` (`kwargs` override)."""
+    defaults = {
+        "per_device_train_batch_size": 2,
+        "num_train_epochs": 1,
+        "learning_rate": 1e-3,
+        "logging_steps": 1,
+        "report_to": [],
+        "seed": 7,
+        "save_strategy": "no",
+        "disable_tqdm": True,
+    }
+    return IPUTrainingArguments(output_dir=str(out), **{**defaults, **kwargs})

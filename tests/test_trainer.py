@@ -12,28 +12,11 @@ import transformers
 
 from optimum_ipu import IncompatibleIPUConfigError, IPUConfig, IPUTrainer, IPUTrainingArguments
 
+from .helpers import TRAINER_CLASS, classification_dataset, training_arguments
 from .tiny_models import tiny_inputs, tiny_model
 
-CLASS = "BertForSequenceClassification"
-
-
-def dataset(rows: int, seed: int = 0) -> datasets.Dataset:
-    data = tiny_inputs(CLASS, batch=rows, seed=seed)
-    return datasets.Dataset.from_dict({k: v.tolist() for k, v in data.items()})
-
-
-def arguments(out, **kwargs) -> IPUTrainingArguments:
-    defaults = {
-        "per_device_train_batch_size": 2,
-        "num_train_epochs": 1,
-        "learning_rate": 1e-3,
-        "logging_steps": 1,
-        "report_to": [],
-        "seed": 7,
-        "save_strategy": "no",
-        "disable_tqdm": True,
-    }
-    return IPUTrainingArguments(output_dir=str(out), **{**defaults, **kwargs})
+CLASS = TRAINER_CLASS
+dataset, arguments = classification_dataset, training_arguments
 
 
 def losses(trainer: transformers.Trainer) -> list[float]:

@@ -13,7 +13,9 @@ from transformers.data.data_collator import default_data_collator
 from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments
 from optimum_ipu.runtime.optimizers import Lamb
 
-from .test_trainer import CLASS, arguments, dataset
+from .helpers import TRAINER_CLASS as CLASS
+from .helpers import classification_dataset as dataset
+from .helpers import training_arguments as arguments
 from .tiny_models import tiny_model
 
 
