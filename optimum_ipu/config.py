@@ -18,7 +18,9 @@ from typing import Any
 from .config_schema import (
     CONFIG_NAME,
     DEPRECATED_KEYS,
+    DOWNLOAD_KWARGS,
     FIELDS,
+    HUB_LOADING_KWARGS,
     IPU_ONLY_FIELDS,
     LEGACY_NAMES,
     METADATA_KEYS,
@@ -395,7 +397,9 @@ class IPUConfig:
         return cls.from_dict(read_json(json_file), **kwargs)
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | os.PathLike, **kwargs: Any) -> IPUConfig:
+    def from_pretrained(
+        cls, name_or_path: str | os.PathLike, return_unused_kwargs: bool = False, **kwargs: Any
+    ) -> IPUConfig | tuple[IPUConfig, dict[str, Any]]:
         """Load a config.
 
         Args:
@@ -403,11 +407,22 @@ class IPUConfig:
                 A folder holding `ipu_config.json`; a path to a JSON file; a Hub id found in the local
                 Hugging Face cache (nothing is downloaded); or the id of a config bundled with the package
                 (`Graphcore/bert-base-ipu`, ... see `bundled_config_ids()`).
+            return_unused_kwargs (`bool`, *optional*, defaults to `False`):
+                As in `transformers`: also return the `kwargs` that are no field (instead of refusing them).
             kwargs:
-                Field values that override those of the file, and `n_ipu` to resolve per-pod values.
+                Field values that override those of the file, and `n_ipu` to resolve per-pod values. The loading
+                options of `transformers`' `from_pretrained` are taken too: `cache_dir`, `revision` and
+                `subfolder` say where to look; `token`, `use_auth_token`, `force_download`, `local_files_only`,
+                ... concern downloading, which never happens here, and are accepted without effect.
         """
-
-        return cls.from_json_file(locate_config_file(name_or_path), **kwargs)
+        where = {k: kwargs.pop(k) for k in HUB_LOADING_KWARGS if k in kwargs}
+        for key in DOWNLOAD_KWARGS:
+            kwargs.pop(key, None)
+        unused = {}
+        if return_unused_kwargs:
+            unused = {k: kwargs.pop(k) for k in list(kwargs) if k not in known_keys()}
+        config = cls.from_json_file(locate_config_file(name_or_path, **where), **kwargs)
+        return (config, unused) if return_unused_kwargs else config
 
     def update_from_string(self, update_str: str) -> None:
         """Update fields from `"key=value,key=value"`, e.g. `"gradient_accumulation_steps=32,layers_per_ipu=[1 2 -1]"`.

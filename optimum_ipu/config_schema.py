@@ -110,3 +110,19 @@ PARALLELIZE_KWARGS_REPORTED = {
     "use_cond_encoder": "the encoder and the decoder share the model's device already",
     "use_group_quantized_linears": "no group-quantized linear layers here (load a quantized model instead)",
 }
+
+# Loading options of `from_pretrained` (`PretrainedConfig`'s, which Optimum Graphcore's examples pass): `cache_dir`,
+# `revision` and `subfolder` say where to look; the others concern downloading, and nothing is downloaded here.
+HUB_LOADING_KWARGS = ("cache_dir", "revision", "subfolder")
+DOWNLOAD_KWARGS = (
+    "token",
+    "use_auth_token",
+    "force_download",
+    "local_files_only",
+    "proxies",
+    "resume_download",
+    "trust_remote_code",
+    "_from_pipeline",
+    "_from_auto",
+    "_commit_hash",
+)

@@ -283,20 +283,30 @@ def bundled_config_ids() -> list[str]:
     return sorted(f"Graphcore/{p.stem}" for p in BUNDLED_DIR.glob("*.json"))
 
 
-def _from_hf_cache(repo_id: str) -> str | None:
+def _from_hf_cache(repo_id: str, filename: str, cache_dir: Any = None, revision: Any = None) -> str | None:
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
         return None
     try:
-        found = try_to_load_from_cache(repo_id=repo_id, filename="ipu_config.json")
+        found = try_to_load_from_cache(repo_id=repo_id, filename=filename, cache_dir=cache_dir, revision=revision)
     except Exception:  # an id the Hub would reject is simply not in the cache
         return None
     return found if isinstance(found, str) else None
 
 
-def locate_config_file(name_or_path: str | os.PathLike) -> Path:
-    """Find `ipu_config.json` for a folder, a file, a cached Hub id or a bundled id (in that order)."""
+def locate_config_file(
+    name_or_path: str | os.PathLike, cache_dir: Any = None, revision: Any = None, subfolder: Any = None
+) -> Path:
+    """Find `ipu_config.json` for a folder, a file, a cached Hub id or a bundled id (in that order).
+
+    `cache_dir` (the Hugging Face cache to look in), `revision` and `subfolder` are `from_pretrained`'s loading
+    options, as `transformers` takes them.
+    """
+    for option, value in (("cache_dir", cache_dir), ("revision", revision), ("subfolder", subfolder)):
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise _fail(option, value, "expected a string (a loading option of from_pretrained)")
+    filename = f"{subfolder}/{CONFIG_NAME}" if subfolder else CONFIG_NAME
 
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise IncompatibleIPUConfigError(
@@ -305,10 +315,10 @@ def locate_config_file(name_or_path: str | os.PathLike) -> Path:
         )
     path = Path(name_or_path)
     if path.is_dir():
-        if (path / CONFIG_NAME).is_file():
-            return path / CONFIG_NAME
+        if (path / filename).is_file():
+            return path / filename
         raise IncompatibleIPUConfigError(
-            f"the folder {os.fspath(path)!r} has no {CONFIG_NAME}; write one there (IPUConfig().save_pretrained(dir)) "
+            f"the folder {os.fspath(path)!r} has no {filename}; write one there (IPUConfig().save_pretrained(dir)) "
             "or pass the path of a JSON file"
         )
     if path.is_file():
@@ -316,11 +326,11 @@ def locate_config_file(name_or_path: str | os.PathLike) -> Path:
     if path.exists():  # a FIFO, a device: refused by read_json with the reason, not searched for as an id
         return path
     name = os.fspath(name_or_path)
-    cached = _from_hf_cache(name)
+    cached = _from_hf_cache(name, filename, cache_dir, revision)
     if cached:
         return Path(cached)
     bundled = BUNDLED_DIR / f"{name.split('/')[-1]}.json"
-    if name.startswith("Graphcore/") and bundled.is_file():
+    if name.startswith("Graphcore/") and not subfolder and bundled.is_file():
         return bundled
     raise IncompatibleIPUConfigError(
         f"no IPU config found for {short_repr(name)}: it is not a folder or a file, not in the local Hugging Face "

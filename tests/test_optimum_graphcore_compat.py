@@ -130,6 +130,28 @@ def test_files_of_older_releases_load(tmp_path, caplog):
     assert IPUConfig.from_dict({"random_seed": 1, "seed": 2}).seed == 2, "the field's own key wins"
 
 
+def test_from_pretrained_takes_the_loading_options_of_optimum_graphcores_examples(tmp_path):
+    """Its example scripts call `IPUConfig.from_pretrained(name, cache_dir=..., revision=..., use_auth_token=...)`."""
+    options = {"cache_dir": str(tmp_path / "cache"), "revision": "main", "use_auth_token": None, "token": None}
+    assert IPUConfig.from_pretrained("Graphcore/roberta-large-ipu", **options).layers_per_ipu == [3, 7, 7, 7]
+    (tmp_path / "model" / "ipu").mkdir(parents=True)
+    IPUConfig(layers_per_ipu=[2, 2]).save_pretrained(tmp_path / "model" / "ipu")
+    assert IPUConfig.from_pretrained(tmp_path / "model", subfolder="ipu").ipus_per_replica == 2
+    # a fine-tuned model's id in the cache folder given (cache_dir=), at the revision asked for
+    repo = tmp_path / "cache" / "models--someorg--bert-squad"
+    (repo / "snapshots" / "abc").mkdir(parents=True)
+    (repo / "snapshots" / "abc" / "ipu_config.json").write_text(json.dumps({**OG_SAVED, "seed": 5}))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc")
+    assert IPUConfig.from_pretrained("someorg/bert-squad", **options).seed == 5
+    with pytest.raises(IncompatibleIPUConfigError, match="no IPU config found"):
+        IPUConfig.from_pretrained("someorg/bert-squad", cache_dir=options["cache_dir"], revision="v2")
+    config, unused = IPUConfig.from_pretrained("Graphcore/bert-base-ipu", return_unused_kwargs=True, foo=1, seed=3)
+    assert unused == {"foo": 1} and config.seed == 3
+    with pytest.raises(IncompatibleIPUConfigError, match="no field `foo`"):
+        IPUConfig.from_pretrained("Graphcore/bert-base-ipu", foo=1)
+
+
 def test_to_dict_has_optimum_graphcores_keys():
     assert set(IPUConfig().to_dict()) == set(OG_SAVED)
     # OG's own test round-trips `to_dict()` through `from_dict` with `execute_encoder_on_cpu_for_generation` set
