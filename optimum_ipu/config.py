@@ -353,15 +353,43 @@ class IPUConfig:
         d["transformers_version"] = metadata.get("transformers_version") or _installed_version("transformers")
         return d
 
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+    def to_json_string(self, use_diff: bool = False) -> str:
+        """The config as JSON text; with `use_diff` (as in `transformers`), only the values that differ from
+        `IPUConfig()`'s, and the metadata."""
+        d = self.to_dict()
+        if use_diff:
+            default = IPUConfig().to_dict()
+            d = {k: v for k, v in d.items() if k in METADATA_KEYS or v != default[k]}
+        return json.dumps(d, indent=2, sort_keys=True) + "\n"
 
-    def to_json_file(self, json_file_path: str | os.PathLike) -> None:
+    def to_json_file(self, json_file_path: str | os.PathLike, use_diff: bool = False) -> None:
         """Write the config as JSON atomically: a reader never sees a half-written file."""
-        write_text_atomic(json_file_path, self.to_json_string())
+        write_text_atomic(json_file_path, self.to_json_string(use_diff=use_diff))
 
-    def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
-        """Save as `save_directory/ipu_config.json` (the folder is created if needed); returns the file's path."""
+    def update(self, config_dict: dict[str, Any]) -> None:
+        """Set the fields of `config_dict` (`transformers`' `PretrainedConfig.update`), each checked as it is set."""
+        unknown = [k for k in config_dict if k not in FIELDS]
+        check_unknown_keys(unknown)
+        for key, value in config_dict.items():
+            setattr(self, key, value)
+
+    def to_options(self, for_inference: bool = False, compile_only: bool = False) -> Any:
+        """Optimum Graphcore's `poptorch.Options`: there is no poptorch here; refused in one line."""
+        raise IncompatibleIPUConfigError(
+            "IPUConfig.to_options(): poptorch options exist only on IPUs; here the config is used as it is "
+            "(to_pipelined(model, ipu_config), IPUTrainer(..., ipu_config=...), pipeline(..., ipu_config=...))"
+        )
+
+    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs: Any) -> Path:
+        """Save as `save_directory/ipu_config.json` (the folder is created if needed); returns the file's path.
+
+        `push_to_hub=True` is refused (nothing is uploaded from here: `huggingface_hub.upload_folder` does it).
+        """
+        if push_to_hub:
+            raise IncompatibleIPUConfigError(
+                "save_pretrained(push_to_hub=True): nothing is uploaded from here; save, then upload the folder "
+                "with huggingface_hub.upload_folder"
+            )
         directory = Path(save_directory)
         if directory.is_file():
             raise IncompatibleIPUConfigError(

@@ -203,6 +203,23 @@ def test_inference_parallelize_kwargs_are_defaults_of_the_static_generation():
 
 
 # ------------------------------------------------------------------------------------------------ the API
+def test_pretrained_config_methods_optimum_graphcore_inherited(tmp_path):
+    config = IPUConfig()
+    config.update({"gradient_accumulation_steps": 8, "seed": 1})
+    assert config.gradient_accumulation_steps == 8 and config.seed == 1
+    with pytest.raises(IncompatibleIPUConfigError, match="no field `gradient_acumulation_steps`"):
+        config.update({"gradient_acumulation_steps": 8})
+    diff = json.loads(config.to_json_string(use_diff=True))
+    fields = {k: v for k, v in diff.items() if not k.endswith("_version")}
+    assert fields == {"gradient_accumulation_steps": 8, "seed": 1}
+    config.to_json_file(tmp_path / "diff.json", use_diff=True)
+    assert IPUConfig.from_pretrained(tmp_path / "diff.json") == config
+    with pytest.raises(IncompatibleIPUConfigError, match="poptorch options exist only on IPUs"):
+        config.to_options(for_inference=True)
+    with pytest.raises(IncompatibleIPUConfigError, match="nothing is uploaded"):
+        config.save_pretrained(tmp_path, push_to_hub=True)
+
+
 def test_mode_is_settable_and_checked():  # OG: test_mode_set
     config = IPUConfig(layers_per_ipu=[1, 1], inference_layers_per_ipu=[2])
     assert IPUConfig.modes == ("training", "inference") and config.mode == "training"
