@@ -429,6 +429,36 @@ def test_every_graphcore_id_loads_offline(config_id):
     assert IPUConfig.from_dict(config.to_dict()) == config
 
 
+# pipeline layers of each id's model (encoder + decoder for seq2seq; LXMERT: its 9 language layers)
+LAYERS = {
+    "bart-base": (6, 6),
+    "t5-small": (6, 6),
+    "t5-large": (24, 24),
+    "mt5-small": (8, 8),
+    "mt5-large": (24, 24),
+    "whisper-tiny": (4, 4),
+    **dict.fromkeys(["bert-base", "roberta-base", "deberta-base", "mpnet-base", "vit-base", "gpt2-small"], 12),
+    **dict.fromkeys(["hubert-base", "wav2vec2-base", "wav2vec2-ctc-base", "groupbert-base-uncased"], 12),
+    **dict.fromkeys(["bert-large", "roberta-large", "gpt2-medium", "wav2vec2-large", "wav2vec2-ctc-large"], 24),
+    **dict.fromkeys(["distilbert-base", "distilroberta-base"], 6),
+    "lxmert-base": 9,
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_each_bundled_layout_fits_its_model(name):
+    config = IPUConfig.from_pretrained(f"Graphcore/{name}" if name.endswith("uncased") else f"Graphcore/{name}-ipu")
+    layers = LAYERS[name]
+    total = sum(layers) if isinstance(layers, tuple) else layers
+    for mode in IPUConfig.modes:
+        config.mode = mode
+        assert len(get_layer_ipu(config, total)) == total
+        if isinstance(layers, tuple) and config._ipus_per_replica > 1:  # the encoder and decoder on their own IPUs
+            encoder, decoder = split_encoder_decoder_ipu_config(config, *layers)
+            assert len(get_layer_ipu(encoder, layers[0])) == layers[0]
+            assert len(get_layer_ipu(decoder, layers[1])) == layers[1]
+
+
 def test_optimum_graphcores_test_overrides_of_mt5_small():  # OG: tests/utils.py
     translation = IPUConfig.from_pretrained(
         "Graphcore/mt5-small-ipu",
