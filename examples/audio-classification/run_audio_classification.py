@@ -9,8 +9,8 @@ The flags of the `transformers` example of the same name, plus `--ipu_config_nam
       --do_train --do_eval --learning_rate 3e-5 --max_length_seconds 1 --attention_mask False \\
       --num_train_epochs 5 --per_device_train_batch_size 1 --per_device_eval_batch_size 1
 
-Data: `--dataset_name` (from the local `datasets` cache; its audio is decoded here, not by `datasets`), or
-`--train_dir` / `--eval_dir`, `audiofolder` splits (audio files with a `metadata.csv` naming them in `file_name`
+Data: `--dataset_name` (from the Hugging Face Hub or its local cache; its audio is decoded here, not by `datasets`),
+or `--train_dir` / `--eval_dir`, `audiofolder` splits (audio files with a `metadata.csv` naming them in `file_name`
 and giving the labels). Audio is decoded with `soundfile` (WAV, FLAC, OGG; no FFmpeg), made mono and resampled to
 the feature extractor's rate. Every clip becomes `--max_length_seconds` of audio, so every batch has one shape:
 training clips are cut at a random offset (as `transformers`' script does), evaluation clips keep their start;
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import datasets
@@ -40,13 +40,15 @@ from transformers import (
     AutoFeatureExtractor,
     AutoModelForAudioClassification,
     EvalPrediction,
-    HfArgumentParser,
     set_seed,
 )
 from transformers.models.auto.feature_extraction_auto import feature_extractor_class_from_name
 
-from optimum_ipu import IPUTrainer, IPUTrainingArguments
-from optimum_ipu.errors import run_script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
+import example_utils  # noqa: E402
+
+from optimum_ipu import IPUTrainer, IPUTrainingArguments  # noqa: E402
+from optimum_ipu.errors import run_script  # noqa: E402
 from optimum_ipu.pipelines.audio import load_audio, read_audio_folder
 
 logger = logging.getLogger(__name__)
@@ -59,8 +61,8 @@ class ModelArguments:
     model_name_or_path: str | None = field(
         default=None,
         metadata={
-            "help": "Model folder or id in the local Hugging Face cache; leave out to train from "
-            "scratch (--model_type or --config_name)."
+            "help": "Model id on the Hugging Face Hub (downloaded once, then cached) or a folder; leave "
+            "out to train from scratch (--model_type or --config_name)."
         },
     )
     model_type: str | None = field(default=None, metadata={"help": "Family to train from scratch, e.g. wav2vec2."})
@@ -68,7 +70,7 @@ class ModelArguments:
         default=None, metadata={"help": "From scratch: config values, e.g. 'hidden_size=64,num_hidden_layers=2'."}
     )
     config_name: str | None = field(default=None, metadata={"help": "Config folder or id, if not the model's."})
-    cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded models are cached."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are cached."})
     model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model."})
     feature_extractor_name: str | None = field(default=None, metadata={"help": "Feature extractor folder or id."})
     freeze_feature_encoder: bool = field(
@@ -101,7 +103,9 @@ class ModelArguments:
 class DataTrainingArguments:
     """What audio to train and evaluate on."""
 
-    dataset_name: str | None = field(default=None, metadata={"help": "Dataset name (from the local datasets cache)."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Dataset id on the Hub, or a local dataset folder."}
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     train_dir: str | None = field(default=None, metadata={"help": "Training split: an audiofolder (metadata.csv)."})
     eval_dir: str | None = field(default=None, metadata={"help": "Evaluation split: an audiofolder."})
@@ -125,16 +129,15 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
     if data.dataset_name is None:
         dirs = {"train": data.train_dir, "eval": data.eval_dir}
         return {split: read_audio_folder(path, data.audio_column_name) for split, path in dirs.items() if path}
-    try:
-        raw = datasets.load_dataset(
-            data.dataset_name, data.dataset_config_name, cache_dir=model.cache_dir, token=model.token
-        )
-    except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
-        raise SystemExit(
-            f"--dataset_name {data.dataset_name}: not in the local datasets cache and the Hub cannot be reached "
-            f"({type(err).__name__}). Pass local folders instead, e.g. --train_dir "
-            "../../../shared/data/audio/fsdd/train --eval_dir ../../../shared/data/audio/fsdd/test"
-        ) from None
+    raw = example_utils.load_hub_dataset(
+        data.dataset_name,
+        data.dataset_config_name,
+        local_files_hint=(
+            "--train_dir train --eval_dir test (audiofolder layout: WAV/FLAC files, metadata.csv with file_name, label)"
+        ),
+        cache_dir=model.cache_dir,
+        token=model.token,
+    )
     splits = {"train": data.train_split_name, "eval": data.eval_split_name}
     out = {}
     for split, name in splits.items():
@@ -274,26 +277,12 @@ def collate_fn(examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
 
 
 def main() -> None:
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUTrainingArguments))
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
+    model_args, data_args, training_args = example_utils.parse_args(
+        ModelArguments, DataTrainingArguments, IPUTrainingArguments
     )
-    log_level = training_args.get_process_log_level()
-    for lib_logger in (logger, logging.getLogger("optimum_ipu")):
-        lib_logger.setLevel(log_level)
-    datasets.utils.logging.set_verbosity(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    logger.info("Training/evaluation parameters %s", training_args)
+    example_utils.setup_logging(training_args, logger)
 
-    # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
-    last_checkpoint = training_args.checkpoint_in_output_dir()
+    last_checkpoint = example_utils.start_run(training_args)
     set_seed(training_args.seed)
 
     raw = load_raw_datasets(data_args, model_args)
@@ -339,24 +328,13 @@ def main() -> None:
     )
 
     if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        if training_args.compile_only:
-            logger.info("--compile_only: graphs compiled and cached; nothing trained or saved")
+        if not example_utils.train(trainer, training_args, last_checkpoint, len(train_dataset)):
             return
-        trainer.save_model()  # the feature extractor too
-        metrics = train_result.metrics
-        metrics["train_samples"] = len(train_dataset)
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
 
     if training_args.do_eval:
-        logger.info("*** Evaluate ***")
-        metrics = trainer.evaluate()
-        metrics["eval_samples"] = len(eval_dataset)
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
+        example_utils.evaluate(trainer, len(eval_dataset))
+
+    example_utils.finish(trainer, training_args)
 
 
 if __name__ == "__main__":

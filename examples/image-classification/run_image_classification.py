@@ -8,8 +8,8 @@ The flags of the `transformers` example of the same name, plus `--ipu_config_nam
       --dataset_name cifar10 --output_dir ./outputs/ --remove_unused_columns False --do_train --do_eval \\
       --learning_rate 2e-5 --num_train_epochs 5 --per_device_train_batch_size 1 --per_device_eval_batch_size 1
 
-Data: `--dataset_name` (from the local `datasets` cache), or `--train_dir` / `--validation_dir`, folders in the
-`imagefolder` layout (`<dir>/<label>/<image>`, the folder names are the labels); without a validation split,
+Data: `--dataset_name` (from the Hugging Face Hub or its local cache), or `--train_dir` / `--validation_dir`, folders
+in the `imagefolder` layout (`<dir>/<label>/<image>`, the folder names are the labels); without a validation split,
 `--train_val_split` of the training images are held out. Images pass through the model's image processor
 (resize, rescale, normalize; grayscale images become RGB). Without pretrained weights, train from scratch:
 `--model_type vit --config_overrides "image_size=32,patch_size=4,..."` (the image processor is then the
@@ -24,6 +24,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import datasets
@@ -37,14 +38,16 @@ from transformers import (
     AutoImageProcessor,
     AutoModelForImageClassification,
     EvalPrediction,
-    HfArgumentParser,
     set_seed,
 )
 from transformers.models.auto import image_processing_auto
 from transformers.utils import is_torchvision_available
 
-from optimum_ipu import IPUTrainer, IPUTrainingArguments
-from optimum_ipu.errors import run_script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
+import example_utils  # noqa: E402
+
+from optimum_ipu import IPUTrainer, IPUTrainingArguments  # noqa: E402
+from optimum_ipu.errors import run_script  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +59,8 @@ class ModelArguments:
     model_name_or_path: str | None = field(
         default=None,
         metadata={
-            "help": "Model folder or id in the local Hugging Face cache; leave out to train from "
-            "scratch (--model_type or --config_name)."
+            "help": "Model id on the Hugging Face Hub (downloaded once, then cached) or a folder; leave "
+            "out to train from scratch (--model_type or --config_name)."
         },
     )
     model_type: str | None = field(default=None, metadata={"help": "Family to train from scratch, e.g. vit, convnext."})
@@ -65,7 +68,7 @@ class ModelArguments:
         default=None, metadata={"help": "From scratch: config values, e.g. 'image_size=32,patch_size=4'."}
     )
     config_name: str | None = field(default=None, metadata={"help": "Config folder or id, if not the model's."})
-    cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded models are cached."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are cached."})
     model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model."})
     image_processor_name: str | None = field(default=None, metadata={"help": "Image processor folder or id."})
     token: str | None = field(default=None, metadata={"help": "Hugging Face Hub token."})
@@ -92,7 +95,9 @@ class ModelArguments:
 class DataTrainingArguments:
     """What images to train and evaluate on."""
 
-    dataset_name: str | None = field(default=None, metadata={"help": "Dataset name (from the local datasets cache)."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Dataset id on the Hub, or a local dataset folder."}
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     train_dir: str | None = field(default=None, metadata={"help": "Training images: <dir>/<label>/<image>."})
     validation_dir: str | None = field(default=None, metadata={"help": "Evaluation images, same layout."})
@@ -121,17 +126,13 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dat
         files = {"train": data.train_dir, "validation": data.validation_dir}
         data_files = {split: os.path.join(path, "**") for split, path in files.items() if path is not None}
         return datasets.load_dataset("imagefolder", data_files=data_files, cache_dir=model.cache_dir)
-    try:
-        return datasets.load_dataset(
-            data.dataset_name, data.dataset_config_name, cache_dir=model.cache_dir, token=model.token
-        )
-    except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
-        raise SystemExit(
-            f"--dataset_name {data.dataset_name}: not in the local datasets cache and the Hub cannot be reached "
-            f"({type(err).__name__}). Pass local folders instead, e.g. --train_dir "
-            "../../../shared/data/images/uci-digits-8x8/train --validation_dir "
-            "../../../shared/data/images/uci-digits-8x8/validation"
-        ) from None
+    return example_utils.load_hub_dataset(
+        data.dataset_name,
+        data.dataset_config_name,
+        local_files_hint="--train_dir train --validation_dir validation (imagefolder layout: a sub-folder per class)",
+        cache_dir=model.cache_dir,
+        token=model.token,
+    )
 
 
 def check_columns(raw: datasets.DatasetDict, data: DataTrainingArguments) -> list[str]:
@@ -259,26 +260,12 @@ def collate_fn(examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
 
 
 def main() -> None:
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUTrainingArguments))
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
+    model_args, data_args, training_args = example_utils.parse_args(
+        ModelArguments, DataTrainingArguments, IPUTrainingArguments
     )
-    log_level = training_args.get_process_log_level()
-    for lib_logger in (logger, logging.getLogger("optimum_ipu")):
-        lib_logger.setLevel(log_level)
-    datasets.utils.logging.set_verbosity(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    logger.info("Training/evaluation parameters %s", training_args)
+    example_utils.setup_logging(training_args, logger)
 
-    # A non-empty output_dir is resumed from its last checkpoint, or refused without --overwrite_output_dir.
-    last_checkpoint = training_args.checkpoint_in_output_dir()
+    last_checkpoint = example_utils.start_run(training_args)
     set_seed(training_args.seed)
 
     raw = load_raw_datasets(data_args, model_args)
@@ -322,24 +309,13 @@ def main() -> None:
     )
 
     if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint or last_checkpoint
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        if training_args.compile_only:
-            logger.info("--compile_only: graphs compiled and cached; nothing trained or saved")
+        if not example_utils.train(trainer, training_args, last_checkpoint, len(train_dataset)):
             return
-        trainer.save_model()  # the image processor too
-        metrics = train_result.metrics
-        metrics["train_samples"] = len(train_dataset)
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
 
     if training_args.do_eval:
-        logger.info("*** Evaluate ***")
-        metrics = trainer.evaluate()
-        metrics["eval_samples"] = len(eval_dataset)
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
+        example_utils.evaluate(trainer, len(eval_dataset))
+
+    example_utils.finish(trainer, training_args)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,14 @@ The flags of the `transformers` example of the same name, plus `--ipu_config_nam
       --num_train_epochs 10 --per_device_train_batch_size 1 --learning_rate 3e-4 --warmup_ratio 0.1 \\
       --text_column_name text --max_duration_in_seconds 15 --do_train --do_eval
 
-Data: `--dataset_name` (from the local `datasets` cache; audio decoded here), or `--train_dir` / `--eval_dir`,
-`audiofolder` splits (a `metadata.csv` with `file_name` and `--text_column_name`). Transcriptions are lower-cased and
-stripped of `--chars_to_ignore`; the vocabulary is built from their characters (`|` between words, `[UNK]`,
-`[PAD]` as the CTC blank) and saved as `vocab.json` beside the model. Audio is decoded with `soundfile`, resampled to
-16 kHz, and every clip padded to `--max_duration_in_seconds` (longer ones, and those under
-`--min_duration_in_seconds`, left out), every label sequence to the longest transcription: one shape for every
-batch. Writes `train_results.json`, `eval_results.json` (`eval_wer`, `eval_cer`), `all_results.json`, the model,
-its feature extractor and tokenizer, and `ipu_config.json`.
+Data: `--dataset_name` (from the Hugging Face Hub or its local cache; audio decoded here), or `--train_dir` /
+`--eval_dir`, `audiofolder` splits (a `metadata.csv` with `file_name` and `--text_column_name`). Transcriptions are
+lower-cased and stripped of `--chars_to_ignore`; the vocabulary is built from their characters (`|` between words,
+`[UNK]`, `[PAD]` as the CTC blank) and saved as `vocab.json` beside the model. Audio is decoded with `soundfile`,
+resampled to 16 kHz, and every clip padded to `--max_duration_in_seconds` (longer ones, and those under
+`--min_duration_in_seconds`, left out), every label sequence to the longest transcription: one shape for every batch.
+Writes `train_results.json`, `eval_results.json` (`eval_wer`, `eval_cer`), `all_results.json`, the model, its feature
+extractor and tokenizer, and `ipu_config.json`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import datasets
 import jiwer
@@ -40,14 +42,16 @@ from transformers import (
     AutoFeatureExtractor,
     AutoModelForCTC,
     EvalPrediction,
-    HfArgumentParser,
     Wav2Vec2CTCTokenizer,
     Wav2Vec2FeatureExtractor,
     set_seed,
 )
 
-from optimum_ipu import IPUTrainer, IPUTrainingArguments
-from optimum_ipu.errors import run_script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
+import example_utils  # noqa: E402
+
+from optimum_ipu import IPUTrainer, IPUTrainingArguments  # noqa: E402
+from optimum_ipu.errors import run_script  # noqa: E402
 from optimum_ipu.pipelines.audio import load_audio, read_audio_folder
 
 logger = logging.getLogger(__name__)
@@ -62,8 +66,8 @@ class ModelArguments:
     model_name_or_path: str | None = field(
         default=None,
         metadata={
-            "help": "Model folder or id in the local Hugging Face cache; leave out to train from "
-            "scratch (--model_type)."
+            "help": "Model id on the Hugging Face Hub (downloaded once, then cached) or a folder; leave "
+            "out to train from scratch (--model_type)."
         },
     )
     model_type: str | None = field(default=None, metadata={"help": "Family to train from scratch: wav2vec2, hubert."})
@@ -73,7 +77,7 @@ class ModelArguments:
     tokenizer_name_or_path: str | None = field(
         default=None, metadata={"help": "A CTC tokenizer folder; by default a vocabulary is built from the data."}
     )
-    cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded models are cached."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are cached."})
     freeze_feature_encoder: bool = field(default=True, metadata={"help": "Do not train the feature encoder."})
     attention_dropout: float = field(default=0.0, metadata={"help": "Dropout of the attention probabilities."})
     activation_dropout: float = field(default=0.0, metadata={"help": "Dropout inside the feed-forward layers."})
@@ -107,7 +111,9 @@ class ModelArguments:
 class DataTrainingArguments:
     """What speech to train and evaluate on, and how its transcriptions are normalized."""
 
-    dataset_name: str | None = field(default=None, metadata={"help": "Dataset name (from the local datasets cache)."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Dataset id on the Hub, or a local dataset folder."}
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     train_dir: str | None = field(default=None, metadata={"help": "Training split: an audiofolder (metadata.csv)."})
     eval_dir: str | None = field(default=None, metadata={"help": "Evaluation split: an audiofolder."})
@@ -141,30 +147,26 @@ class DataTrainingArguments:
 
 
 def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dict[str, datasets.Dataset]:
-    """The train / eval splits, from audiofolder folders or the local `datasets` cache (audio left undecoded)."""
+    """The train / eval splits, from audiofolder folders or the Hugging Face Hub or its local cache (audio left
+    undecoded)."""
     if data.dataset_name is None:
         dirs = {"train": data.train_dir, "eval": data.eval_dir}
         return {split: read_audio_folder(path, data.audio_column_name) for split, path in dirs.items() if path}
     out = {}
     for split, names in (("train", data.train_split_name), ("eval", data.eval_split_name)):
-        try:
-            parts = [
-                datasets.load_dataset(
-                    data.dataset_name,
-                    data.dataset_config_name,
-                    split=name,
-                    cache_dir=model.cache_dir,
-                    token=model.token,
-                )
-                for name in names.split("+")
-            ]
-        except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
-            raise SystemExit(
-                f"--dataset_name {data.dataset_name} ({names}): not in the local datasets cache and the Hub cannot be "
-                f"reached ({type(err).__name__}). Pass local folders instead, e.g. --train_dir "
-                "../../../shared/data/audio/fsdd/train --eval_dir ../../../shared/data/audio/fsdd/test "
-                "--text_column_name transcription"
-            ) from None
+        hint = "--train_dir train --eval_dir test --text_column_name transcription (audiofolder layout: audio files, "
+        hint += "metadata.csv with file_name and the transcription)"
+        parts = [
+            example_utils.load_hub_dataset(
+                data.dataset_name,
+                data.dataset_config_name,
+                local_files_hint=hint,
+                split=name,
+                cache_dir=model.cache_dir,
+                token=model.token,
+            )
+            for name in names.split("+")
+        ]
         dataset = datasets.concatenate_datasets(parts)
         if isinstance(dataset.features.get(data.audio_column_name), datasets.Audio):
             dataset = dataset.cast_column(data.audio_column_name, datasets.Audio(decode=False))  # decoded here
@@ -276,94 +278,100 @@ def error_rates(tokenizer: Wav2Vec2CTCTokenizer, metrics: list[str]):
     return compute
 
 
-def main() -> None:
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUTrainingArguments))
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    log_level = training_args.get_process_log_level()
-    for lib_logger in (logger, logging.getLogger("optimum_ipu")):
-        lib_logger.setLevel(log_level)
-    datasets.utils.logging.set_verbosity(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    logger.info("Training/evaluation parameters %s", training_args)
-    last_checkpoint = training_args.checkpoint_in_output_dir()
-    set_seed(training_args.seed)
-
-    raw = load_raw_datasets(data_args, model_args)
-    audio_column, text_column = data_args.audio_column_name, data_args.text_column_name
+def check_columns(raw: dict[str, datasets.Dataset], data_args: DataTrainingArguments) -> None:
     for split, dataset in raw.items():
-        for flag, column in (("--audio_column_name", audio_column), ("--text_column_name", text_column)):
+        for flag in ("--audio_column_name", "--text_column_name"):
+            column = getattr(data_args, flag[2:])
             if column not in dataset.column_names:
                 raise ValueError(
                     f"{flag} {column}: the {split} data has no such column (columns: "
                     f"{', '.join(dataset.column_names)}); name the right one"
                 )
-    normalize = normalizer(data_args.chars_to_ignore)
-    texts = {split: [normalize(str(t)) for t in dataset[text_column]] for split, dataset in raw.items()}
 
+
+def make_tokenizer(
+    model_args: ModelArguments, data_args: DataTrainingArguments, texts: dict[str, list[str]], output_dir: str
+) -> Wav2Vec2CTCTokenizer:
+    """The given tokenizer, or one over the characters of the transcriptions (its vocab.json in `output_dir`)."""
     if model_args.tokenizer_name_or_path:
-        tokenizer = Wav2Vec2CTCTokenizer.from_pretrained(model_args.tokenizer_name_or_path)
-    else:
-        os.makedirs(training_args.output_dir, exist_ok=True)
-        vocab_file = os.path.join(training_args.output_dir, "vocab.json")
-        with open(vocab_file, "w", encoding="utf-8") as f:
-            json.dump(build_vocabulary(texts.get("train", []) + texts.get("eval", []), data_args), f)
-        tokenizer = Wav2Vec2CTCTokenizer(
-            vocab_file,
-            unk_token=data_args.unk_token,
-            pad_token=data_args.pad_token,
-            word_delimiter_token=data_args.word_delimiter_token,
-        )
-    model, feature_extractor = build_model(model_args, tokenizer)
+        return Wav2Vec2CTCTokenizer.from_pretrained(model_args.tokenizer_name_or_path)
+    os.makedirs(output_dir, exist_ok=True)
+    vocab_file = os.path.join(output_dir, "vocab.json")
+    with open(vocab_file, "w", encoding="utf-8") as f:
+        json.dump(build_vocabulary(texts.get("train", []) + texts.get("eval", []), data_args), f)
+    return Wav2Vec2CTCTokenizer(
+        vocab_file,
+        unk_token=data_args.unk_token,
+        pad_token=data_args.pad_token,
+        word_delimiter_token=data_args.word_delimiter_token,
+    )
+
+
+def prepare_split(
+    split: str,
+    dataset: datasets.Dataset,
+    texts: list[str],
+    limit: int | None,
+    feature_extractor: Any,
+    tokenizer: Wav2Vec2CTCTokenizer,
+    label_length: int,
+    data_args: DataTrainingArguments,
+    training_args: IPUTrainingArguments,
+) -> datasets.Dataset:
+    """Decode, resample and pad every clip to the longest duration; tokenize and pad every transcription; leave
+    out the clips outside the durations."""
     rate = feature_extractor.sampling_rate
     max_samples = int(round(data_args.max_duration_in_seconds * rate))
     min_samples = int(round(data_args.min_duration_in_seconds * rate))
+    dataset = dataset.add_column("_text", texts)
+    if limit is not None:
+        dataset = dataset.select(range(min(limit, len(dataset))))
+
+    def features(batch: dict[str, list]) -> dict[str, list]:
+        clips = [load_audio(a, rate) for a in batch[data_args.audio_column_name]]
+        out = dict(
+            feature_extractor(clips, sampling_rate=rate, padding="max_length", max_length=max_samples, truncation=True)
+        )
+        out["input_length"] = [len(c) for c in clips]
+        ids = tokenizer(batch["_text"]).input_ids
+        out["labels"] = [seq + [-100] * (label_length - len(seq)) for seq in ids]
+        return out
+
+    with training_args.main_process_first(desc=f"decode {split}"):
+        dataset = dataset.map(features, batched=True, remove_columns=dataset.column_names, desc=f"decode {split}")
+    kept = dataset.filter(lambda n: min_samples <= n <= max_samples, input_columns="input_length")
+    if len(kept) < len(dataset):
+        bounds = (data_args.min_duration_in_seconds, data_args.max_duration_in_seconds)
+        left_out = len(dataset) - len(kept)
+        logger.warning("%s: %d of %d clips are outside %s s and left out", split, left_out, len(dataset), bounds)
+    return kept.remove_columns("input_length").with_format("torch")
+
+
+def main() -> None:
+    model_args, data_args, training_args = example_utils.parse_args(
+        ModelArguments, DataTrainingArguments, IPUTrainingArguments
+    )
+    example_utils.setup_logging(training_args, logger)
+    last_checkpoint = example_utils.start_run(training_args)
+    set_seed(training_args.seed)
+    raw = load_raw_datasets(data_args, model_args)
+    check_columns(raw, data_args)
+    normalize = normalizer(data_args.chars_to_ignore)
+    texts = {split: [normalize(str(t)) for t in dataset[data_args.text_column_name]] for split, dataset in raw.items()}
+    tokenizer = make_tokenizer(model_args, data_args, texts, training_args.output_dir)
+    model, feature_extractor = build_model(model_args, tokenizer)
     label_length = max(len(tokenizer(t).input_ids) for split_texts in texts.values() for t in split_texts)
 
-    def prepare(split: str, limit: int | None) -> datasets.Dataset:
-        """Decode, resample and pad every clip to `max_samples`; tokenize and pad every transcription."""
-        dataset = raw[split].add_column("_text", texts[split])
-        if limit is not None:
-            dataset = dataset.select(range(min(limit, len(dataset))))
+    def prepared(split: str, limit: int | None, flag: str) -> datasets.Dataset:
+        if split not in raw:
+            raise ValueError(f"{flag} needs a {split} dataset: give --{split}_dir (or --dataset_name with one)")
+        args = (feature_extractor, tokenizer, label_length, data_args, training_args)
+        return prepare_split(split, raw[split], texts[split], limit, *args)
 
-        def features(batch: dict[str, list]) -> dict[str, list]:
-            clips = [load_audio(a, rate) for a in batch[audio_column]]
-            out = dict(
-                feature_extractor(
-                    clips, sampling_rate=rate, padding="max_length", max_length=max_samples, truncation=True
-                )
-            )
-            out["input_length"] = [len(c) for c in clips]
-            ids = tokenizer(batch["_text"]).input_ids
-            out["labels"] = [seq + [-100] * (label_length - len(seq)) for seq in ids]
-            return out
-
-        with training_args.main_process_first(desc=f"decode {split}"):
-            dataset = dataset.map(features, batched=True, remove_columns=dataset.column_names, desc=f"decode {split}")
-        kept = dataset.filter(lambda n: min_samples <= n <= max_samples, input_columns="input_length")
-        if len(kept) < len(dataset):
-            bounds = (data_args.min_duration_in_seconds, data_args.max_duration_in_seconds)
-            logger.warning(
-                "%s: %d of %d clips are outside %s s and left out",
-                split,
-                len(dataset) - len(kept),
-                len(dataset),
-                bounds,
-            )
-        return kept.remove_columns("input_length").with_format("torch")
-
-    train_dataset = prepare("train", data_args.max_train_samples) if training_args.do_train else None
-    eval_dataset = prepare("eval", data_args.max_eval_samples) if training_args.do_eval else None
+    train_dataset = prepared("train", data_args.max_train_samples, "--do_train") if training_args.do_train else None
+    eval_dataset = prepared("eval", data_args.max_eval_samples, "--do_eval") if training_args.do_eval else None
     feature_extractor.save_pretrained(training_args.output_dir)
     tokenizer.save_pretrained(training_args.output_dir)
-
     trainer = IPUTrainer(
         model=model,
         args=training_args,
@@ -374,23 +382,12 @@ def main() -> None:
         processing_class=feature_extractor,
     )
     if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint or last_checkpoint)
-        if training_args.compile_only:
-            logger.info("--compile_only: graphs compiled and cached; nothing trained or saved")
+        if not example_utils.train(trainer, training_args, last_checkpoint, len(train_dataset)):
             return
-        trainer.save_model()
         tokenizer.save_pretrained(training_args.output_dir)
-        metrics = train_result.metrics
-        metrics["train_samples"] = len(train_dataset)
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
     if training_args.do_eval:
-        logger.info("*** Evaluate ***")
-        metrics = trainer.evaluate()
-        metrics["eval_samples"] = len(eval_dataset)
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
+        example_utils.evaluate(trainer, len(eval_dataset))
+    example_utils.finish(trainer, training_args)
 
 
 if __name__ == "__main__":

@@ -12,22 +12,21 @@ The flags of the `transformers` example of the same name, plus `--ipu_config_nam
       --learning_rate 1e-5 --warmup_steps 500 --do_train --do_eval --predict_with_generate \\
       --generation_max_length 225 --text_column_name sentence --do_lower_case
 
-Data: `--dataset_name` (from the local `datasets` cache; audio decoded here), or `--train_dir` / `--eval_dir`,
-`audiofolder` splits (a `metadata.csv` with `file_name` and `--text_column_name`). Audio is decoded with `soundfile`
-and resampled to the feature extractor's rate; Whisper's feature extractor pads (or cuts) every clip to its 30 s
-window, and
-every label sequence is padded to the longest transcription, so every batch has one shape. With
-`--predict_with_generate`, evaluation generates through `optimum_ipu.models.generation.generate_static`
-(transformers' static KV cache, the batch padded to its full size). Writes `train_results.json`,
-`eval_results.json` (`eval_wer`), `all_results.json`, and the model with its processors and `ipu_config.json`.
+Data: `--dataset_name` (from the Hugging Face Hub or its local cache; audio decoded here), or `--train_dir` /
+`--eval_dir`, `audiofolder` splits (a `metadata.csv` with `file_name` and `--text_column_name`). Audio is decoded with
+`soundfile` and resampled to the feature extractor's rate; Whisper's feature extractor pads (or cuts) every clip to
+its 30 s window, and every label sequence is padded to the longest transcription, so every batch has one shape. With
+`--predict_with_generate`, evaluation generates through `optimum_ipu.models.generation.generate_static` (transformers'
+static KV cache, the batch padded to its full size). Writes `train_results.json`, `eval_results.json` (`eval_wer`),
+`all_results.json`, and the model with its processors and `ipu_config.json`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import datasets
@@ -41,12 +40,14 @@ from transformers import (
     AutoModelForSpeechSeq2Seq,
     AutoTokenizer,
     EvalPrediction,
-    HfArgumentParser,
     set_seed,
 )
 
-from optimum_ipu import IPUSeq2SeqTrainer, IPUSeq2SeqTrainingArguments
-from optimum_ipu.errors import run_script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
+import example_utils  # noqa: E402
+
+from optimum_ipu import IPUSeq2SeqTrainer, IPUSeq2SeqTrainingArguments  # noqa: E402
+from optimum_ipu.errors import run_script  # noqa: E402
 from optimum_ipu.pipelines.audio import load_audio, read_audio_folder
 
 logger = logging.getLogger(__name__)
@@ -56,13 +57,15 @@ logger = logging.getLogger(__name__)
 class ModelArguments:
     """Which model, tokenizer and feature extractor to fine-tune."""
 
-    model_name_or_path: str = field(metadata={"help": "Model folder or id in the local Hugging Face cache."})
+    model_name_or_path: str = field(
+        metadata={"help": "Model id on the Hugging Face Hub (downloaded once, then cached) or a folder."}
+    )
     config_name: str | None = field(default=None, metadata={"help": "Config folder or id, if not the model's."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer folder or id, if not the model's."})
     feature_extractor_name: str | None = field(
         default=None, metadata={"help": "Feature extractor, if not the model's."}
     )
-    cache_dir: str | None = field(default=None, metadata={"help": "Where downloaded models are cached."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are cached."})
     model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model."})
     token: str | None = field(default=None, metadata={"help": "Hugging Face Hub token."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from the model's repository."})
@@ -74,7 +77,9 @@ class ModelArguments:
 class DataTrainingArguments:
     """What speech to train and evaluate on."""
 
-    dataset_name: str | None = field(default=None, metadata={"help": "Dataset name (from the local datasets cache)."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Dataset id on the Hub, or a local dataset folder."}
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
     train_dir: str | None = field(default=None, metadata={"help": "Training split: an audiofolder (metadata.csv)."})
     eval_dir: str | None = field(default=None, metadata={"help": "Evaluation split: an audiofolder."})
@@ -102,24 +107,19 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
         return {split: read_audio_folder(path, data.audio_column_name) for split, path in dirs.items() if path}
     out = {}
     for split, names in (("train", data.train_split_name), ("eval", data.eval_split_name)):
-        try:
-            parts = [
-                datasets.load_dataset(
-                    data.dataset_name,
-                    data.dataset_config_name,
-                    split=name,
-                    cache_dir=model.cache_dir,
-                    token=model.token,
-                )
-                for name in names.split("+")
-            ]
-        except Exception as err:  # offline: DatasetNotFoundError, ConnectionError, OfflineModeIsEnabled, ...
-            raise SystemExit(
-                f"--dataset_name {data.dataset_name} ({names}): not in the local datasets cache and the Hub cannot be "
-                f"reached ({type(err).__name__}). Pass local folders instead, e.g. --train_dir "
-                "../../../shared/data/audio/fsdd/train --eval_dir ../../../shared/data/audio/fsdd/test "
-                "--text_column_name transcription"
-            ) from None
+        hint = "--train_dir train --eval_dir test --text_column_name transcription (audiofolder layout: audio files, "
+        hint += "metadata.csv with file_name and the transcription)"
+        parts = [
+            example_utils.load_hub_dataset(
+                data.dataset_name,
+                data.dataset_config_name,
+                local_files_hint=hint,
+                split=name,
+                cache_dir=model.cache_dir,
+                token=model.token,
+            )
+            for name in names.split("+")
+        ]
         dataset = datasets.concatenate_datasets(parts)
         if isinstance(dataset.features.get(data.audio_column_name), datasets.Audio):
             dataset = dataset.cast_column(data.audio_column_name, datasets.Audio(decode=False))  # decoded here
@@ -200,24 +200,12 @@ def prepared_split(
 
 
 def main() -> None:
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, IPUSeq2SeqTrainingArguments))
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
+    model_args, data_args, training_args = example_utils.parse_args(
+        ModelArguments, DataTrainingArguments, IPUSeq2SeqTrainingArguments
     )
-    log_level = training_args.get_process_log_level()
-    for lib_logger in (logger, logging.getLogger("optimum_ipu")):
-        lib_logger.setLevel(log_level)
-    datasets.utils.logging.set_verbosity(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    last_checkpoint = training_args.checkpoint_in_output_dir()
+    example_utils.setup_logging(training_args, logger)
+    last_checkpoint = example_utils.start_run(training_args)
     set_seed(training_args.seed)
-
     raw = load_raw_datasets(data_args, model_args)
     for split, dataset in raw.items():
         for flag, column in (
@@ -253,19 +241,13 @@ def main() -> None:
         compute_metrics=word_error_rate(tokenizer) if training_args.predict_with_generate else None,
     )
     if training_args.do_train:
-        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint or last_checkpoint)
-        trainer.save_model()
+        if not example_utils.train(trainer, training_args, last_checkpoint, len(splits["train"])):
+            return
         tokenizer.save_pretrained(training_args.output_dir)
-        metrics = {**result.metrics, "train_samples": len(splits["train"])}
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
     if training_args.do_eval:
-        logger.info("*** Evaluate ***")
-        metrics = trainer.evaluate(metric_key_prefix="eval", max_length=training_args.generation_max_length)
-        metrics["eval_samples"] = len(splits["eval"])
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
+        max_length = training_args.generation_max_length
+        example_utils.evaluate(trainer, len(splits["eval"]), metric_key_prefix="eval", max_length=max_length)
+    example_utils.finish(trainer, training_args)
 
 
 if __name__ == "__main__":

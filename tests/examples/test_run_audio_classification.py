@@ -98,6 +98,7 @@ def test_fsdd_from_scratch(tmp_path, shared_data, model_type):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
+    assert (out / "training_curves.png").read_bytes()[:4] == b"\x89PNG"  # beside all_results.json
     expected = {"train_loss", "train_samples_per_second", "eval_loss", "eval_accuracy", "eval_samples"}
     assert expected <= set(everything), expected - set(everything)
     assert everything["train_samples"] == 32 and everything["eval_samples"] == 24
