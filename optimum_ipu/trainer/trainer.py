@@ -36,7 +36,7 @@ from ..models.pipelined import to_pipelined
 from ..runtime.devices import default_device
 from ..runtime.distributed import check_ranks_agree, release_process_group_at_exit, replicas_per_process, world_size
 from ..runtime.engine import Engine
-from ..runtime.fsdp import FSDP_HELP, full_state_dict, shard_model
+from ..runtime.fsdp import full_state_dict, shard_model, shard_pipeline
 from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
 from ..runtime.process_flags import configure_compile_cache
@@ -313,15 +313,25 @@ class IPUTrainer(TrainerPrivateHooks):
 
     def _shard_parameters(self, args: IPUTrainingArguments) -> bool:
         """`--fsdp` (transformers' flag): shard parameters, gradients and optimizer state over the replicas
-        (FSDP2, `optimum_ipu.runtime.fsdp`), one process per replica. Returns whether the model is sharded."""
+        (FSDP2, `optimum_ipu.runtime.fsdp`). With pipeline stages on separate processes, each process first keeps
+        only its stage's layers, then shards them over the stage's replicas (a replicas x stages mesh). Returns
+        whether the model is sharded."""
         if not args.fsdp:
             return False
         if world_size() == 1:
             logger.warning("--fsdp in one process: the replicas run in turn here, there is nothing to shard over")
             return False
         if self.process_pipeline is not None:
-            raise ValueError(FSDP_HELP)
-        shard_model(self.model, self.pipelined.layer_paths())
+            if args.eval_strategy != "no":  # evaluation runs the whole model, which no process holds then
+                raise ValueError(
+                    f"--eval_strategy {args.eval_strategy.value}: with --fsdp and pipeline stages on separate "
+                    "processes each process holds only its stage, sharded, so it cannot evaluate; set --eval_strategy "
+                    "no and evaluate the saved model in one process, or train without --fsdp"
+                )
+            counts = [len(stage.layers) for stage in self.pipelined.stage_layout(inference=False)]
+            shard_pipeline(self.model, self.pipelined.layer_paths(), counts, self.ipu_config, self.args.device)
+        else:
+            shard_model(self.model, self.pipelined.layer_paths())
         return True
 
     def get_total_train_batch_size(self, args: TrainingArguments) -> int:

@@ -90,19 +90,3 @@ def test_sharded_parameters_give_one_process_numbers(tmp_path, replicas):
     assert_same_weights(
         load_file(resumed / "final" / "model.safetensors"), load_file(reference / "final" / "model.safetensors")
     )
-
-
-def test_sharding_with_stages_on_processes_is_refused(tmp_path):
-    run = launch(
-        *TORCHRUN,
-        "--nproc_per_node=2",
-        f"--master_port={free_port()}",
-        WORKER,
-        str(tmp_path),
-        "1",
-        "1",
-        "--fsdp",
-        "--stages",
-    )
-    assert run.returncode != 0
-    assert "full parameter sharding (--fsdp) runs with one process per replica" in run.stderr
