@@ -14,6 +14,7 @@ import torch
 
 from optimum_ipu import IncompatibleIPUConfigError, IPUConfig, to_pipelined
 from optimum_ipu.models import derived
+from optimum_ipu.models.layout import layers_per_stage
 from optimum_ipu.models.plans import plan_for_class, registered_classes, registered_plans
 from optimum_ipu.runtime.stage_cut import run_stages_in_turn
 
@@ -81,7 +82,7 @@ def test_stages_run_apart_equal_stock(class_name, layout):
     model = copy.deepcopy(stock)
     model.zero_grad(set_to_none=True)
     pipelined = to_pipelined(model, IPUConfig(layers_per_ipu=STAGE_LAYOUTS[layout]), parallelize=True).train()
-    counts = pipelined.ipu_config.layers_per_stage(pipelined.num_layers)
+    counts = layers_per_stage(pipelined.ipu_config, pipelined.num_layers)
     torch.manual_seed(0)
     got, _ = run_stages_in_turn(
         model, pipelined.stage_cut(), counts, inputs, objective=_tiny(class_name).scalar_objective

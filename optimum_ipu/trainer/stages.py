@@ -25,6 +25,7 @@ from torch import nn
 
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
+from ..models.layout import layers_per_stage
 from ..runtime.distributed import world_size
 from ..runtime.pipeline_parallel import PipelineEngine
 from ..topology import check_schedule
@@ -114,11 +115,13 @@ class ProcessPipeline:
             return torch.zeros((), device=self.trainer.args.device)
         if self.engine is None:
             trainer = self.trainer
+            cut = trainer.pipelined.stage_cut()
             self.engine = PipelineEngine(
                 trainer.pipelined.model,
                 trainer.ipu_config,
-                trainer.pipelined.stage_cut(),
+                cut,
                 list(self._pending[0]),
+                counts=layers_per_stage(trainer.ipu_config, len(cut.layer_paths), inference=False),
                 schedule=self.schedule,
                 precision=trainer.engine.precision,
                 device=trainer.args.device,

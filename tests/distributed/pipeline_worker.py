@@ -18,6 +18,7 @@ import torch.distributed as dist
 from safetensors.torch import save_file
 
 from optimum_ipu import IPUConfig, to_pipelined
+from optimum_ipu.models.layout import layers_per_stage
 from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
 from tests import tiny_models, tiny_models_vision_speech
 
@@ -39,12 +40,14 @@ def main() -> None:
     initial = {k: v.clone() for k, v in pipelined.model.state_dict().items()}
     rows = 2 * config.gradient_accumulation_steps * config.device_iterations
     keys = list(tiny_inputs(class_name, batch=rows))
+    cut = pipelined.stage_cut()
     engine = PipelineEngine(
         pipelined.model,
         config,
-        pipelined.stage_cut(),
+        cut,
         keys,
         lambda params: torch.optim.SGD(params, lr=0.1),
+        counts=layers_per_stage(config, len(cut.layer_paths), inference=False),
         schedule=schedule,
     )
     losses = [float(engine.train_step(tiny_inputs(class_name, batch=rows, seed=step))) for step in range(steps)]

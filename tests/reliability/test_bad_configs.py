@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from optimum_ipu import IncompatibleIPUConfigError, IPUConfig
 from optimum_ipu.cli import main as cli_main
 from optimum_ipu.config import FIELDS
+from optimum_ipu.models.layout import layers_per_stage
 from optimum_ipu.topology import check_processes, replication_for_devices
 
 from ..conftest import PYTHON
@@ -107,9 +108,9 @@ def test_config_against_the_model_and_the_job(fields, num_layers, data, reliabil
         layers, field = config.layers_per_ipu, ("inference_" if inference else "") + "layers_per_ipu"
         fixed, wildcards = sum(n for n in layers if n != -1), layers.count(-1)
         if fixed > num_layers or (not wildcards and fixed != num_layers):
-            reliability.expect_clear_error(lambda: config.layers_per_stage(num_layers), f"`{field}`", CONFIG_ERRORS)
+            reliability.expect_clear_error(lambda: layers_per_stage(config, num_layers), f"`{field}`", CONFIG_ERRORS)
         else:
-            resolved = config.layers_per_stage(num_layers)
+            resolved = layers_per_stage(config, num_layers)
             assert sum(resolved) == num_layers and min(resolved) >= 0
             assert all(r == n for r, n in zip(resolved, layers, strict=True) if n != -1)
     config.train()
