@@ -47,6 +47,7 @@ DEFAULT_SQUAD = Path(__file__).resolve().parents[3] / "shared" / "data" / "squad
 LATENCY_MODES = ("latency", "throughput")
 OUR_BACKENDS = ("auto", "eager", "compile", "onnxruntime", "onnxruntime-int8")
 N_BEST, MAX_ANSWER = 20, 30
+PAUSE_S = 0.01  # between two timed calls (see _measure)
 
 
 def doc_stride(seq_len: int) -> int:
@@ -123,7 +124,9 @@ def eager_runner(model: torch.nn.Module, tokenizer: Any, seq_len: int) -> Callab
         questions, contexts = [q for q, _ in requests], [c for _, c in requests]
         encoded = _encode(tokenizer, questions, contexts, seq_len, "max_length")
         out = model(**{k: torch.from_numpy(v).to(device) for k, v in _inputs(encoded, names).items()})
-        start, end = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+        # the padding out of the ranking (what the other runners, which do not pad, see), so that the answers compare
+        padding = encoded["attention_mask"] == 0
+        start, end = (np.where(padding, -1e4, x.float().cpu().numpy()) for x in (out.start_logits, out.end_logits))
         return run_qa_spans(encoded, start, end, contexts)
 
     return answer
@@ -209,13 +212,15 @@ def _percentiles(times: list[float]) -> dict[str, float]:
 
 def _measure(runners: dict[str, Callable], batches: list[list[Request]], warmup: int) -> dict[str, dict]:
     """Time every runner on every batch, taking turns batch by batch (the order rotating); the first `warmup`
-    batches are run untimed."""
+    batches are run untimed. A pause between calls lets the last runner's worker threads, which spin a while
+    after a call (ONNX Runtime's pools, OpenMP), go idle before the next runner's clock starts."""
     times: dict[str, list[float]] = {name: [] for name in runners}
     answers: dict[str, list[str]] = {name: [] for name in runners}
     names = list(runners)
     for index, batch in enumerate(batches):
         shift = index % len(names)
         for name in names[shift:] + names[:shift]:
+            time.sleep(PAUSE_S)
             start = time.perf_counter()
             result = runners[name](batch)
             elapsed = time.perf_counter() - start

@@ -111,9 +111,10 @@ def _feature_spans(
             if offset is not None:
                 in_context[k] = True
                 chars[k] = offset[0], offset[1]
-    s, e = np.meshgrid(start_indexes, end_indexes, indexing="ij")
+    s, e = start_indexes[:, None], end_indexes[None, :]
     valid = in_context[s] & in_context[e] & (e >= s) & (e - s + 1 <= max_answer_length)
-    s, e = s[valid], e[valid]
+    rows, cols = np.nonzero(valid)  # row-major: start-major, as the loops of run_qa.py
+    s, e = start_indexes[rows], end_indexes[cols]
     starts, ends = start[s], end[e]
     return (starts + ends).astype(np.float64), starts, ends, np.stack([chars[s, 0], chars[e, 1]], axis=1)
 
