@@ -197,9 +197,12 @@ def test_inference_parallelize_kwargs_are_defaults_of_the_static_generation():
     torch.testing.assert_close(generate_static(pipelined, ids, do_sample=False), want)
     no_cache = to_pipelined(model, IPUConfig(inference_parallelize_kwargs={**knobs, "use_cache": False}))
     torch.testing.assert_close(generate_static(no_cache, ids, do_sample=False), want)
-    # the call's own arguments win
-    shorter = generate_static(pipelined, ids, do_sample=False, max_new_tokens=2)
+    # the call's own arguments win (None is not given, as Seq2SeqTrainer passes it)
+    shorter = generate_static(pipelined, ids, do_sample=False, max_new_tokens=2, num_beams=None)
     assert shorter.shape[1] == ids.shape[1] + 2
+    # a stock model and the config apart, as IPUSeq2SeqTrainer and pipeline() call it
+    config = IPUConfig(inference_parallelize_kwargs=knobs)
+    torch.testing.assert_close(generate_static(model, ids, do_sample=False, ipu_config=config), want)
 
 
 # ------------------------------------------------------------------------------------------------ the API

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from ..config import IPUConfig
 from .pipelined import PipelinedModel
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ def generate_static(
     *,
     batch_size: int | None = None,
     prompt_length: int | None = None,
+    ipu_config: IPUConfig | None = None,
     **generate_kwargs: Any,
 ) -> torch.Tensor | ModelOutput:
     """`model.generate()` with the batch padded to `batch_size` rows and prompts to `prompt_length` tokens.
@@ -42,9 +44,10 @@ def generate_static(
         generate_kwargs: passed to `generate()` (`max_new_tokens`, `num_beams`, ...). Other model inputs with a
             batch axis are not padded: pass only `input_ids` and `attention_mask` with `batch_size`.
 
-    A `PipelinedModel` brings the `inference_parallelize_kwargs` of its `IPUConfig` (Optimum Graphcore's knobs
-    of the KV cache) as defaults of the arguments not given: `use_cache` (`False`: no KV cache), `num_beams`,
-    `max_length` (when neither `max_length` nor `max_new_tokens` is given) and `batch_size`.
+        ipu_config (`IPUConfig`, *optional*): the config whose `inference_parallelize_kwargs` (Optimum Graphcore's
+            knobs of the KV cache) give the defaults of the arguments not given: `use_cache` (`False`: no KV
+            cache), `num_beams`, `max_length` (when neither `max_length` nor `max_new_tokens` is given) and
+            `batch_size`. Defaults to a `PipelinedModel`'s own config.
 
     Returns:
         `torch.Tensor`: the generated ids of the real rows, as `generate()` returns them. With
@@ -60,9 +63,11 @@ def generate_static(
     >>> tokenizer.batch_decode(ids, skip_special_tokens=True)
     ```
     """
-    if isinstance(model, PipelinedModel):
-        batch_size = _apply_parallelize_kwargs(model.ipu_config, batch_size, generate_kwargs)
-        model = model.model
+    if ipu_config is None and isinstance(model, PipelinedModel):
+        ipu_config = model.ipu_config
+    if ipu_config is not None:
+        batch_size = _apply_parallelize_kwargs(ipu_config, batch_size, generate_kwargs)
+    model = model.model if isinstance(model, PipelinedModel) else model
     if main_input_name(model) != "input_ids":  # speech (Whisper's input_features): fixed-size inputs, rows padded
         return _generate_from_features(model, input_ids, attention_mask, batch_size, generate_kwargs)
     if input_ids.dim() != 2:
@@ -105,16 +110,19 @@ def generate_static(
     return output
 
 
-def _apply_parallelize_kwargs(ipu_config: Any, batch_size: int | None, generate_kwargs: dict[str, Any]) -> int | None:
+def _apply_parallelize_kwargs(
+    ipu_config: IPUConfig, batch_size: int | None, generate_kwargs: dict[str, Any]
+) -> int | None:
     """Optimum Graphcore's generation knobs of `inference_parallelize_kwargs`, as defaults of this call (in
     place); returns the batch size to pad to. The keys without effect are reported once when the config is made."""
     knobs = ipu_config.value("parallelize_kwargs", inference=True)
-    if "use_cache" in knobs:
-        generate_kwargs.setdefault("use_cache", bool(knobs["use_cache"]))
-    if "num_beams" in knobs:
-        generate_kwargs.setdefault("num_beams", knobs["num_beams"])
-    if "max_length" in knobs and "max_new_tokens" not in generate_kwargs:
-        generate_kwargs.setdefault("max_length", knobs["max_length"])
+    given = {k for k, v in generate_kwargs.items() if v is not None}  # None: not given (Seq2SeqTrainer passes it)
+    if "use_cache" in knobs and "use_cache" not in given:
+        generate_kwargs["use_cache"] = bool(knobs["use_cache"])
+    if "num_beams" in knobs and "num_beams" not in given:
+        generate_kwargs["num_beams"] = knobs["num_beams"]
+    if "max_length" in knobs and not given & {"max_length", "max_new_tokens"}:
+        generate_kwargs["max_length"] = knobs["max_length"]
     return batch_size if batch_size is not None else knobs.get("batch_size")
 
 
