@@ -302,7 +302,8 @@ class StaticBatchingPipeline(Pipeline):
             elif values[0].dim() < 2:
                 batch[key] = torch.cat([v.reshape(1) if v.dim() == 0 else v for v in values])
             else:
-                batch[key] = torch.cat([self._pad_tokens(key, v, side, length) for v in values])
+                padded = [self._pad_tokens(key, v, side, length) for v in values]
+                batch[key] = padded[0] if len(padded) == 1 else torch.cat(padded)  # batch 1: no copy
         return batch
 
     def _pad_tokens(self, key: str, value: torch.Tensor, side: str, target: int) -> torch.Tensor:
@@ -331,9 +332,10 @@ class StaticBatchingPipeline(Pipeline):
         """One host call of the backend on a collated batch: the tensors the model's `forward` takes, in the
         inference layout and precision; floating outputs in fp32 for post-processing."""
         if self._forward_parameters is None:  # read once: inspect.signature costs more than a small forward
-            self._forward_parameters = inspect.signature(self.model.forward).parameters
-        parameters = self._forward_parameters
-        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+            parameters = inspect.signature(self.model.forward).parameters
+            takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+            self._forward_parameters = (parameters, takes_any)
+        parameters, takes_any = self._forward_parameters
         # e.g. token_type_ids from a BERT tokenizer for DistilBERT, which has no such input
         accepted = {k: v for k, v in model_inputs.items() if takes_any or k in parameters}
         if "use_cache" in parameters:  # as transformers' classification pipelines: no KV cache for one forward

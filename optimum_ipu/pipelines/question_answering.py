@@ -17,6 +17,7 @@ import torch
 from .base import StaticBatchingPipeline
 
 Offsets = Sequence[tuple[int, int] | list[int] | None]
+_EMPTY_ANSWER = {"score": 0.0, "start": 0, "end": 0, "answer": ""}  # no span at all (e.g. an empty context)
 
 
 def span_candidate(offsets: tuple[int, int], start_logit: float, end_logit: float) -> dict[str, Any]:
@@ -286,15 +287,21 @@ class IPUQuestionAnsweringPipeline(StaticBatchingPipeline):
             max_answer_length=max_answer_len,
             with_null=handle_impossible_answer,
         )
-        # Offsets are popped by nbest_with_probabilities; keep them by candidate, in the same order.
-        offsets = [c["offsets"] for c in candidates]
-        answers = nbest_with_probabilities(candidates, all_outputs[0]["context"])
-        if len(answers) > len(offsets):  # the placeholder of "no span at all" leads: it is not an answer
-            answers = answers[1:]
+        # The probabilities of nbest_with_probabilities (softmax over the n best), text only for the answers returned.
+        context = all_outputs[0]["context"]
+        if not candidates:
+            return dict(_EMPTY_ANSWER) if top_k == 1 else [dict(_EMPTY_ANSWER)]
+        scores = np.array([c["score"] for c in candidates])
+        first = candidates[0]["offsets"]
+        placeholder = len(candidates) == 1 and context[first[0] : first[1]] == ""  # its "empty" leads the softmax
+        if placeholder:
+            scores = np.array([0.0, scores[0]])
+        exp_scores = np.exp(scores - np.max(scores))
+        probabilities = (exp_scores / exp_scores.sum())[1:] if placeholder else exp_scores / exp_scores.sum()
         results = [
-            {"score": a["probability"], "start": int(o[0]), "end": int(o[1]), "answer": a["text"]}
-            for a, o in zip(answers, offsets, strict=True)
+            {"score": float(p), "start": int(c["offsets"][0]), "end": int(c["offsets"][1]), "answer": ""}
+            for p, c in zip(probabilities[:top_k], candidates[:top_k], strict=True)
         ]
-        if not results:
-            results = [{"score": 0.0, "start": 0, "end": 0, "answer": ""}]
+        for result in results:
+            result["answer"] = context[result["start"] : result["end"]]
         return results[0] if top_k == 1 else results[:top_k]
