@@ -11,7 +11,7 @@ import pytest
 import transformers
 
 from optimum_ipu.cli.benchmark import format_report, run_benchmark
-from optimum_ipu.cli.benchmark_latency import SQUAD_ENV, load_requests, run_qa_spans
+from optimum_ipu.cli.benchmark_latency import SQUAD_ENV, exact_match_f1, load_requests, run_qa_spans, squad_answers
 from optimum_ipu.pipelines.question_answering import answer_span_candidates
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -38,6 +38,8 @@ def test_latency_mode_times_every_runner_end_to_end(tmp_path):
         assert 0 < result["p50_ms"] <= result["p90_ms"] <= result["p99_ms"]
         assert result["requests_per_second"] > 0
         assert result["answers_equal_to_eager"] >= 0.75  # exact backends; near-ties of random logits may flip
+        # SQuAD EM/F1 against the file's gold answers (random weights: near 0, but computed for every runner)
+        assert 0 <= result["squad"]["exact_match"] <= result["squad"]["f1"] <= 100
     assert set(report["ratios"]) == {f"ours p50 / {name} p50" for name in names[1:]}
     assert json.loads((tmp_path / "benchmark.json").read_text()) == json.loads(json.dumps(report))
     assert (tmp_path / "benchmark.png").read_bytes()[:8] == PNG_MAGIC
@@ -71,8 +73,19 @@ def test_requests_come_from_squad_or_from_the_shipped_histogram(minilm_dir, monk
     monkeypatch.setenv(SQUAD_ENV, str(tmp_path / "missing.json"))
     drawn, source = load_requests(50, tokenizer)
     assert "shipped histogram" in source and len(drawn) == 50
+    assert squad_answers() == {} and exact_match_f1(["x"], drawn[:1], {}) is None  # no gold answers to score
     lengths = [len(tokenizer(q, c)["input_ids"]) for q, c in drawn]
     assert 100 < np.mean(lengths) < 260  # the histogram's mean is 176 tokens
+
+
+def test_exact_match_and_f1_use_squads_normalisation(minilm_dir):
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    requests, _ = load_requests(2, tokenizer)
+    gold = squad_answers()
+    right = [gold[r][0].upper() + "." for r in requests]  # case and punctuation do not count
+    assert exact_match_f1(right, requests, gold) == {"exact_match": 100.0, "f1": 100.0}
+    half = exact_match_f1([right[0], "zzz"], requests, gold)
+    assert half["exact_match"] == 50.0 and half["f1"] == 50.0
 
 
 def test_run_qa_spans_picks_the_best_span_as_the_pipeline(minilm_dir):

@@ -14,9 +14,10 @@ change of load touches all of them alike):
 
 `--mode latency` sends one request at a time (batch 1) and reports p50 / p90 / p99 milliseconds and requests per
 second; `--mode throughput` sends `--batch-size` requests at a time (offline scoring) and reports requests per
-second. The requests come from a SQuAD v1.1 file (`OPTIMUM_IPU_SQUAD_FILE`, default `../shared/data/squad/`, the
-file the shipped feature-length histogram was made from); without it, from that histogram (contexts of the same
-token lengths, drawn from the tokenizer's vocabulary).
+second. Each runner's answers are also scored against the SQuAD file's gold answers (exact match and F1), which is
+how the int8 runner's accuracy cost shows with a fine-tuned model. The requests come from a SQuAD v1.1 file
+(`OPTIMUM_IPU_SQUAD_FILE`, default `../shared/data/squad/`, the file the shipped feature-length histogram was made
+from); without it, from that histogram (contexts of the same token lengths, drawn from the tokenizer's vocabulary).
 """
 
 from __future__ import annotations
@@ -75,6 +76,37 @@ def load_requests(count: int, tokenizer: Any, seed: int = 0) -> tuple[list[Reque
         question = " ".join(rng.choice(words) for _ in range(10)) + "?"
         requests.append((question, " ".join(rng.choice(words) for _ in range(max(1, length - 13)))))
     return requests, f"contexts of the lengths of the shipped histogram ({lengths['source_file']}; {path} not found)"
+
+
+def squad_answers() -> dict[Request, list[str]]:
+    """The gold answers of every question of the SQuAD file, by (question, context); empty without the file."""
+    path = Path(os.environ.get(SQUAD_ENV, DEFAULT_SQUAD))
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))["data"]
+    return {
+        (qa["question"], p["context"]): [a["text"] for a in qa["answers"]]
+        for a in data
+        for p in a["paragraphs"]
+        for qa in p["qas"]
+    }
+
+
+def exact_match_f1(answers: list[str], requests: list[Request], gold: dict[Request, list[str]]) -> dict | None:
+    """SQuAD v1.1 exact match and F1 (percent) of `answers` to the requests' gold answers (torchmetrics' SQuAD
+    metric, the official normalisation); `None` without gold answers or without torchmetrics."""
+    if not gold or any(r not in gold for r in requests):
+        return None
+    try:
+        from torchmetrics.functional.text import squad
+    except ImportError:
+        return None
+    preds = [{"prediction_text": a, "id": str(i)} for i, a in enumerate(answers)]
+    target = [
+        {"answers": {"text": gold[r], "answer_start": [0] * len(gold[r])}, "id": str(i)} for i, r in enumerate(requests)
+    ]
+    scores = squad(preds, target)
+    return {"exact_match": float(scores["exact_match"]), "f1": float(scores["f1"])}
 
 
 # ------------------------------------------------------------------------------------------- the baselines' steps
@@ -275,7 +307,8 @@ def run_latency_benchmark(
     runners[eager_name] = eager_runner(net, tokenizer, seq_len)
     if onnxruntime_available():
         runners["ONNX Runtime (fused graph, own length)"] = onnxruntime_runner(net, tokenizer, seq_len)
-    measured = _measure(runners, batches, min(warmup, len(batches) - 1))
+    warmup = min(warmup, len(batches) - 1)
+    measured = _measure(runners, batches, warmup)
     report = _report(measured, model_name, mode, seq_len, rows, source, eager_name, tokenizer, batches[warmup:])
     os.makedirs(output_dir, exist_ok=True)
     stem = os.path.join(output_dir, "benchmark")  # the names every mode writes (gpu_check collects them)
@@ -289,6 +322,8 @@ def _report(
     measured: dict, model: str, mode: str, seq_len: int, rows: int, source: str, eager: str, tokenizer: Any, timed: list
 ) -> dict[str, Any]:
     results = []
+    pairs = [request for batch in timed for request in batch]
+    gold = squad_answers() if source.startswith("SQuAD") else {}
     for name, m in measured.items():
         stats = _percentiles(m["times"])
         stats["requests_per_second"] = rows * len(m["times"]) / sum(m["times"])
@@ -297,10 +332,9 @@ def _report(
         results.append(
             {"name": name, **stats, "samples_per_second": stats["requests_per_second"], "answers_equal_to_eager": equal}
         )
+        results[-1]["squad"] = exact_match_f1(m["answers"], pairs, gold)  # the accuracy cost of a runner (int8)
     ours = results[0]
-    lengths = [
-        len(tokenizer(q, c, truncation="only_second", max_length=seq_len)["input_ids"]) for b in timed for q, c in b
-    ]
+    lengths = [len(tokenizer(q, c, truncation="only_second", max_length=seq_len)["input_ids"]) for q, c in pairs]
     return {
         "mode": mode,
         "model": model,
@@ -371,11 +405,15 @@ def chart(report: dict, path: str) -> None:
 
 def format_latency_report(report: dict) -> str:
     """The report as a table: one line per runner, then the ratios."""
-    lines = [f"{'runner':44s} {'p50 ms':>8s} {'p90 ms':>8s} {'p99 ms':>8s} {'req/s':>8s} {'= eager':>8s}"]
+    lines = [
+        f"{'runner':44s} {'p50 ms':>8s} {'p90 ms':>8s} {'p99 ms':>8s} {'req/s':>8s} {'= eager':>8s} {'EM / F1':>12s}"
+    ]
     for r in report["results"]:
+        squad = r.get("squad")
+        accuracy = f"{squad['exact_match']:5.1f} / {squad['f1']:4.1f}" if squad else "n/a"
         lines.append(
             f"{r['name']:44s} {r['p50_ms']:8.2f} {r['p90_ms']:8.2f} {r['p99_ms']:8.2f} "
-            f"{r['requests_per_second']:8.1f} {r['answers_equal_to_eager']:8.1%}"
+            f"{r['requests_per_second']:8.1f} {r['answers_equal_to_eager']:8.1%} {accuracy:>12s}"
         )
     lines.append(
         f"{report['requests']} requests ({report['request_source']}), {report['mean_request_tokens']:.1f} tokens on "
