@@ -11,7 +11,14 @@ import pytest
 import transformers
 
 from optimum_ipu.cli.benchmark import format_report, run_benchmark
-from optimum_ipu.cli.benchmark_latency import SQUAD_ENV, exact_match_f1, load_requests, run_qa_spans, squad_answers
+from optimum_ipu.cli.benchmark_latency import (
+    SQUAD_ENV,
+    exact_match_f1,
+    load_requests,
+    run_qa_spans,
+    squad_accuracy,
+    squad_answers,
+)
 from optimum_ipu.pipelines.question_answering import answer_span_candidates
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -86,6 +93,15 @@ def test_exact_match_and_f1_use_squads_normalisation(minilm_dir):
     assert exact_match_f1(right, requests, gold) == {"exact_match": 100.0, "f1": 100.0}
     half = exact_match_f1([right[0], "zzz"], requests, gold)
     assert half["exact_match"] == 50.0 and half["f1"] == 50.0
+
+
+def test_squad_accuracy_scores_each_backend_on_whole_articles():
+    scores = squad_accuracy(
+        "tiny-bert-config", ("eager", "onnxruntime"), articles=(0, 1), seq_len=128, max_questions=32
+    )
+    assert set(scores) == {"eager", "onnxruntime"}
+    assert scores["eager"] == scores["onnxruntime"]  # exact backends: the same answers, the same EM/F1
+    assert all(0 <= s["exact_match"] <= s["f1"] <= 100 for s in scores.values())
 
 
 def test_run_qa_spans_picks_the_best_span_as_the_pipeline(minilm_dir):

@@ -423,4 +423,58 @@ def format_latency_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["run_latency_benchmark", "format_latency_report", "load_requests", "run_qa_spans", "LATENCY_MODES"]
+def squad_accuracy(
+    model: str,
+    backends: tuple[str, ...] = ("onnxruntime", "onnxruntime-int8"),
+    articles: tuple[int, int] = (34, 40),
+    seq_len: int = 384,
+    batch_size: int = 16,
+    max_questions: int | None = None,
+) -> dict[str, dict[str, float]]:
+    """SQuAD exact match and F1 of our pipeline with each backend on every question of the file's `articles`
+    (start, end), in batches of `batch_size` (answers do not depend on the batch), the first `max_questions` only
+    when given: the accuracy cost of a backend, e.g. int8, measured on a fine-tuned model. Returns
+    `{backend: {"exact_match", "f1"}}`."""
+    path = Path(os.environ.get(SQUAD_ENV, DEFAULT_SQUAD))
+    if not path.is_file():
+        raise ValueError(f"{path}: no SQuAD file; set {SQUAD_ENV} to a SQuAD v1.1 JSON file")
+    data = json.loads(path.read_text(encoding="utf-8"))["data"][slice(*articles)]
+    requests = [(qa["question"], p["context"]) for a in data for p in a["paragraphs"] for qa in p["qas"]]
+    requests = requests[:max_questions]
+    net, tokenizer, _ = build_model(model)
+    gold, scores = squad_answers(), {}
+    for backend in backends:
+        answer, _ = ours_runner(net, tokenizer, seq_len, backend, None, batch_size)
+        answers = [a for i in range(0, len(requests), batch_size) for a in answer(requests[i : i + batch_size])]
+        scores[backend] = exact_match_f1(answers, requests, gold)
+    return scores
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m optimum_ipu.cli.benchmark_latency MODEL_DIR [--articles 34:40] [--backends ...]`: the SQuAD EM/F1
+    of each backend (see `squad_accuracy`), printed and returned in JSON."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=squad_accuracy.__doc__)
+    parser.add_argument("model", help="a fine-tuned question-answering model folder")
+    parser.add_argument("--articles", default="34:40", help="START:END of the SQuAD file's articles")
+    parser.add_argument("--backends", nargs="+", default=["onnxruntime", "onnxruntime-int8"], choices=OUR_BACKENDS)
+    parser.add_argument("--seq-len", type=int, default=384)
+    args = parser.parse_args(argv)
+    start, end = (int(x) for x in args.articles.split(":"))
+    print(json.dumps(squad_accuracy(args.model, tuple(args.backends), (start, end), args.seq_len), indent=2))
+    return 0
+
+
+__all__ = [
+    "run_latency_benchmark",
+    "format_latency_report",
+    "load_requests",
+    "run_qa_spans",
+    "squad_accuracy",
+    "LATENCY_MODES",
+]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
