@@ -433,10 +433,11 @@ def _stock_run(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> tuple
 
 def _pipelined_run(model: torch.nn.Module, stages: int, inputs: dict[str, torch.Tensor]) -> tuple[Any, dict, dict]:
     from optimum_ipu import IPUConfig, to_pipelined
+    from optimum_ipu.models.layout import layers_per_stage
     from optimum_ipu.runtime.stage_cut import run_stages_in_turn
 
     pipelined = to_pipelined(model, IPUConfig(layers_per_ipu=STAGES[stages]), parallelize=True).train()
-    counts = pipelined.ipu_config.layers_per_stage(pipelined.num_layers)
+    counts = layers_per_stage(pipelined.ipu_config, pipelined.num_layers)
     torch.manual_seed(0)
     output, _ = run_stages_in_turn(model, pipelined.stage_cut(), counts, inputs, objective=objective)
     return pipelined.plan, _outputs(output), _grads(model)

@@ -231,6 +231,34 @@ def test_auto_classes_return_pipelined_models(tmp_path):
     assert type(model.model).__name__ == "BertForQuestionAnswering"
 
 
+def test_auto_classes_use_the_ipu_config_saved_with_the_model(tmp_path, monkeypatch):
+    from optimum_ipu import AutoModelForQuestionAnswering
+    from optimum_ipu.models import auto
+
+    tiny_models.tiny_model("BertForQuestionAnswering").save_pretrained(tmp_path / "model")
+    assert AutoModelForQuestionAnswering.from_pretrained(tmp_path / "model").ipu_config == IPUConfig()  # none saved
+    IPUConfig(layers_per_ipu=[0, -1], gradient_accumulation_steps=4).save_pretrained(tmp_path / "model")
+    model = AutoModelForQuestionAnswering.from_pretrained(tmp_path / "model")
+    assert model.ipu_config.layers_per_ipu == [0, -1] and model.ipu_config.gradient_accumulation_steps == 4
+    # a Hub repo: transformers' file resolution is asked for ipu_config.json with the same revision and token
+    asked = {}
+
+    def fake_cached_file(repo, filename, **kwargs):
+        asked.update(repo=repo, filename=filename, **kwargs)
+        return str(tmp_path / "model" / filename)
+
+    monkeypatch.setattr(auto, "cached_file", fake_cached_file)
+    config = auto.repo_ipu_config("someone/bert-qa", revision="v2", token="hf_x", torch_dtype="float32")
+    assert config.gradient_accumulation_steps == 4
+    assert (asked["repo"], asked["filename"], asked["revision"], asked["token"]) == (
+        "someone/bert-qa",
+        "ipu_config.json",
+        "v2",
+        "hf_x",
+    )
+    assert "torch_dtype" not in asked  # only what locates a file
+
+
 def test_stages_leave_no_hooks_on_the_model():
     model = tiny_models.tiny_model("T5ForConditionalGeneration").train()
     pipelined = to_pipelined(model, IPUConfig(layers_per_ipu=[1, 2, 1]), parallelize=True)

@@ -8,13 +8,40 @@ model = AutoModelForQuestionAnswering.from_pretrained(path, ipu_config="Graphcor
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import transformers
+from transformers.utils.hub import cached_file
 
 from ..config import IPUConfig
+from ..config_schema import CONFIG_NAME
 from .pipelined import PipelinedModel, to_pipelined
 from .plans import AUTO_CLASSES
+
+logger = logging.getLogger(__name__)
+HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "proxies")
+
+
+def repo_ipu_config(pretrained_model_name_or_path: str, **kwargs: Any) -> IPUConfig | None:
+    """The `ipu_config.json` that sits beside a model (in its folder, the local cache, or its Hub repo, found by
+    `transformers`' own file resolution with the same `revision`, `token`, ...), or None when it has none.
+
+    Args:
+        pretrained_model_name_or_path (`str`): a model folder or Hub id.
+        kwargs: `from_pretrained`'s keyword arguments; those that locate a file on the Hub are used.
+    """
+    found = cached_file(
+        pretrained_model_name_or_path,
+        CONFIG_NAME,
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+        **{k: kwargs[k] for k in HUB_KWARGS if k in kwargs},
+    )
+    if found is None:
+        return None
+    logger.info("using the IPU config saved with the model: %s", found)
+    return IPUConfig.from_json_file(found)
 
 
 class _IPUAutoModel:
@@ -34,13 +61,17 @@ class _IPUAutoModel:
         """Load with `transformers.<same name>.from_pretrained(...)`, then pipeline and parallelize.
 
         Args:
-            pretrained_model_name_or_path (`str`): a model folder or an id in the local Hugging Face cache.
+            pretrained_model_name_or_path (`str`): a model folder or a Hub id (downloaded as `transformers` does,
+                or read from the local cache offline).
             ipu_config (`IPUConfig` or `str`, *optional*): a config, a folder / JSON file / id of one
-                (e.g. `"Graphcore/bert-base-ipu"`); defaults to `IPUConfig()` (one stage, one replica).
+                (e.g. `"Graphcore/bert-base-ipu"`); defaults to the `ipu_config.json` saved with the model (as
+                `IPUTrainer.save_model` and Optimum Graphcore write it), else `IPUConfig()` (one stage, one replica).
             args, kwargs: passed to `transformers`' `from_pretrained`.
         """
         model = cls._auto().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        return to_pipelined(model, ipu_config if ipu_config is not None else IPUConfig(), parallelize=True)
+        if ipu_config is None:
+            ipu_config = repo_ipu_config(pretrained_model_name_or_path, **kwargs) or IPUConfig()
+        return to_pipelined(model, ipu_config, parallelize=True)
 
     @classmethod
     def from_config(cls, config: Any, ipu_config: IPUConfig | str | None = None, **kwargs: Any) -> PipelinedModel:

@@ -166,9 +166,9 @@ class PipelinedModel(nn.Module):
             else:
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
                 self._undo.append(self.model.gradient_checkpointing_disable)
-        inference = not self.training
-        emb = cfg.value("embedding_serialization_factor", inference=inference)
-        proj = cfg.value("projection_serialization_factor", inference=inference)
+        # swapped once for both modes: the larger factor of the two (the numbers are the same; only memory differs)
+        emb = max(cfg.value("embedding_serialization_factor", inference=i) for i in (False, True))
+        proj = max(cfg.value("projection_serialization_factor", inference=i) for i in (False, True))
         if emb > 1 or proj > 1:
             from ..runtime.serialization import swap_serialized
 

@@ -47,6 +47,7 @@ def _generate(pipe: Pipeline, input_ids: torch.Tensor, attention_mask: torch.Ten
             attention_mask.to(device),
             batch_size=pipe.static_batch_size,
             prompt_length=pipe.max_seq_length,
+            ipu_config=pipe.ipu_config,
             **kwargs,
         )
     sequences = output if isinstance(output, torch.Tensor) else output.sequences

@@ -162,6 +162,7 @@ class IPUSeq2SeqTrainer(IPUTrainer, Seq2SeqTrainer):
                 inputs.get("attention_mask"),
                 batch_size=self.eval_batch_per_call,
                 prompt_length=self.args.generation_prompt_length,
+                ipu_config=self.ipu_config,
                 **gen_kwargs,
             )
         # generate() marks a config derived from the model config; clear the mark so it is not rebuilt every

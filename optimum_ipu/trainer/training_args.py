@@ -269,8 +269,8 @@ class IPUTrainingArguments(TrainingArguments):
         # `activation_checkpointing` is transformers 5.2x's name for `gradient_checkpointing`.
         if getattr(self, "activation_checkpointing", None) or getattr(self, "gradient_checkpointing", None):
             config.recompute_checkpoint_every_layer = True
-        if config.seed is None:
-            config.seed = self.seed
+        # as Optimum Graphcore's trainer: --seed seeds the run and is written into the config it saves
+        config.seed = self.seed
         return config
 
     def precision(self, device_type: str) -> str:
