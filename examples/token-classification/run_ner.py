@@ -348,6 +348,10 @@ def main() -> None:
 
     train_dataset = tokenized("train", data_args.max_train_samples, "--do_train") if training_args.do_train else None
     eval_dataset = tokenized("validation", data_args.max_eval_samples, "--do_eval") if training_args.do_eval else None
+    # tokenized before training: a missing test split is reported before any time is spent
+    predict_dataset = (
+        tokenized("test", data_args.max_predict_samples, "--do_predict") if training_args.do_predict else None
+    )
     if data_args.pad_to_max_length:
         collator = default_data_collator
     else:
@@ -367,7 +371,6 @@ def main() -> None:
     if training_args.do_eval:
         example_utils.evaluate(trainer, len(eval_dataset))
     if training_args.do_predict:
-        predict_dataset = tokenized("test", data_args.max_predict_samples, "--do_predict")
         logger.info("*** Predict ***")
         output = trainer.predict(predict_dataset, metric_key_prefix="predict")
         if "labels" in predict_dataset.column_names:
