@@ -138,6 +138,7 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
             output_dir=args.output_dir,
             mode=args.mode,
             packing=args.packing,
+            backends=tuple(args.backends),
         )
     except ValueError as err:
         raise IncompatibleIPUConfigError(str(err)) from None
@@ -212,8 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--mode",
         default="train",
-        choices=["train", "inference"],
-        help="train: IPUTrainer vs Trainer vs a training loop; inference: the engine vs Trainer.predict vs no_grad",
+        choices=["train", "inference", "latency", "throughput"],
+        help="train: IPUTrainer vs Trainer vs a training loop; inference: the engine vs Trainer.predict vs no_grad; "
+        "latency / throughput: pipeline() vs transformers eager vs ONNX Runtime answering SQuAD questions end to end "
+        "(batch 1 / --batch-size; --steps requests; --model a folder or an architecture)",
     )
     bench.add_argument("--model", default="bert-base-uncased-config", help="architecture, random weights")
     bench.add_argument("--task", default="question-answering", help="question-answering, causal-lm, translation")
@@ -233,6 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="question-answering training on real SQuAD feature lengths: ours on "
         "packed rows (--batch-size rows a step), the baselines on the same features padded; reports features/s",
+    )
+    bench.add_argument(
+        "--backends",
+        nargs="+",
+        default=["auto"],
+        choices=["auto", "eager", "compile", "onnxruntime", "onnxruntime-int8"],
+        help="latency / throughput: our pipeline's backends, one runner each (default: auto)",
     )
     bench.add_argument("--ipu-config", help="IPU config of our runner (default: one device slot)")
     bench.add_argument("--peak-tflops", type=float, help="the device's peak, for model FLOPs utilisation")
