@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .config_hub import push_config_to_hub
 from .config_schema import (
     CONFIG_NAME,
     DEPRECATED_KEYS,
@@ -383,13 +384,37 @@ class IPUConfig:
     def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs: Any) -> Path:
         """Save as `save_directory/ipu_config.json` (the folder is created if needed); returns the file's path.
 
-        `push_to_hub=True` is refused (nothing is uploaded from here: `huggingface_hub.upload_folder` does it).
+        With `push_to_hub=True`, also upload it, as `transformers`' `save_pretrained` does: `repo_id` defaults to
+        the folder's name; `kwargs` are `push_to_hub`'s (`repo_id`, `token`, `private`, `commit_message`, ...).
         """
+        path = self._save_file(save_directory)
         if push_to_hub:
-            raise IncompatibleIPUConfigError(
-                "save_pretrained(push_to_hub=True): nothing is uploaded from here; save, then upload the folder "
-                "with huggingface_hub.upload_folder"
-            )
+            repo_id = kwargs.pop("repo_id", Path(save_directory).name)
+            self.push_to_hub(repo_id, **kwargs)
+        return path
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        commit_message: str | None = None,
+        private: bool | None = None,
+        token: str | None = None,
+        revision: str | None = None,
+        create_pr: bool = False,
+    ) -> Any:
+        """Upload this config as `ipu_config.json` of the Hub repository `repo_id` (created if needed), with
+        `huggingface_hub`, as `PretrainedConfig.push_to_hub` does. Returns the commit's `CommitInfo`."""
+        return push_config_to_hub(
+            self.to_json_string(),
+            repo_id,
+            commit_message=commit_message,
+            private=private,
+            token=token,
+            revision=revision,
+            create_pr=create_pr,
+        )
+
+    def _save_file(self, save_directory: str | os.PathLike) -> Path:
         directory = Path(save_directory)
         if directory.is_file():
             raise IncompatibleIPUConfigError(
@@ -432,20 +457,24 @@ class IPUConfig:
 
         Args:
             name_or_path (`str` or `os.PathLike`):
-                A folder holding `ipu_config.json`; a path to a JSON file; a Hub id found in the local
-                Hugging Face cache (nothing is downloaded); or the id of a config bundled with the package
-                (`Graphcore/bert-base-ipu`, ... see `bundled_config_ids()`).
+                A folder holding `ipu_config.json`; a path to a JSON file; a Hub id (downloaded with
+                `huggingface_hub` into its cache, or read from the cache offline); or, when the Hub cannot serve
+                it, the id of a config bundled with the package (`Graphcore/bert-base-ipu`, ... see
+                `bundled_config_ids()`).
             return_unused_kwargs (`bool`, *optional*, defaults to `False`):
                 As in `transformers`: also return the `kwargs` that are no field (instead of refusing them).
             kwargs:
                 Field values that override those of the file, and `n_ipu` to resolve per-pod values. The loading
                 options of `transformers`' `from_pretrained` are taken too: `cache_dir`, `revision` and
-                `subfolder` say where to look; `token`, `use_auth_token`, `force_download`, `local_files_only`,
-                ... concern downloading, which never happens here, and are accepted without effect.
+                `subfolder` say where to look; `token` (or `use_auth_token`), `force_download`, `local_files_only`
+                and `proxies` how to download; `resume_download`, `trust_remote_code` and `transformers`' private
+                options are accepted without effect.
         """
         where = {k: kwargs.pop(k) for k in HUB_LOADING_KWARGS if k in kwargs}
         for key in DOWNLOAD_KWARGS:
-            kwargs.pop(key, None)
+            value = kwargs.pop(key, None)
+            if key in ("token", "use_auth_token", "force_download", "local_files_only", "proxies"):
+                where[key] = value
         unused = {}
         if return_unused_kwargs:
             unused = {k: kwargs.pop(k) for k in list(kwargs) if k not in known_keys()}

@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 import re
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .config_hub import download_config_file
 from .config_schema import CONFIG_NAME, DEPRECATED_KEYS, FIELDS, METADATA_KEYS, OUTPUT_MODES
 from .errors import IncompatibleIPUConfigError, short_repr
 
 if TYPE_CHECKING:
     from .config import IPUConfig
 
+logger = logging.getLogger(__name__)
 BUNDLED_DIR = Path(__file__).parent / "ipu_configs"
 
 _POSITIVE_INTS = (
@@ -283,25 +286,18 @@ def bundled_config_ids() -> list[str]:
     return sorted(f"Graphcore/{p.stem}" for p in BUNDLED_DIR.glob("*.json"))
 
 
-def _from_hf_cache(repo_id: str, filename: str, cache_dir: Any = None, revision: Any = None) -> str | None:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
-        return None
-    try:
-        found = try_to_load_from_cache(repo_id=repo_id, filename=filename, cache_dir=cache_dir, revision=revision)
-    except Exception:  # an id the Hub would reject is simply not in the cache
-        return None
-    return found if isinstance(found, str) else None
-
-
 def locate_config_file(
-    name_or_path: str | os.PathLike, cache_dir: Any = None, revision: Any = None, subfolder: Any = None
+    name_or_path: str | os.PathLike,
+    cache_dir: Any = None,
+    revision: Any = None,
+    subfolder: Any = None,
+    **download_options: Any,
 ) -> Path:
-    """Find `ipu_config.json` for a folder, a file, a cached Hub id or a bundled id (in that order).
+    """Find `ipu_config.json` for a folder, a file, a Hub id (downloaded into the Hugging Face cache, or read from
+    it offline) or a bundled `Graphcore/*` id (when the Hub cannot serve it), in that order.
 
-    `cache_dir` (the Hugging Face cache to look in), `revision` and `subfolder` are `from_pretrained`'s loading
-    options, as `transformers` takes them.
+    `cache_dir`, `revision` and `subfolder` say where to look, and `download_options` (`token`, `use_auth_token`,
+    `force_download`, `local_files_only`, `proxies`) how to download, as `transformers`' `from_pretrained` takes them.
     """
     for option, value in (("cache_dir", cache_dir), ("revision", revision), ("subfolder", subfolder)):
         if value is not None and not isinstance(value, (str, os.PathLike)):
@@ -326,15 +322,17 @@ def locate_config_file(
     if path.exists():  # a FIFO, a device: refused by read_json with the reason, not searched for as an id
         return path
     name = os.fspath(name_or_path)
-    cached = _from_hf_cache(name, filename, cache_dir, revision)
-    if cached:
-        return Path(cached)
+    found, why_not = download_config_file(name, filename, revision=revision, cache_dir=cache_dir, **download_options)
+    if found:
+        return Path(found)
     bundled = BUNDLED_DIR / f"{name.split('/')[-1]}.json"
     if name.startswith("Graphcore/") and not subfolder and bundled.is_file():
+        logger.info("%s: %s; using the copy bundled with optimum-ipu", name, why_not)
         return bundled
     raise IncompatibleIPUConfigError(
-        f"no IPU config found for {short_repr(name)}: it is not a folder or a file, not in the local Hugging Face "
-        f"cache (nothing is downloaded), and not a bundled id ({', '.join(bundled_config_ids())})"
+        f"no IPU config found for {short_repr(name)}: it is not a folder or a file, {why_not}, and it is not a bundled "
+        f"id ({', '.join(bundled_config_ids())}). Check the id; offline, download it once with a network "
+        "(huggingface-cli download ID ipu_config.json) or pass a folder or a JSON file"
     )
 
 

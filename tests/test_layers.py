@@ -17,7 +17,11 @@ def layer_of(module: str) -> str | None:
     if parts[0] != "optimum_ipu" or len(parts) < 2:
         return None
     head = parts[1]
-    return "config" if head in ("config", "config_schema", "config_validation", "topology", "errors", "files") else head
+    return (
+        "config"
+        if head in ("config", "config_schema", "config_validation", "config_hub", "topology", "errors", "files")
+        else head
+    )
 
 
 def imported_modules(path: Path) -> set[str]:
