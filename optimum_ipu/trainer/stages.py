@@ -58,8 +58,9 @@ class ProcessPipeline:
         if config.value("replicated_tensor_sharding") and config.value("replication_factor") > 1:
             # Graphcore's bert-base config asks for it: refusing would refuse the reference recipe
             logger.warning(
-                "replicated_tensor_sharding: not implemented yet with pipeline stages on separate processes; each "
-                "process keeps the optimizer state of its stage whole (use ipus_per_replica=1 to shard it)"
+                "replicated_tensor_sharding (ZeRO-1) does not apply to pipeline stages on separate processes; each "
+                "process keeps the optimizer state of its stage whole. To shard it over the stage's replicas, pass "
+                "--fsdp (parameters, gradients and optimizer state), or use ipus_per_replica=1"
             )
         plan = trainer.pipelined.plan
         if not plan.process_stages:
