@@ -162,6 +162,15 @@ def test_eager_buckets_pad_each_batch_to_its_bucket(tiny_qa_model_dir):
     assert seen == [(1, 64), (1, 128)]
 
 
+def test_the_inference_layout_sets_the_buckets(tiny_qa_model_dir, caplog):
+    model = transformers.AutoModelForQuestionAnswering.from_pretrained(tiny_qa_model_dir)
+    config = IPUConfig(inference_parallelize_kwargs={"sequence_buckets": [128, 384]})
+    assert "sequence_buckets" not in caplog.text  # realised, so not reported as a key without effect
+    qa = pipeline("question-answering", model, config, backend="eager")
+    assert qa.runner.buckets == [128, 384]
+    assert pipeline("question-answering", model, config, backend="eager", buckets=[384]).runner.buckets == [384]
+
+
 def test_pipeline_takes_optimum_graphcores_order_and_leaves_the_config_alone(tiny_qa_model_dir):
     model = transformers.AutoModelForQuestionAnswering.from_pretrained(tiny_qa_model_dir)
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_qa_model_dir)

@@ -136,7 +136,12 @@ def read_audio_folder(folder: str | os.PathLike, audio_column: str = "audio") ->
         `FileNotFoundError` / `ValueError`: no metadata file, no `file_name` column, or a listed file that is not
         there (the first missing one is named).
     """
-    import datasets
+    try:
+        import datasets  # an optional dependency: only the scripts that read folders need it
+    except ImportError as error:
+        raise ImportError(
+            "read_audio_folder needs the `datasets` package: pip install 'optimum-ipu[examples]'"
+        ) from error
 
     folder = os.fspath(folder)
     found = [os.path.join(folder, n) for n in METADATA_FILES if os.path.isfile(os.path.join(folder, n))]

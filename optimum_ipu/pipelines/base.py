@@ -126,8 +126,8 @@ class StaticBatchingPipeline(Pipeline):
             graph at each batch's own length); `"auto"` takes ONNX Runtime on CPUs and `"compile"` on GPUs (for the
             tasks whose inputs are tokens; the others run `"eager"` / `"compile"`).
         buckets (`list[int]`, *optional*): the sequence lengths token inputs are padded to (the last must be
-            `max_seq_length`; at most 8); about six by default (`default_buckets`), `[max_seq_length]` pads every
-            input to the static length.
+            `max_seq_length`; at most 8); by default the config's `inference_parallelize_kwargs["sequence_buckets"]`,
+            else about six (`default_buckets`); `[max_seq_length]` pads every input to the static length.
         quantize (`bool`, *optional*, defaults to `False`): int8 weights on ONNX Runtime (faster on CPUs, not exact).
         batch_size (`int`, *optional*, defaults to 1): rows per device; a host batch holds `batch_size x
             inference_device_iterations x inference_replication_factor` rows (the replicas of this process).
@@ -182,7 +182,7 @@ class StaticBatchingPipeline(Pipeline):
             backend=backend,
             precision=resolve_precision(precision),
             device=_torch_device(device),
-            buckets=buckets if self.bucketed else [self.max_seq_length],
+            buckets=self._buckets(buckets),
             max_seq_length=self.max_seq_length,
             input_names=_token_inputs(pipelined.model, kwargs.get("tokenizer")) if self.bucketed else None,
             supported=self.backends,
@@ -192,6 +192,15 @@ class StaticBatchingPipeline(Pipeline):
         self._forward_parameters: Any = None
         self.static_batch_size = 0  # rows of the host batch of the current call
         super().__init__(pipelined.model, *args, device=self.engine.device, **kwargs)
+
+    def _buckets(self, buckets: list[int] | None) -> list[int] | None:
+        """The sequence buckets: given, else the inference layout's (`inference_parallelize_kwargs`), else the
+        runtime's default (None); one static length for inputs that are not token sequences."""
+        if not self.bucketed:
+            return [self.max_seq_length]
+        if buckets is None:
+            buckets = self.ipu_config.value("parallelize_kwargs", inference=True).get("sequence_buckets")
+        return list(buckets) if buckets is not None else None
 
     def _resolve_max_seq_length(self, config: Any, max_seq_length: int | None) -> int:
         limit = position_limit(config)

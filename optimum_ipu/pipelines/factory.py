@@ -11,8 +11,9 @@ from typing import Any
 import transformers
 from torch import nn
 
-from ..config import CONFIG_NAME, IPUConfig
+from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
+from ..models.auto import repo_ipu_config
 from ..models.pipelined import PipelinedModel
 from .base import StaticBatchingPipeline, resolve_ipu_config, resolve_precision, supported_classes
 from .classification import (
@@ -207,8 +208,8 @@ def pipeline(
     if isinstance(model, os.PathLike):
         model = os.fspath(model)
     if isinstance(model, str):
-        if ipu_config is None and os.path.isfile(os.path.join(model, CONFIG_NAME)):
-            ipu_config = model  # trained with IPUTrainer: its ipu_config.json sits beside the weights
+        if ipu_config is None:  # trained with IPUTrainer: its ipu_config.json sits beside the weights (or on the Hub)
+            ipu_config = repo_ipu_config(model, **(model_kwargs or {}))
         _check_config(task, spec, model)
         if tokenizer is None:
             tokenizer = model
