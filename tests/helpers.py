@@ -103,16 +103,18 @@ def classification_dataset(rows: int, seed: int = 0) -> datasets.Dataset:
     return datasets.Dataset.from_dict({k: v.tolist() for k, v in data.items()})
 
 
+# quiet, deterministic training arguments of a short run (for IPUTrainingArguments and transformers' alike)
+SHORT_RUN = {
+    "learning_rate": 1e-3,
+    "logging_steps": 1,
+    "report_to": [],
+    "seed": 7,
+    "save_strategy": "no",
+    "disable_tqdm": True,
+}
+
+
 def training_arguments(out, **kwargs) -> IPUTrainingArguments:
-    """Quiet, deterministic arguments for short runs into `out` (`kwargs` override)."""
-    defaults = {
-        "per_device_train_batch_size": 2,
-        "num_train_epochs": 1,
-        "learning_rate": 1e-3,
-        "logging_steps": 1,
-        "report_to": [],
-        "seed": 7,
-        "save_strategy": "no",
-        "disable_tqdm": True,
-    }
+    """`SHORT_RUN` arguments, micro-batch 2, one epoch, into `out` (`kwargs` override)."""
+    defaults = {"per_device_train_batch_size": 2, "num_train_epochs": 1, **SHORT_RUN}
     return IPUTrainingArguments(output_dir=str(out), **{**defaults, **kwargs})

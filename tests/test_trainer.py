@@ -12,7 +12,7 @@ import transformers
 
 from optimum_ipu import IncompatibleIPUConfigError, IPUConfig, IPUTrainer, IPUTrainingArguments
 
-from .helpers import TRAINER_CLASS, classification_dataset, training_arguments
+from .helpers import SHORT_RUN, TRAINER_CLASS, classification_dataset, training_arguments
 from .tiny_models import tiny_inputs, tiny_model
 
 CLASS = TRAINER_CLASS
@@ -79,16 +79,7 @@ def test_eval_and_predict_keep_every_sample_with_a_padded_last_batch(tmp_path):
 
 
 def test_parity_with_transformers_trainer(tmp_path):
-    common = {
-        "per_device_train_batch_size": 4,
-        "num_train_epochs": 2,
-        "learning_rate": 1e-3,
-        "logging_steps": 1,
-        "report_to": [],
-        "seed": 7,
-        "save_strategy": "no",
-        "disable_tqdm": True,
-    }
+    common = {**SHORT_RUN, "per_device_train_batch_size": 4, "num_train_epochs": 2}
     ours = IPUTrainer(
         tiny_model(CLASS), IPUConfig(), IPUTrainingArguments(str(tmp_path / "a"), **common), train_dataset=dataset(32)
     )

@@ -13,19 +13,11 @@ import transformers
 from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments
 from optimum_ipu.runtime.engine import Engine
 
+from .helpers import SHORT_RUN
 from .tiny_models import VOCAB, tiny_model
 
 CAUSAL = "GPT2LMHeadModel"
-COMMON = {
-    "num_train_epochs": 2,
-    "learning_rate": 1e-3,
-    "logging_steps": 1,
-    "report_to": [],
-    "seed": 7,
-    "save_strategy": "no",
-    "disable_tqdm": True,
-    "max_grad_norm": 1.0,
-}
+COMMON = {**SHORT_RUN, "num_train_epochs": 2, "max_grad_norm": 1.0}
 
 
 def unevenly_padded(rows: int = 32, seq: int = 12, seed: int = 0) -> datasets.Dataset:
