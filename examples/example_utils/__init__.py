@@ -57,12 +57,49 @@ def hub_kwargs(model_args: Any) -> dict[str, Any]:
     }
 
 
+# Flags of Optimum Graphcore's example commands that mean nothing here: the reason and what to pass instead. Its other
+# flags are read with their meaning there (`IPUTrainingArguments` translates `--pod_type`, `--evaluation_strategy`,
+# `--push_to_hub_model_id`, ...; `OPTIMUM_GRAPHCORE_SPELLINGS` below).
+OPTIMUM_GRAPHCORE_ONLY_FLAGS = {
+    "--logging_dir": "transformers 5 takes TensorBoard's folder from the environment: set TENSORBOARD_LOGGING_DIR=DIR",
+    "--past_index": "transformers 5 dropped it (the memories of Transformer-XL and XLNet); leave it out",
+    "--per_gpu_train_batch_size": "transformers 5 dropped it; pass --per_device_train_batch_size",
+    "--per_gpu_eval_batch_size": "transformers 5 dropped it; pass --per_device_eval_batch_size",
+}
+# Abbreviations that argparse resolved under transformers 4 and finds ambiguous under 5 (`--lr_scheduler_kwargs`).
+OPTIMUM_GRAPHCORE_SPELLINGS = {"--lr_schedule": "--lr_scheduler_type"}
+
+
+def optimum_graphcore_argv(argv: list[str]) -> list[str]:
+    """
+    `argv` with Optimum Graphcore's spellings of a flag written as this library's, after refusing its flags that mean
+    nothing here.
+
+    Raises:
+        `ValueError`: one line naming the first such flag, why it means nothing here and what to pass instead.
+    """
+    translated = []
+    for arg in argv:
+        flag, equals, value = arg.partition("=")
+        if flag in OPTIMUM_GRAPHCORE_ONLY_FLAGS:
+            raise ValueError(f"{flag} (an Optimum Graphcore flag): {OPTIMUM_GRAPHCORE_ONLY_FLAGS[flag]}")
+        if flag in OPTIMUM_GRAPHCORE_SPELLINGS:
+            logger.warning("%s (Optimum Graphcore's spelling) read as %s", flag, OPTIMUM_GRAPHCORE_SPELLINGS[flag])
+            arg = OPTIMUM_GRAPHCORE_SPELLINGS[flag] + equals + value
+        translated.append(arg)
+    return translated
+
+
 def parse_args(*dataclass_types: type) -> tuple:
-    """The script's dataclasses from the command line, or from a single `.json` argument (as upstream)."""
+    """The script's dataclasses from the command line, or from a single `.json` argument (as upstream).
+
+    Optimum Graphcore's example commands parse as they are (see `optimum_graphcore_argv`), or stop in one line that
+    names the one flag that means nothing here.
+    """
     parser = HfArgumentParser(dataclass_types)
     if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
         return parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    return parser.parse_args_into_dataclasses()
+    return parser.parse_args_into_dataclasses(args=optimum_graphcore_argv(sys.argv[1:]))
 
 
 def setup_logging(training_args: Any, *loggers: logging.Logger) -> None:

@@ -51,6 +51,8 @@ from optimum_ipu.errors import run_script  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_MODEL = "google/vit-base-patch16-224-in21k"  # without --model_name_or_path, --model_type or --config_name
+
 
 @dataclass
 class ModelArguments:
@@ -59,8 +61,8 @@ class ModelArguments:
     model_name_or_path: str | None = field(
         default=None,
         metadata={
-            "help": "Model id on the Hugging Face Hub (downloaded once, then cached) or a folder; leave "
-            "out to train from scratch (--model_type or --config_name)."
+            "help": "Model id on the Hugging Face Hub (downloaded once, then cached) or a folder (default, without "
+            f"--model_type or --config_name to train from scratch: {DEFAULT_MODEL})."
         },
     )
     model_type: str | None = field(default=None, metadata={"help": "Family to train from scratch, e.g. vit, convnext."})
@@ -86,9 +88,9 @@ class ModelArguments:
                 "--model_name_or_path, or use --config_name"
             )
         if self.model_name_or_path is None and self.model_type is None and self.config_name is None:
-            raise ValueError(
-                "give --model_name_or_path, or --model_type (e.g. vit) / --config_name to train from scratch"
-            )
+            # as Optimum Graphcore's (and transformers') script: its README's --train_dir command gives no model
+            self.model_name_or_path = DEFAULT_MODEL
+            logger.info("--model_name_or_path not given: fine-tuning %s (as Optimum Graphcore did)", DEFAULT_MODEL)
 
 
 @dataclass

@@ -74,7 +74,8 @@ class ModelArguments:
         if self.config_overrides is not None and (self.config_name is not None or self.model_name_or_path):
             raise ValueError(
                 "--config_overrides can't be used in combination with --config_name or --model_name_or_path: "
-                "it changes the config of a model trained from scratch (--model_type)"
+                "it changes the config of a model trained from scratch (--model_type); leave it out to fine-tune "
+                "the pretrained model (Optimum Graphcore's run_clm.py and run_mlm.py refuse this pair too)"
             )
         if self.model_type is not None and self.model_type not in CONFIG_MAPPING:
             raise ValueError(f"--model_type {self.model_type}: unknown; e.g. gpt2, roberta, bert")

@@ -123,6 +123,9 @@ class DataTrainingArguments:
     text_column_name: str = field(default="text", metadata={"help": "The column of the transcriptions."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep this many training examples."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep this many evaluation examples."})
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "Processes that decode the clips and tokenize the transcriptions."}
+    )
     chars_to_ignore: list[str] | None = field(default=None, metadata={"help": "Characters removed from the text."})
     eval_metrics: list[str] = field(default_factory=lambda: list(METRICS), metadata={"help": "wer and/or cer."})
     max_duration_in_seconds: float = field(
@@ -338,8 +341,18 @@ def prepare_split(
         return out
 
     with training_args.main_process_first(desc=f"decode {split}"):
-        dataset = dataset.map(features, batched=True, remove_columns=dataset.column_names, desc=f"decode {split}")
-    kept = dataset.filter(lambda n: min_samples <= n <= max_samples, input_columns="input_length")
+        dataset = dataset.map(
+            features,
+            batched=True,
+            remove_columns=dataset.column_names,
+            num_proc=data_args.preprocessing_num_workers,
+            desc=f"decode {split}",
+        )
+    kept = dataset.filter(
+        lambda n: min_samples <= n <= max_samples,
+        input_columns="input_length",
+        num_proc=data_args.preprocessing_num_workers,
+    )
     if len(kept) < len(dataset):
         bounds = (data_args.min_duration_in_seconds, data_args.max_duration_in_seconds)
         left_out = len(dataset) - len(kept)

@@ -23,6 +23,15 @@ from .checkpoints import last_complete_checkpoint, resolve_resume
 
 logger = logging.getLogger(__name__)
 
+
+def _pod_size(pod_type: str) -> int:
+    """`"pod16"` -> 16, as Optimum Graphcore read `--pod_type` (`int(pod_type.strip("pod"))`)."""
+    digits = str(pod_type).strip().lower().removeprefix("pod")
+    if not digits.isdigit() or int(digits) < 1:
+        raise ValueError(f"--pod_type: got {short_repr(pod_type)}; expected podN such as pod16 (better: --n_ipu 16)")
+    return int(digits)
+
+
 PIPELINE_SCHEDULES = ("1F1B", "GPipe")
 # Optimum Graphcore's names; "batch" (this library's name for "sync" before 0.2) is still read as "sync".
 DATALOADER_MODES = ("sync", "async", "async_rebatched")
@@ -99,6 +108,20 @@ class IPUTrainingArguments(TrainingArguments):
         resume_from_checkpoint (`str` or `bool`, *optional*):
             A checkpoint folder, or `True` (also `"true"` on the command line) for the newest complete one in
             `output_dir`. The folder must be complete and whole, written with the same training arguments.
+
+    Read with their Optimum Graphcore meaning, each with a line saying what to write instead (their commands run
+    unchanged):
+
+        pod_type (`str`, *optional*):
+            `"pod16"` and the like, Optimum Graphcore's name before `n_ipu`: sets `n_ipu` (16).
+        evaluation_strategy (`str`, *optional*):
+            The `transformers` 4 name of `eval_strategy`, which it sets.
+        push_to_hub_model_id, push_to_hub_organization, push_to_hub_token (`str`, *optional*):
+            The `transformers` 4 names that set `hub_model_id` (`organization/model_id`) and `hub_token`.
+        group_by_length (`bool`, *optional*, defaults to `False`):
+            Sets `train_sampling_strategy="group_by_length"`.
+        include_inputs_for_metrics (`bool`, *optional*, defaults to `False`):
+            Adds `"inputs"` to `include_for_metrics`.
     """
 
     ipu_config_name: str | None = field(default=None, metadata={"help": "Folder, JSON file or id of the IPUConfig."})
@@ -136,8 +159,23 @@ class IPUTrainingArguments(TrainingArguments):
     max_consecutive_skipped_steps: int = field(
         default=50, metadata={"help": "Stop fp16 training after this many skipped (overflowed) steps in a row; 0: off."}
     )
+    # Optimum Graphcore's spellings (its IPUTrainingArguments kept transformers 4's), translated in __post_init__
+    pod_type: str | None = field(default=None, metadata={"help": "Deprecated: use --n_ipu (pod16 -> --n_ipu 16)."})
+    evaluation_strategy: str | None = field(default=None, metadata={"help": "Deprecated: use --eval_strategy."})
+    push_to_hub_model_id: str | None = field(default=None, metadata={"help": "Deprecated: use --hub_model_id."})
+    push_to_hub_organization: str | None = field(
+        default=None, metadata={"help": "Deprecated: use --hub_model_id ORGANIZATION/NAME."}
+    )
+    push_to_hub_token: str | None = field(default=None, metadata={"help": "Deprecated: use --hub_token."})
+    group_by_length: bool = field(
+        default=False, metadata={"help": "Deprecated: use --train_sampling_strategy group_by_length."}
+    )
+    include_inputs_for_metrics: bool = field(
+        default=False, metadata={"help": "Deprecated: use --include_for_metrics inputs."}
+    )
 
     def __post_init__(self) -> None:
+        self._translate_optimum_graphcore_args()
         self._check_counts()
         if not 0.0 <= self.warmup_ratio <= 1.0:
             raise ValueError(f"--warmup_ratio: got {self.warmup_ratio}; expected a share of the steps in [0, 1]")
@@ -200,6 +238,51 @@ class IPUTrainingArguments(TrainingArguments):
         if self.fsdp and world_size() == 1:
             logger.warning("--fsdp in one process: the replicas run in turn here, there is nothing to shard over")
             self.fsdp = False  # transformers refuses --fsdp outside a distributed job
+
+    def _translate_optimum_graphcore_args(self) -> None:
+        """Optimum Graphcore's (and `transformers` 4's) spellings, read with their meaning there: each sets the
+        argument that replaced it here and says so in one line; one that contradicts its replacement is refused."""
+        if self.pod_type is not None:
+            n_ipu = _pod_size(self.pod_type)
+            if self.n_ipu is not None and self.n_ipu != n_ipu:
+                raise ValueError(
+                    f"--pod_type {self.pod_type} and --n_ipu {self.n_ipu}: they disagree; pass only --n_ipu"
+                )
+            logger.warning(
+                "--pod_type %s is deprecated (as in Optimum Graphcore): read as --n_ipu %d", self.pod_type, n_ipu
+            )
+            self.n_ipu = n_ipu
+        if self.evaluation_strategy is not None:
+            strategy = str(self.evaluation_strategy)
+            if str(self.eval_strategy) not in ("no", "IntervalStrategy.NO", strategy):
+                raise ValueError(
+                    f"--evaluation_strategy {strategy} and --eval_strategy {self.eval_strategy}: they disagree; "
+                    "pass only --eval_strategy"
+                )
+            logger.warning("--evaluation_strategy is the transformers 4 name: read as --eval_strategy %s", strategy)
+            self.eval_strategy = strategy
+        if self.push_to_hub_token is not None:
+            logger.warning("--push_to_hub_token is the transformers 4 name: read as --hub_token")
+            self.hub_token = self.push_to_hub_token
+        if self.push_to_hub_model_id is not None or self.push_to_hub_organization is not None:
+            name = self.push_to_hub_model_id or os.path.basename(os.path.normpath(self.output_dir or "."))
+            org = self.push_to_hub_organization
+            self.hub_model_id = f"{org}/{name}" if org else name
+            logger.warning(
+                "--push_to_hub_model_id / --push_to_hub_organization are the transformers 4 names: read as "
+                "--hub_model_id %s",
+                self.hub_model_id,
+            )
+        if self.group_by_length:
+            logger.warning(
+                "--group_by_length is the transformers 4 name: read as --train_sampling_strategy group_by_length"
+            )
+            self.train_sampling_strategy = "group_by_length"
+        if self.include_inputs_for_metrics:
+            logger.warning(
+                "--include_inputs_for_metrics is the transformers 4 name: read as --include_for_metrics inputs"
+            )
+            self.include_for_metrics = [*(self.include_for_metrics or []), "inputs"]
 
     def _check_counts(self) -> None:
         """Integers that `transformers` does not check (0 accumulation steps is a ZeroDivisionError mid-run)."""
