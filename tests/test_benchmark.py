@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from functools import partial
 
 import pytest
 
@@ -99,6 +100,19 @@ def test_flop_count_of_bert_base_qa():
     # inference: 2 x 85.1M x 384 + 4 x 12 x 768 x 384^2 = 70.7 GFLOP per sample (the forward pass)
     assert flops_per_sample(model, model.config, 384, training=True) / 1e9 == pytest.approx(212, rel=0.01)
     assert flops_per_sample(model, model.config, 384, training=False) / 1e9 == pytest.approx(70.7, rel=0.01)
+
+
+def test_feature_flops_fit_equals_counting_every_length():
+    """The mean FLOPs over many lengths, from three counts and the quadratic through them, is the counted mean."""
+    import transformers
+
+    from optimum_ipu.cli.benchmark_packing import feature_flops
+
+    model = transformers.AutoModelForQuestionAnswering.from_config(ARCHITECTURES["tiny-bert-config"]())
+    count = partial(flops_per_sample, model, model.config, training=True)
+    lengths = [17, 40, 40, 63, 90, 128, 128, 128]
+    counted = sum(count(length) for length in lengths) / len(lengths)
+    assert feature_flops(lengths, count) == pytest.approx(counted, rel=1e-9)
 
 
 PACKING_RUNNERS = ["optimum-ipu IPUTrainer (packed)", "transformers.Trainer (padded)", "plain PyTorch loop (padded)"]

@@ -7,11 +7,10 @@ precision / autocast, `torch.compile` with `--compile`), as evaluation and `pipe
 `transformers.Trainer.predict` vs a plain `torch.no_grad()` loop.
 
 Throughput is measured over the steady steps only: the first `--warmup` steps (compilation included) are timed
-apart and reported as time to first step. FLOPs per sample follow the usual counts for transformers (P the
-non-embedding parameters, L layers, h hidden size, s tokens of a sample):
-
-- training: `6 x P x s + 12 x L x h x s^2` (matmuls forward and backward; attention scores and values);
-- inference: `2 x P x s + 4 x L x h x s^2` (the forward pass alone: a third of the training count).
+apart and reported as time to first step. FLOPs per sample are counted by `torch.utils.flop_counter` over one
+forward (and in training its backward) of the model at the sample's length; they match the usual counts for
+transformers (`6 x P x s + 12 x L x h x s^2` in training, a third of it in inference; P the non-embedding
+parameters, L layers, h hidden size, s tokens) to 0.1%.
 
 `--packing` (training, question answering) trains every runner on the same real-length SQuAD features: ours on
 rows packed several features to a row, the baselines on the features padded to `--seq-len`; throughput is then
