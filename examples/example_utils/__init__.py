@@ -10,6 +10,7 @@ the public API of `optimum_ipu`. `example_utils.seq2seq` is the core that `run_t
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import sys
@@ -93,12 +94,15 @@ def optimum_graphcore_argv(argv: list[str]) -> list[str]:
 def parse_args(*dataclass_types: type) -> tuple:
     """The script's dataclasses from the command line, or from a single `.json` argument (as upstream).
 
-    Optimum Graphcore's example commands parse as they are (see `optimum_graphcore_argv`), or stop in one line that
-    names the one flag that means nothing here.
+    Optimum Graphcore's example commands (and its JSON argument files) parse as they are (see
+    `optimum_graphcore_argv`), or stop in one line that names the one flag that means nothing here.
     """
     parser = HfArgumentParser(dataclass_types)
     if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        return parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
+        with open(os.path.abspath(sys.argv[1]), encoding="utf-8") as file:
+            values = json.load(file)
+        names = [flag.removeprefix("--") for flag in optimum_graphcore_argv([f"--{key}" for key in values])]
+        return parser.parse_dict(dict(zip(names, values.values(), strict=True)))
     return parser.parse_args_into_dataclasses(args=optimum_graphcore_argv(sys.argv[1:]))
 
 
@@ -331,8 +335,6 @@ def run_summary(output_dir: str | os.PathLike) -> str:
     Raises:
         `FileNotFoundError`: if the folder has no `all_results.json` (the run did not finish).
     """
-    import json
-
     folder = Path(output_dir).resolve()
     results_file = folder / "all_results.json"
     if not results_file.is_file():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -252,3 +253,18 @@ def test_a_spelling_that_contradicts_its_replacement_is_refused(tmp_path, argv, 
         training_args(tmp_path, *argv)
     assert str(refused.value) == message
     assert training_args(tmp_path, "--pod_type", "pod16", "--n_ipu", "16").n_ipu == 16  # agreeing: fine
+
+
+def test_a_json_argument_file_reads_the_same_spellings(tmp_path, monkeypatch):
+    """`script.py args.json`: Optimum Graphcore's keys are read as its flags are, or refused in the same line."""
+    from optimum_ipu import IPUTrainingArguments
+
+    arguments = tmp_path / "args.json"
+    values = {"output_dir": str(tmp_path / "run"), "pod_type": "pod8", "lr_schedule": "cosine", "logging_steps": 5}
+    arguments.write_text(json.dumps(values), encoding="utf-8")
+    monkeypatch.setattr(sys, "argv", ["run_qa.py", str(arguments)])
+    (args,) = example_utils.parse_args(IPUTrainingArguments)
+    assert (args.n_ipu, args.lr_scheduler_type.value, args.logging_steps) == (8, "cosine", 5)
+    arguments.write_text(json.dumps({**values, "past_index": 0}), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"^--past_index \(an Optimum Graphcore flag\): transformers 5 dropped it"):
+        example_utils.parse_args(IPUTrainingArguments)
