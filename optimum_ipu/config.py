@@ -10,10 +10,11 @@ from __future__ import annotations
 import copy
 import importlib.metadata
 import json
-import logging
 import os
 from pathlib import Path
 from typing import Any
+
+from transformers.utils.logging import get_logger
 
 from .config_hub import push_config_to_hub
 from .config_schema import (
@@ -47,16 +48,9 @@ from .config_validation import (
 from .errors import IncompatibleIPUConfigError, short_repr
 from .files import write_text_atomic
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)  # transformers' (no torch): `warning_once`, once a message per process
 
-_warned: set[str] = set()
 DEFAULT_MATMUL_PROPORTION = 0.2
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        logger.warning(message)
 
 
 class _ModeManaged:
@@ -238,9 +232,7 @@ class IPUConfig:
         pod_type = kwargs.get("pod_type")
         for key in kwargs:
             if key in DEPRECATED_KEYS:
-                _warn_once(
-                    f"deprecated:{key}", f"IPUConfig: `{key}` is deprecated and ignored: {DEPRECATED_KEYS[key]}."
-                )
+                logger.warning_once(f"IPUConfig: `{key}` is deprecated and ignored: {DEPRECATED_KEYS[key]}.")
         check_unknown_keys([k for k in kwargs if k not in DEPRECATED_KEYS and k not in METADATA_KEYS])
         metadata = {k: kwargs[k] for k in METADATA_KEYS if k in kwargs}
         check_metadata(metadata)
@@ -257,8 +249,7 @@ class IPUConfig:
         validate(self)
         _report_parallelize_kwargs(self.__dict__)
         if self.__dict__["execute_encoder_on_cpu_for_generation"]:
-            _warn_once(
-                "execute_encoder_on_cpu_for_generation",
+            logger.warning_once(
                 "IPUConfig: `execute_encoder_on_cpu_for_generation` has no effect here (Optimum Graphcore never "
                 "implemented it either): the encoder runs on the model's device.",
             )
@@ -571,7 +562,7 @@ def _report_parallelize_kwargs(fields: dict[str, Any]) -> None:
             if field.startswith("inference_") and key in (*PARALLELIZE_KWARGS_REALISED, *PARALLELIZE_KWARGS_BUILT_IN):
                 continue
             reason = PARALLELIZE_KWARGS_REPORTED.get(key, "no model's `parallelize()` takes it here")
-            _warn_once(f"{field}:{key}", f"IPUConfig: `{field}` key {short_repr(key, 60)} has no effect: {reason}.")
+            logger.warning_once(f"IPUConfig: `{field}` key {short_repr(key, 60)} has no effect: {reason}.")
 
 
 def _installed_version(distribution: str) -> str | None:

@@ -48,7 +48,7 @@ def test_config_module_imports_no_torch():
 
 def test_graphcore_bert_base_file_loads(tmp_path, caplog):
     (tmp_path / "ipu_config.json").write_text(GRAPHCORE_BERT_BASE)
-    config_module._warned.clear()
+    config_module.logger.warning_once.cache_clear()
     with caplog.at_level(logging.WARNING, logger="optimum_ipu.config"):
         c = IPUConfig.from_pretrained(tmp_path)
         IPUConfig.from_pretrained(tmp_path)  # the deprecated key warns once, not per load

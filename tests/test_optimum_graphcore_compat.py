@@ -97,9 +97,9 @@ OG_IDS = [
 
 @pytest.fixture(autouse=True)
 def _fresh_warnings():
-    config_module._warned.clear()
+    config_module.logger.warning_once.cache_clear()
     yield
-    config_module._warned.clear()
+    config_module.logger.warning_once.cache_clear()
 
 
 # ------------------------------------------------------------------------------------------- files and keys
