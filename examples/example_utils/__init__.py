@@ -246,14 +246,23 @@ def predict(trainer: Any, dataset: Any, num_samples: int, *args: Any, **kwargs: 
     return results
 
 
-def finish(trainer: Any, training_args: Any) -> Path | None:
+def finish(trainer: Any, training_args: Any, model_args: Any = None, data_args: Any = None) -> Path | None:
     """
-    Draws `training_curves.png` (loss, learning rate, evaluation metrics) beside `all_results.json` after a
-    training run, on the main process; `optimum-ipu plot OUTPUT_DIR` draws it again from `trainer_state.json`.
+    The end of every script, as upstream's: a model card in `output_dir` (`README.md`: fine-tuned from which model,
+    on which dataset, with the training arguments and results), or with `--push_to_hub` the model, its
+    `ipu_config.json` and the card pushed to the Hub; then `training_curves.png` (loss, learning rate, evaluation
+    metrics) beside `all_results.json` after a training run, on the main process (`optimum-ipu plot OUTPUT_DIR`
+    draws it again from `trainer_state.json`).
 
     Returns:
         The picture's path, or `None` (no training, not the main process, or matplotlib missing: a warning says so).
     """
+    if training_args.do_train and not training_args.compile_only:
+        card = model_card_fields(model_args, data_args)
+        if training_args.push_to_hub:
+            trainer.push_to_hub(**card)
+        else:
+            trainer.create_model_card(**card)
     if not training_args.do_train or training_args.compile_only or not trainer.is_world_process_zero():
         return None
     if importlib.util.find_spec("matplotlib") is None:
@@ -267,6 +276,21 @@ def finish(trainer: Any, training_args: Any) -> Path | None:
     if path is not None:
         logger.info("Training curves drawn in %s", path)
     return path
+
+
+def model_card_fields(model_args: Any, data_args: Any) -> dict[str, Any]:
+    """What upstream's scripts put in the model card: the model fine-tuned from, and the dataset with its config."""
+    card: dict[str, Any] = {}
+    source = getattr(model_args, "model_name_or_path", None)
+    if source:
+        card["finetuned_from"] = source
+    name, config = getattr(data_args, "dataset_name", None), getattr(data_args, "dataset_config_name", None)
+    if name:
+        card["dataset_tags"] = name
+        card["dataset"] = f"{name} {config}" if config else name
+        if config:
+            card["dataset_args"] = config
+    return card
 
 
 def tokenize_split(

@@ -262,4 +262,4 @@ def run(
         results = example_utils.predict(trainer, test, len(test), metric_key_prefix="predict", **generation)
         if training_args.predict_with_generate:
             write_generated_predictions(trainer, tokenizer, results.predictions)
-    example_utils.finish(trainer, training_args)
+    example_utils.finish(trainer, training_args, model_args, data_args)

@@ -209,7 +209,7 @@ def main() -> None:
         example_utils.evaluate(
             trainer, len(eval_dataset), lambda metrics: {"perplexity": perplexity(metrics["eval_loss"])}
         )
-    example_utils.finish(trainer, training_args)
+    example_utils.finish(trainer, training_args, model_args, data_args)
 
 
 if __name__ == "__main__":

@@ -206,7 +206,7 @@ def main() -> None:
             return
     if training_args.do_eval:
         example_utils.evaluate(trainer, len(eval_dataset))
-    example_utils.finish(trainer, training_args)
+    example_utils.finish(trainer, training_args, model_args, data_args)
 
 
 if __name__ == "__main__":

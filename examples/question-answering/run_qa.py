@@ -300,7 +300,7 @@ def main() -> None:
     if training_args.do_predict:
         predict_examples, predict_dataset = features["test"]
         example_utils.predict(trainer, predict_dataset, len(predict_dataset), predict_examples)
-    example_utils.finish(trainer, training_args)
+    example_utils.finish(trainer, training_args, model_args, data_args)
 
 
 if __name__ == "__main__":

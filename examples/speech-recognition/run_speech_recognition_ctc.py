@@ -400,7 +400,7 @@ def main() -> None:
         tokenizer.save_pretrained(training_args.output_dir)
     if training_args.do_eval:
         example_utils.evaluate(trainer, len(eval_dataset))
-    example_utils.finish(trainer, training_args)
+    example_utils.finish(trainer, training_args, model_args, data_args)
 
 
 if __name__ == "__main__":

@@ -247,7 +247,7 @@ def main() -> None:
     if training_args.do_eval:
         max_length = training_args.generation_max_length
         example_utils.evaluate(trainer, len(splits["eval"]), metric_key_prefix="eval", max_length=max_length)
-    example_utils.finish(trainer, training_args)
+    example_utils.finish(trainer, training_args, model_args, data_args)
 
 
 if __name__ == "__main__":

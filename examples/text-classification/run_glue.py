@@ -558,7 +558,7 @@ def main() -> None:
         evaluate(trainer, splits)
     if training_args.do_predict:
         write_predictions(trainer, splits["predict"], task, is_regression, label_list)
-    example_utils.finish(trainer, training_args)
+    example_utils.finish(trainer, training_args, model_args, data_args)
 
 
 if __name__ == "__main__":

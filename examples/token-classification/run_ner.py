@@ -380,7 +380,7 @@ def main() -> None:
         logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
         examples = raw["test"].select(range(len(predict_dataset)))
         write_predictions(trainer, tokenizer, examples, columns[0], logits, label_names)
-    example_utils.finish(trainer, training_args)
+    example_utils.finish(trainer, training_args, model_args, data_args)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,8 @@ def test_gpt2_trains_on_wikitext_with_serialized_projection(tmp_path, shared_dat
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
     assert (out / "training_curves.png").read_bytes()[:4] == b"\x89PNG"  # beside all_results.json
+    card = (out / "README.md").read_text()  # the model card upstream's scripts end with
+    assert f"This model is a fine-tuned version of [{model_dir}]" in card
     evaluation = json.loads((out / "eval_results.json").read_text())
     expected = {
         "train_loss",
