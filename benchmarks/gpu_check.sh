@@ -26,7 +26,8 @@
 #   summary             summary.json, summary.png, results.tar.gz                            5
 #   total                                                                                610  (hard stop: below)
 #
-# Budget: GPU_CHECK_BUDGET_S (default 640 s) bounds the whole check: each run has a time limit (`timeout`) of at
+# Budget: GPU_CHECK_BUDGET_S (default 520 s: the device tool allows 600 s a command and 15 minutes a session,
+# machine start included; the compiled run, last, gets what is left) bounds the whole check: each run has a time limit (`timeout`) of at
 # most what is left, less 20 s kept for the summary; a run with under 30 s left is skipped and recorded so.
 #
 # Writes under $OUT (./gpu_check when unset) four files, within the device tool's 8: gpu_check.log (everything
@@ -49,7 +50,7 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
 cd "$root" || exit 2
 PY=${PYTHON:-python3}
 tiny=${GPU_CHECK_TINY:-0}
-budget=${GPU_CHECK_BUDGET_S:-640}
+budget=${GPU_CHECK_BUDGET_S:-520}
 reserve=20 # seconds kept for the final summary and chart
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
