@@ -1,8 +1,8 @@
 """`optimum-ipu benchmark --mode latency` (and `--mode throughput`): answering SQuAD questions end to end.
 
 Every runner answers the same requests, real SQuAD question/context pairs, and is timed from the strings in to the
-answer out (tokenization, forward, span selection), in one process, taking turns request by request (so that a
-change of load touches all of them alike):
+answer out (tokenization, forward, span selection), in one process, one runner at a time in two rounds of
+opposite order (runners taking turns request by request slow each other: see `_measure`):
 
 - ours: `optimum_ipu.pipelines.pipeline("question-answering", ...)` with its default backend (`--backends` adds
   others: `eager`, `compile`, `onnxruntime`, `onnxruntime-int8`);
@@ -48,7 +48,7 @@ DEFAULT_SQUAD = Path(__file__).resolve().parents[3] / "shared" / "data" / "squad
 LATENCY_MODES = ("latency", "throughput")
 OUR_BACKENDS = ("auto", "eager", "compile", "onnxruntime", "onnxruntime-int8")
 N_BEST, MAX_ANSWER = 20, 30
-PAUSE_S = 0.01  # between two timed calls (see _measure)
+PAUSE_S = 0.01  # between two timed calls: a request arrives at an idle server
 
 
 def doc_stride(seq_len: int) -> int:
@@ -243,23 +243,32 @@ def _percentiles(times: list[float]) -> dict[str, float]:
 
 
 def _measure(runners: dict[str, Callable], batches: list[list[Request]], warmup: int) -> dict[str, dict]:
-    """Time every runner on every batch, taking turns batch by batch (the order rotating); the first `warmup`
-    batches are run untimed. A pause between calls lets the last runner's worker threads, which spin a while
-    after a call (ONNX Runtime's pools, OpenMP), go idle before the next runner's clock starts."""
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    answers: dict[str, list[str]] = {name: [] for name in runners}
+    """Time every runner on every batch after its `warmup` untimed batches, one runner at a time: runners taking turns
+    batch by batch slow each other down, because one runner's worker threads (ONNX Runtime's pools, OpenMP) still
+    spin while the next one runs (measured on 2 cores: the runner that followed ONNX Runtime took 1.8x its time).
+    Two rounds, the second in the reverse order, each timing half of the batches (even, then odd ones), so that a
+    drift of the machine's load falls on every runner alike. Answers are kept in the order of the batches."""
     names = list(runners)
-    for index, batch in enumerate(batches):
-        shift = index % len(names)
-        for name in names[shift:] + names[:shift]:
-            time.sleep(PAUSE_S)
-            start = time.perf_counter()
-            result = runners[name](batch)
-            elapsed = time.perf_counter() - start
-            if index >= warmup:
-                times[name].append(elapsed)
-                answers[name].extend(result)
-    return {name: {"times": times[name], "answers": answers[name]} for name in names}
+    timed = list(range(warmup, len(batches)))
+    times: dict[str, dict[int, float]] = {name: {} for name in names}
+    answers: dict[str, dict[int, list[str]]] = {name: {} for name in names}
+    for order, share in ((names, timed[0::2]), (names[::-1], timed[1::2])):
+        for name in order:
+            for index in range(warmup):
+                runners[name](batches[index])
+            for index in share:
+                time.sleep(PAUSE_S)
+                start = time.perf_counter()
+                result = runners[name](batches[index])
+                times[name][index] = time.perf_counter() - start
+                answers[name][index] = result
+    return {
+        name: {
+            "times": [times[name][i] for i in timed],
+            "answers": [a for i in timed for a in answers[name][i]],
+        }
+        for name in names
+    }
 
 
 def run_latency_benchmark(
