@@ -54,7 +54,7 @@ def hub_kwargs(model_args: Any) -> dict[str, Any]:
         "cache_dir": getattr(model_args, "cache_dir", None),
         "revision": getattr(model_args, "model_revision", "main"),
         "token": getattr(model_args, "token", None),
-        "trust_remote_code": getattr(model_args, "trust_remote_code", False),
+        "trust_remote_code": model_args.trust_remote_code,  # the user's --trust_remote_code only (False by default)
     }
 
 
