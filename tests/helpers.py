@@ -35,6 +35,19 @@ def launch(*args: str, extra_env: dict | None = None, timeout: int = 300) -> sub
     )
 
 
+def run_example(folder, script: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """An example script run in its own folder (it reads `./ipu_config.json` there), offline, with one intra-op
+    thread: tiny models gain nothing from two, and spin-waiting threads crawl on a shared CPU."""
+    return subprocess.run(
+        [PYTHON, script, *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        env=env(HF_DATASETS_OFFLINE="1"),
+        timeout=timeout,
+    )
+
+
 # ------------------------------------------------------------------ packing: features of known lengths
 LENGTHS = [9, 14, 5, 20, 7, 11, 16, 3, 12]  # 97 tokens: 4 rows of 32 at best
 MAX_LEN = 32

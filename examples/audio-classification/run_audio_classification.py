@@ -22,7 +22,6 @@ extractor at 16 kHz). Writes `train_results.json`, `eval_results.json` (`eval_ac
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -169,37 +168,11 @@ def label_names(raw: dict[str, datasets.Dataset], data: DataTrainingArguments) -
     return [str(v) for v in sorted(values)]
 
 
-def new_config(model_type: str, overrides: str | None) -> transformers.PretrainedConfig:
-    """The config of a model trained from scratch: the family's defaults with `--config_overrides`, given as
-    `key=value,...` (scalars, `transformers`' `update_from_string`) or as a JSON object of constructor arguments
-    (lists too, e.g. `{"conv_dim": [32, 32]}`); a clear error for an unknown key or a bad value."""
-    config_class = CONFIG_MAPPING[model_type]
-    try:
-        if overrides and overrides.lstrip().startswith("{"):
-            values = json.loads(overrides)
-            defaults = config_class()
-            unknown = [key for key in values if not hasattr(defaults, key)]
-            if unknown:
-                raise ValueError(f"{model_type} configs have no {', '.join(unknown)}")
-            return config_class(**values)
-        config = config_class()
-        if overrides:
-            config.update_from_string(overrides)
-        return config
-    except (ValueError, TypeError) as err:
-        raise ValueError(f"--config_overrides {overrides!r}: {err}") from None
-
-
 def build_model(
     model_args: ModelArguments, labels: list[str]
 ) -> tuple[transformers.PreTrainedModel, transformers.FeatureExtractionMixin]:
     """The classifier (pretrained, or new from `--model_type` / `--config_name`) and its feature extractor."""
-    hub = {
-        "cache_dir": model_args.cache_dir,
-        "revision": model_args.model_revision,
-        "token": model_args.token,
-        "trust_remote_code": model_args.trust_remote_code,
-    }
+    hub = example_utils.hub_kwargs(model_args)
     label_kwargs = {
         "num_labels": len(labels),
         "label2id": {n: i for i, n in enumerate(labels)},
@@ -211,7 +184,7 @@ def build_model(
             model_args.config_name or model_args.model_name_or_path, **label_kwargs, **hub
         )
     else:
-        config = new_config(model_args.model_type, model_args.config_overrides)
+        config = example_utils.new_config(model_args.model_type, model_args.config_overrides)
         config.update(label_kwargs)
     if model_args.model_name_or_path:
         model = AutoModelForAudioClassification.from_pretrained(

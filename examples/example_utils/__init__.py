@@ -106,6 +106,27 @@ def parse_args(*dataclass_types: type) -> tuple:
     return parser.parse_args_into_dataclasses(args=optimum_graphcore_argv(sys.argv[1:]))
 
 
+def new_config(model_type: str, overrides: str | None) -> transformers.PretrainedConfig:
+    """The config of a model trained from scratch: the family's defaults with `--config_overrides`, given as
+    `key=value,...` (scalars, `transformers`' `update_from_string`) or as a JSON object of constructor arguments
+    (lists too, e.g. `{"conv_dim": [32, 32]}`); a clear error for an unknown key or a bad value."""
+    config_class = transformers.CONFIG_MAPPING[model_type]
+    try:
+        if overrides and overrides.lstrip().startswith("{"):
+            values = json.loads(overrides)
+            defaults = config_class()
+            unknown = [key for key in values if not hasattr(defaults, key)]
+            if unknown:
+                raise ValueError(f"{model_type} configs have no {', '.join(unknown)}")
+            return config_class(**values)
+        config = config_class()
+        if overrides:
+            config.update_from_string(overrides)
+        return config
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--config_overrides {overrides!r}: {err}") from None
+
+
 def setup_logging(training_args: Any, *loggers: logging.Logger) -> None:
     """The upstream scripts' logging: one format on stdout, the process's level (main rank: info) for the script,
     `optimum_ipu`, `datasets` and `transformers`; the training arguments logged once."""

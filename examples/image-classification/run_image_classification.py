@@ -19,7 +19,6 @@ from `torchmetrics`), `all_results.json`, and the model with its image processor
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -156,38 +155,12 @@ def check_columns(raw: datasets.DatasetDict, data: DataTrainingArguments) -> lis
     return [str(v) for v in sorted({v for split in raw.values() for v in split.unique(data.label_column_name)})]
 
 
-def new_config(model_type: str, overrides: str | None) -> transformers.PretrainedConfig:
-    """The config of a model trained from scratch: the family's defaults with `--config_overrides`, given as
-    `key=value,...` (scalars, `transformers`' `update_from_string`) or as a JSON object of constructor arguments
-    (lists too, e.g. `{"conv_dim": [32, 32]}`); a clear error for an unknown key or a bad value."""
-    config_class = CONFIG_MAPPING[model_type]
-    try:
-        if overrides and overrides.lstrip().startswith("{"):
-            values = json.loads(overrides)
-            defaults = config_class()
-            unknown = [key for key in values if not hasattr(defaults, key)]
-            if unknown:
-                raise ValueError(f"{model_type} configs have no {', '.join(unknown)}")
-            return config_class(**values)
-        config = config_class()
-        if overrides:
-            config.update_from_string(overrides)
-        return config
-    except (ValueError, TypeError) as err:
-        raise ValueError(f"--config_overrides {overrides!r}: {err}") from None
-
-
 def build_model(
     model_args: ModelArguments, labels: list[str]
 ) -> tuple[transformers.PreTrainedModel, transformers.BaseImageProcessor]:
     """The classifier (pretrained, or new from `--model_type` / `--config_name`) with the data's labels, and its
     image processor."""
-    hub = {
-        "cache_dir": model_args.cache_dir,
-        "revision": model_args.model_revision,
-        "token": model_args.token,
-        "trust_remote_code": model_args.trust_remote_code,
-    }
+    hub = example_utils.hub_kwargs(model_args)
     label_kwargs = {
         "num_labels": len(labels),
         "label2id": {n: i for i, n in enumerate(labels)},
@@ -199,7 +172,7 @@ def build_model(
             model_args.config_name or model_args.model_name_or_path, **label_kwargs, **hub
         )
     else:
-        config = new_config(model_args.model_type, model_args.config_overrides)
+        config = example_utils.new_config(model_args.model_type, model_args.config_overrides)
         config.update(label_kwargs)
     if model_args.model_name_or_path:
         model = AutoModelForImageClassification.from_pretrained(

@@ -155,12 +155,7 @@ def load_raw_datasets(data_args: Any, model_args: ModelArguments) -> datasets.Da
 
 def load_config_and_tokenizer(model_args: ModelArguments) -> tuple[Any, Any]:
     """The model config (pretrained, or new for `--model_type` with `--config_overrides`) and the tokenizer."""
-    hub = {
-        "cache_dir": model_args.cache_dir,
-        "revision": model_args.model_revision,
-        "token": model_args.token,
-        "trust_remote_code": model_args.trust_remote_code,
-    }
+    hub = example_utils.hub_kwargs(model_args)
     if model_args.config_name:
         config = AutoConfig.from_pretrained(model_args.config_name, **hub)
     elif model_args.model_name_or_path:

@@ -198,27 +198,6 @@ def build_vocabulary(texts: list[str], data: DataTrainingArguments) -> dict[str,
     return vocab
 
 
-def new_config(model_type: str, overrides: str | None) -> transformers.PretrainedConfig:
-    """The config of a model trained from scratch: the family's defaults with `--config_overrides`, given as
-    `key=value,...` (scalars, `transformers`' `update_from_string`) or as a JSON object of constructor arguments
-    (lists too, e.g. `{"conv_dim": [32, 32]}`); a clear error for an unknown key or a bad value."""
-    config_class = CONFIG_MAPPING[model_type]
-    try:
-        if overrides and overrides.lstrip().startswith("{"):
-            values = json.loads(overrides)
-            defaults = config_class()
-            unknown = [key for key in values if not hasattr(defaults, key)]
-            if unknown:
-                raise ValueError(f"{model_type} configs have no {', '.join(unknown)}")
-            return config_class(**values)
-        config = config_class()
-        if overrides:
-            config.update_from_string(overrides)
-        return config
-    except (ValueError, TypeError) as err:
-        raise ValueError(f"--config_overrides {overrides!r}: {err}") from None
-
-
 def build_model(
     model_args: ModelArguments, tokenizer: Wav2Vec2CTCTokenizer
 ) -> tuple[transformers.PreTrainedModel, Wav2Vec2FeatureExtractor]:
@@ -241,11 +220,7 @@ def build_model(
         )
     }
     overrides |= {"pad_token_id": tokenizer.pad_token_id, "vocab_size": len(tokenizer)}
-    hub = {
-        "cache_dir": model_args.cache_dir,
-        "token": model_args.token,
-        "trust_remote_code": model_args.trust_remote_code,
-    }
+    hub = example_utils.hub_kwargs(model_args)
     if model_args.model_name_or_path:
         config = AutoConfig.from_pretrained(model_args.model_name_or_path, **hub)
         config.update(overrides)
@@ -254,7 +229,7 @@ def build_model(
         )
         extractor = AutoFeatureExtractor.from_pretrained(model_args.model_name_or_path, **hub)
     else:
-        config = new_config(model_args.model_type, model_args.config_overrides)
+        config = example_utils.new_config(model_args.model_type, model_args.config_overrides)
         config.update(overrides)
         logger.info("Training a new %s model from scratch", config.model_type)
         model = AutoModelForCTC.from_config(config, trust_remote_code=model_args.trust_remote_code)

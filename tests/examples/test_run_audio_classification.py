@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from ..conftest import PYTHON, REPO_ROOT
+from ..conftest import REPO_ROOT
+from ..helpers import run_example
 
 SCRIPT_DIR = REPO_ROOT / "examples" / "audio-classification"
 TINY = {
@@ -33,22 +33,7 @@ TINY = {
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
-    # one intra-op thread: tiny models gain nothing from two, and spin-waiting threads crawl on a shared CPU
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "PYTHONPATH": str(REPO_ROOT),
-        "OMP_NUM_THREADS": "1",
-    }
-    return subprocess.run(
-        [PYTHON, "run_audio_classification.py", *args],
-        cwd=SCRIPT_DIR,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    return run_example(SCRIPT_DIR, "run_audio_classification.py", *args)
 
 
 @pytest.mark.parametrize("model_type", ["wav2vec2", "hubert"])
@@ -132,7 +117,7 @@ def test_bad_arguments_are_clear_errors(script, shared_data, tmp_path, monkeypat
     with pytest.raises(ValueError, match=r"--max_length_seconds 0.0: expected a positive duration"):
         script.DataTrainingArguments(train_dir="x", max_length_seconds=0.0)
     with pytest.raises(ValueError, match="--config_overrides '.*': wav2vec2 configs have no hiden_size"):
-        script.new_config("wav2vec2", '{"hiden_size": 8}')
+        script.example_utils.new_config("wav2vec2", '{"hiden_size": 8}')
     monkeypatch.setattr(
         sys,
         "argv",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -12,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 from safetensors import safe_open
 
-from ..conftest import PYTHON, REPO_ROOT
+from ..conftest import REPO_ROOT
+from ..helpers import run_example
 
 LM_DIR = REPO_ROOT / "examples" / "language-modeling"
 sys.path.insert(0, str(LM_DIR))
@@ -20,14 +20,7 @@ from utils_lm import ModelArguments, check_data_arguments, load_raw_datasets, se
 
 
 def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "PYTHONPATH": str(REPO_ROOT),
-        "OMP_NUM_THREADS": "1",
-    }
-    return subprocess.run([PYTHON, script, *args], cwd=LM_DIR, capture_output=True, text=True, env=env, timeout=600)
+    return run_example(LM_DIR, script, *args)
 
 
 def wikitext_files(shared_data) -> list[str]:

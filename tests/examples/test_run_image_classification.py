@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from ..conftest import PYTHON, REPO_ROOT
+from ..conftest import REPO_ROOT
+from ..helpers import run_example
 
 SCRIPT_DIR = REPO_ROOT / "examples" / "image-classification"
 TINY = {
@@ -23,22 +23,7 @@ SIDE = {"vit": 16, "convnext": 32}
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
-    # one intra-op thread: tiny models gain nothing from two, and spin-waiting threads crawl on a shared CPU
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "PYTHONPATH": str(REPO_ROOT),
-        "OMP_NUM_THREADS": "1",
-    }
-    return subprocess.run(
-        [PYTHON, "run_image_classification.py", *args],
-        cwd=SCRIPT_DIR,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    return run_example(SCRIPT_DIR, "run_image_classification.py", *args)
 
 
 def logged_losses(out) -> list[float]:

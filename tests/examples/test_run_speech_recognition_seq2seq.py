@@ -4,32 +4,17 @@ IPUSeq2SeqTrainer on 2 pipeline stages (encoder, decoder), evaluated by generati
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
-from ..conftest import PYTHON, REPO_ROOT
+from ..conftest import REPO_ROOT
+from ..helpers import run_example
 from ..tiny_models_vision_speech import save_tiny_whisper
 
 SCRIPT_DIR = REPO_ROOT / "examples" / "speech-recognition"
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
-    # one intra-op thread: tiny models gain nothing from two, and spin-waiting threads crawl on a shared CPU
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "PYTHONPATH": str(REPO_ROOT),
-        "OMP_NUM_THREADS": "1",
-    }
-    return subprocess.run(
-        [PYTHON, "run_speech_recognition_seq2seq.py", *args],
-        cwd=SCRIPT_DIR,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    return run_example(SCRIPT_DIR, "run_speech_recognition_seq2seq.py", *args)
 
 
 def test_fsdd_whisper_with_generation(tmp_path, shared_data):
