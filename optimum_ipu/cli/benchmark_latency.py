@@ -245,9 +245,10 @@ def _percentiles(times: list[float]) -> dict[str, float]:
 def _measure(runners: dict[str, Callable], batches: list[list[Request]], warmup: int) -> dict[str, dict]:
     """Time every runner on every batch after its `warmup` untimed batches, one runner at a time: runners taking turns
     batch by batch slow each other down, because one runner's worker threads (ONNX Runtime's pools, OpenMP) still
-    spin while the next one runs (measured on 2 cores: the runner that followed ONNX Runtime took 1.8x its time).
-    Two rounds, the second in the reverse order, each timing half of the batches (even, then odd ones), so that a
-    drift of the machine's load falls on every runner alike. Answers are kept in the order of the batches."""
+    spin while the next one runs (measured on 2 cores shared with another job: the runner after ONNX Runtime took
+    1.8x its time). Two rounds, the second in the reverse order, each timing half of the batches (even, then odd
+    ones), so that a drift of the machine's load falls on every runner alike. Answers are kept in the order of the
+    batches."""
     names = list(runners)
     timed = list(range(warmup, len(batches)))
     times: dict[str, dict[int, float]] = {name: {} for name in names}
