@@ -461,11 +461,8 @@ class IPUConfig:
                 and `proxies` how to download; `resume_download`, `trust_remote_code` and `transformers`' private
                 options are accepted without effect.
         """
-        where = {k: kwargs.pop(k) for k in HUB_LOADING_KWARGS if k in kwargs}
-        for key in DOWNLOAD_KWARGS:
-            value = kwargs.pop(key, None)
-            if key in ("token", "use_auth_token", "force_download", "local_files_only", "proxies"):
-                where[key] = value
+        # where to look, and how to download (`config_hub.download_config_file` keeps the options it passes on)
+        where = {k: kwargs.pop(k) for k in (*HUB_LOADING_KWARGS, *DOWNLOAD_KWARGS) if k in kwargs}
         unused = {}
         if return_unused_kwargs:
             unused = {k: kwargs.pop(k) for k in list(kwargs) if k not in known_keys()}
