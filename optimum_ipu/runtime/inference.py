@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -84,6 +84,98 @@ def bucket_for(length: int, buckets: Sequence[int]) -> int:
         if length <= bucket:
             return bucket
     return buckets[-1]
+
+
+# Inputs with one value per token of the sequence: cut with the padding columns.
+TOKEN_KEYS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "special_tokens_mask", "inputs_embeds")
+# Labels that index sequence positions (question answering's span ends): their loss is a softmax over every column,
+# padding included, so cutting columns would change the evaluation loss.
+POSITION_LABELS = ("start_positions", "end_positions")
+
+
+def check_sequence_buckets(buckets: Any, name: str = "buckets") -> list[int]:
+    """`buckets` (a list of sequence lengths, as `inference_parallelize_kwargs["sequence_buckets"]`) sorted and
+    checked: positive numbers of tokens, at most `MAX_BUCKETS` of them. Unlike `check_buckets`, the longest need not
+    be a static length: `buckets_within` adds the width of each batch.
+
+    Args:
+        buckets (`Sequence[int]`): the lengths.
+        name (`str`, *optional*, defaults to `"buckets"`): the field named in the error (e.g.
+            `"inference_parallelize_kwargs.sequence_buckets"`).
+    """
+    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
+        raise ValueError(f"{name}: got {buckets!r}; expected a list of sequence lengths, e.g. [64, 128, 256, 384]")
+    if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
+        raise ValueError(f"{name}: got {list(buckets)!r}; every bucket must be a positive number of tokens")
+    ordered = sorted(set(buckets))
+    if len(ordered) > MAX_BUCKETS:
+        raise ValueError(f"{name}: {len(ordered)} given; at most {MAX_BUCKETS} (one compiled graph each)")
+    return ordered
+
+
+def buckets_within(width: int, buckets: Sequence[int] | None = None) -> list[int]:
+    """The buckets a batch of `width` columns may be cut to: those of `buckets` shorter than `width`, then `width`
+    itself (so a batch never grows); `default_buckets(width)` without `buckets`."""
+    if not buckets:
+        return default_buckets(width)
+    return [*(b for b in check_sequence_buckets(buckets) if b < width), width]
+
+
+def trim_to_bucket(inputs: Mapping[str, Any], buckets: Sequence[int] | None = None) -> Mapping[str, Any]:
+    """A collated batch of token inputs cut to the smallest bucket that holds its longest row: the trailing columns
+    that are padding in every row (`attention_mask` 0) go, down to that bucket (`buckets_within`). What the model
+    computes at the real tokens does not change (padded keys are masked out of attention), and evaluation costs
+    what the batch's real length does, in few shapes (one compiled graph per bucket).
+
+    Safety first: the batch is returned unchanged (the same object) unless it has a 2-D `attention_mask` and every
+    row has a token; only trailing columns are cut (right padding: left padding keeps the batch whole, since cutting
+    leading columns would shift positions). `TOKEN_KEYS` of the mask's width are cut; any other tensor of that width
+    (`labels` of token classification or language modelling) is cut only when its cut columns are all -100 (ignored
+    by the loss), else the batch is unchanged. Tensors of another width (a decoder's labels), 1-D tensors (class
+    labels) and inputs that are not tokens (`pixel_values`, `input_features`) are kept as they are. A batch with
+    `POSITION_LABELS` (question answering's `start_positions`) is unchanged: its loss is a softmax over every
+    column.
+
+    Args:
+        inputs (`Mapping[str, Any]`): the batch, as the collator made it.
+        buckets (`Sequence[int]`, *optional*): the sequence lengths to cut to (e.g. `inference_parallelize_kwargs
+            ["sequence_buckets"]`); `default_buckets(width)` when not given.
+
+    Returns:
+        `Mapping[str, Any]`: a new dict with the cut tensors (and the other values as they were), or `inputs`.
+
+    Example:
+
+    ```python
+    >>> batch = {"input_ids": ids, "attention_mask": mask}  # width 384, longest row 150 tokens
+    >>> trim_to_bucket(batch)["input_ids"].shape[1]  # the smallest of default_buckets(384) that holds 150
+    192
+    ```
+    """
+    mask = inputs.get("attention_mask")
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or any(key in inputs for key in POSITION_LABELS):
+        return inputs
+    width = mask.shape[1]
+    real = mask != 0
+    if width == 0 or not bool(real.any(dim=1).all()):  # a row of padding alone: its output depends on the width
+        return inputs
+    longest = int(real.any(dim=0).nonzero()[-1]) + 1
+    keep = bucket_for(longest, buckets_within(width, buckets))
+    if keep >= width:
+        return inputs
+    trimmed = dict(inputs)
+    for key, value in inputs.items():
+        if not isinstance(value, torch.Tensor) or value.dim() < 2:
+            continue
+        if key in TOKEN_KEYS:
+            if value.shape[1] != width:  # not aligned with the mask: nothing is known to be padding
+                return inputs
+            trimmed[key] = value[:, :keep].contiguous()  # models call .view()
+        elif value.shape[1] == width:
+            if not bool((value[:, keep:] == -100).all()):
+                return inputs
+            trimmed[key] = value[:, :keep].contiguous()
+    return trimmed
 
 
 def onnxruntime_available() -> bool:
@@ -250,6 +342,11 @@ __all__ = [
     "default_buckets",
     "check_buckets",
     "bucket_for",
+    "check_sequence_buckets",
+    "buckets_within",
+    "trim_to_bucket",
+    "TOKEN_KEYS",
+    "POSITION_LABELS",
     "onnxruntime_available",
     "resolve_backend",
     "default_precision",

@@ -7,7 +7,8 @@ What changes against `transformers.Trainer`:
   engine's (`training_step` and `prediction_step`), so fp16 has static or dynamic loss scaling on any device;
 - loaders have static shapes: training drops the incomplete last batch, evaluation hands over
   `per_device_eval_batch_size x inference_device_iterations` samples per host call and, with
-  `pad_on_batch_axis`, pads the last batch to that size and drops the padded rows from the predictions.
+  `pad_on_batch_axis`, pads the last batch to that size and drops the padded rows from the predictions;
+  right-padded token batches are evaluated at the smallest sequence bucket that holds them (`trim_to_bucket`).
 `trainer.args` is the user's `IPUTrainingArguments`, never written: where `Trainer` must read another value for
 one call (a loader's static batch, the micro-batches of replicas run in turn), it reads a scoped copy
 (`TrainerPrivateHooks._scoped_args`). Everything else (callbacks, logging, TensorBoard, tqdm, evaluate/predict,
@@ -37,6 +38,7 @@ from ..runtime.devices import default_device
 from ..runtime.distributed import check_ranks_agree, release_process_group_at_exit, replicas_per_process, world_size
 from ..runtime.engine import Engine
 from ..runtime.fsdp import full_state_dict, shard_model, shard_pipeline
+from ..runtime.inference import buckets_within, check_sequence_buckets, trim_to_bucket
 from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
 from ..runtime.process_flags import configure_compile_cache
@@ -178,6 +180,10 @@ class IPUTrainer(TrainerPrivateHooks):
             raise TypeError(f"IPUTrainer needs IPUTrainingArguments, got {type(args).__name__}")
         self.ipu_config = args.load_ipu_config(ipu_config)
         self.pipelined = to_pipelined(model, self.ipu_config, parallelize=True)
+        buckets = self.ipu_config.value("parallelize_kwargs", inference=True).get("sequence_buckets")
+        name = "inference_parallelize_kwargs.sequence_buckets"
+        self.eval_buckets = None if buckets is None else check_sequence_buckets(buckets, name)
+        self._buckets_said = False
         self.eval_data_collator = eval_data_collator
         super().__init__(model=model, args=args, **kwargs)
         self.engine = Engine(
@@ -492,10 +498,24 @@ class IPUTrainer(TrainerPrivateHooks):
     ) -> tuple[torch.Tensor | None, Any, Any]:
         """`Trainer.prediction_step` in the inference layout and the engine's precision; with `pad_on_batch_axis`
         a last, smaller batch is padded to the static batch size and the padded rows are dropped from logits and
-        labels."""
+        labels. Right-padded token batches run at the smallest sequence bucket that holds their longest row
+        (`inference_parallelize_kwargs["sequence_buckets"]`, else `default_buckets` of the batch's width;
+        `optimum_ipu.runtime.inference.trim_to_bucket` says which batches are left whole): their logits and labels
+        are that wide, and `Trainer` pads them with -100 when it concatenates batches."""
         real = None
         if self.args.pad_on_batch_axis:
             inputs, real = pad_to_static_batch(inputs, self.eval_batch_per_call)
+        trimmed = trim_to_bucket(inputs, self.eval_buckets)
+        if trimmed is not inputs and not self._buckets_said:
+            width = inputs["attention_mask"].shape[1]
+            logger.info(
+                "evaluation: each batch runs at the smallest sequence bucket that holds its longest row (%s for %d "
+                "columns; set by inference_parallelize_kwargs.sequence_buckets)",
+                buckets_within(width, self.eval_buckets),
+                width,
+            )
+            self._buckets_said = True
+        inputs = trimmed
         with self.engine.autocast():
             loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
         if real is not None and not bool(real.all()):
