@@ -47,7 +47,11 @@ def test_latency_mode_times_every_runner_end_to_end(tmp_path):
         assert result["answers_equal_to_eager"] >= 0.75  # exact backends; near-ties of random logits may flip
         # SQuAD EM/F1 against the file's gold answers (random weights: near 0, but computed for every runner)
         assert 0 <= result["squad"]["exact_match"] <= result["squad"]["f1"] <= 100
-    assert set(report["ratios"]) == {f"ours p50 / {name} p50" for name in names[1:]}
+        # the model's share of every request, measured inside it: positive, and less than the whole request
+        assert 0 < result["model_p50_ms"] < result["p50_ms"] and result["around_model_p50_ms"] > 0
+    assert set(report["ratios"]) == {f"ours p50 / {name} p50" for name in names[1:]} | {
+        f"ours around the model / {name} around the model" for name in names[1:]
+    }
     assert json.loads((tmp_path / "benchmark.json").read_text()) == json.loads(json.dumps(report))
     assert (tmp_path / "benchmark.png").read_bytes()[:8] == PNG_MAGIC
     table = format_report(report)

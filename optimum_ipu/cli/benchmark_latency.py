@@ -1,8 +1,8 @@
 """`optimum-ipu benchmark --mode latency` (and `--mode throughput`): answering SQuAD questions end to end.
 
 Every runner answers the same requests, real SQuAD question/context pairs, and is timed from the strings in to the
-answer out (tokenization, forward, span selection), in one process, one runner at a time in two rounds of
-opposite order (runners taking turns request by request slow each other: see `_measure`):
+answer out (tokenization, forward, span selection), in one process, one runner at a time in rounds of
+alternating order (runners taking turns request by request slow each other: see `_measure`):
 
 - ours: `optimum_ipu.pipelines.pipeline("question-answering", ...)` with its default backend (`--backends` adds
   others: `eager`, `compile`, `onnxruntime`, `onnxruntime-int8`);
@@ -145,46 +145,89 @@ def _inputs(encoded: Any, names: list[str]) -> dict[str, np.ndarray]:
     return {name: encoded[name] for name in names}
 
 
-def eager_runner(model: torch.nn.Module, tokenizer: Any, seq_len: int) -> Callable[[list[Request]], list[str]]:
+class ModelClock:
+    """The seconds a runner spends in its model's forward (ONNX Runtime's `run`, or the PyTorch forward, GPU work
+    included), so that its end-to-end time splits into the model's share and what the runner does around it
+    (tokenization, batching, span selection): two runners that run the same graph differ only by the latter."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def timed(self, call: Callable) -> Callable:
+        """`call`, its time added to `seconds`."""
+
+        def clocked(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                result = call(*args, **kwargs)
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()  # the forward's GPU work, not only its launch
+                return result
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        return clocked
+
+
+class _ClockedRunner:
+    """An `InferenceRunner` whose calls are timed by a `ModelClock` (its attributes read through)."""
+
+    def __init__(self, runner: Any, clock: ModelClock) -> None:
+        self._runner, self._call = runner, clock.timed(runner)
+
+    def __call__(self, batch: dict[str, Any]) -> Any:
+        return self._call(batch)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runner, name)
+
+
+Runner = tuple[Callable[[list[Request]], list[str]], ModelClock]
+
+
+def eager_runner(model: torch.nn.Module, tokenizer: Any, seq_len: int) -> Runner:
     """Plain `transformers`: inputs padded to `seq_len`, the model in eager PyTorch (fp32, `torch.no_grad`) on the
     model's device."""
     names = [n for n in tokenizer.model_input_names if n in ("input_ids", "attention_mask", "token_type_ids")]
     device = next(model.parameters()).device
+    clock = ModelClock()
+    forward = clock.timed(model)
 
     @torch.no_grad()
     def answer(requests: list[Request]) -> list[str]:
         questions, contexts = [q for q, _ in requests], [c for _, c in requests]
         encoded = _encode(tokenizer, questions, contexts, seq_len, "max_length")
-        out = model(**{k: torch.from_numpy(v).to(device) for k, v in _inputs(encoded, names).items()})
+        out = forward(**{k: torch.from_numpy(v).to(device) for k, v in _inputs(encoded, names).items()})
         # the padding out of the ranking (what the other runners, which do not pad, see), so that the answers compare
         padding = encoded["attention_mask"] == 0
         start, end = (np.where(padding, -1e4, x.float().cpu().numpy()) for x in (out.start_logits, out.end_logits))
         return run_qa_spans(encoded, start, end, contexts)
 
-    return answer
+    return answer, clock
 
 
-def onnxruntime_runner(model: torch.nn.Module, tokenizer: Any, seq_len: int) -> Callable[[list[Request]], list[str]]:
+def onnxruntime_runner(model: torch.nn.Module, tokenizer: Any, seq_len: int) -> Runner:
     """ONNX Runtime at its best: the fused graph, dynamic shapes (each batch at its longest request's length)."""
     from ..runtime.inference_onnx import OnnxRuntimeModel
 
     names = [n for n in tokenizer.model_input_names if n in ("input_ids", "attention_mask", "token_type_ids")]
     if next(model.parameters()).device.type != "cpu":  # onnxruntime's CPU package: a CPU copy is exported
         model = copy.deepcopy(model).float().cpu()
-    session = OnnxRuntimeModel(model, names)
+    session, clock = OnnxRuntimeModel(model, names), ModelClock()
+    run = clock.timed(session.run_numpy)
 
     def answer(requests: list[Request]) -> list[str]:
         questions, contexts = [q for q, _ in requests], [c for _, c in requests]
         encoded = _encode(tokenizer, questions, contexts, seq_len, "longest")
-        out = session.run_numpy(_inputs(encoded, session.input_names))
+        out = run(_inputs(encoded, session.input_names))
         return run_qa_spans(encoded, out["start_logits"], out["end_logits"], contexts)
 
-    return answer
+    return answer, clock
 
 
 def ours_runner(
     model: torch.nn.Module, tokenizer: Any, seq_len: int, backend: str, ipu_config: str | None, batch_size: int
-) -> tuple[Callable[[list[Request]], list[str]], str]:
+) -> tuple[Runner, str]:
     """`optimum_ipu.pipelines.pipeline("question-answering")` with `backend` (`"onnxruntime-int8"`: quantized)."""
     from ..pipelines import pipeline
 
@@ -209,7 +252,9 @@ def ours_runner(
         for bucket in qa.runner.buckets:
             context = " ".join(words[i % len(words)] for i in range(max(1, bucket - 16)))
             answer([("what is it?", context)] * batch_size)
-    return answer, f"optimum-ipu pipeline ({qa.runner.backend}{', int8' if quantize else ''})"
+    clock = ModelClock()
+    qa.runner = _ClockedRunner(qa.runner, clock)  # the pipeline calls its runner once per host batch
+    return (answer, clock), f"optimum-ipu pipeline ({qa.runner.backend}{', int8' if quantize else ''})"
 
 
 # ------------------------------------------------------------------------------------------------ the measurement
@@ -242,30 +287,35 @@ def _percentiles(times: list[float]) -> dict[str, float]:
     }
 
 
-def _measure(runners: dict[str, Callable], batches: list[list[Request]], warmup: int) -> dict[str, dict]:
+def _measure(runners: dict[str, Runner], batches: list[list[Request]], warmup: int, rounds: int) -> dict[str, dict]:
     """Time every runner on every batch after its `warmup` untimed batches, one runner at a time: runners taking turns
     batch by batch slow each other down, because one runner's worker threads (ONNX Runtime's pools, OpenMP) still
     spin while the next one runs (measured on 2 cores shared with another job: the runner after ONNX Runtime took
-    1.8x its time). Two rounds, the second in the reverse order, each timing half of the batches (even, then odd
-    ones), so that a drift of the machine's load falls on every runner alike. Answers are kept in the order of the
-    batches."""
+    1.8x its time). `rounds` rounds, every other one in the reverse order, each timing every `rounds`-th batch, so
+    that a drift of the machine's load falls on every runner alike. Answers are kept in the order of the batches."""
     names = list(runners)
     timed = list(range(warmup, len(batches)))
     times: dict[str, dict[int, float]] = {name: {} for name in names}
+    model_times: dict[str, dict[int, float]] = {name: {} for name in names}
     answers: dict[str, dict[int, list[str]]] = {name: {} for name in names}
-    for order, share in ((names, timed[0::2]), (names[::-1], timed[1::2])):
+    for round_index in range(rounds):
+        order = names if round_index % 2 == 0 else names[::-1]
         for name in order:
+            answer, clock = runners[name]
             for index in range(warmup):
-                runners[name](batches[index])
-            for index in share:
+                answer(batches[index])
+            for index in timed[round_index::rounds]:
                 time.sleep(PAUSE_S)
+                in_model = clock.seconds
                 start = time.perf_counter()
-                result = runners[name](batches[index])
+                result = answer(batches[index])
                 times[name][index] = time.perf_counter() - start
+                model_times[name][index] = clock.seconds - in_model
                 answers[name][index] = result
     return {
         name: {
             "times": [times[name][i] for i in timed],
+            "model_times": [model_times[name][i] for i in timed],
             "answers": [a for i in timed for a in answers[name][i]],
         }
         for name in names
@@ -282,6 +332,7 @@ def run_latency_benchmark(
     backends: tuple[str, ...] = ("auto",),
     ipu_config: str | None = None,
     output_dir: str = "benchmark_results",
+    rounds: int = 4,
 ) -> dict[str, Any]:
     """Run ours, plain `transformers` eager and ONNX Runtime on the same SQuAD requests (see the module docstring);
     write `benchmark.json` and `benchmark.png` to `output_dir`; return the report.
@@ -292,13 +343,15 @@ def run_latency_benchmark(
         seq_len (`int`): the static length (windows of long contexts; the eager baseline pads to it).
         requests (`int`): timed requests (batches in throughput mode), after `warmup` untimed ones.
         backends (`tuple[str]`): our backends to run (`OUR_BACKENDS`), each its own runner.
+        rounds (`int`): rounds of timing, every runner in turn (see `_measure`).
     """
     if mode not in LATENCY_MODES:
         raise ValueError(f"--mode {mode!r}: expected one of {', '.join(LATENCY_MODES)}")
     unknown = [b for b in backends if b not in OUR_BACKENDS]
     if unknown:
         raise ValueError(f"backends: {unknown} unknown; expected some of {', '.join(OUR_BACKENDS)}")
-    for flag, value, low in (("--seq-len", seq_len, 64), ("--steps", requests, 1), ("--warmup", warmup, 0)):
+    checked = (("--seq-len", seq_len, 64), ("--steps", requests, 1), ("--warmup", warmup, 0), ("rounds", rounds, 1))
+    for flag, value, low in checked:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{flag} {value!r}: expected an integer >= {low}")
     rows = 1 if mode == "latency" else batch_size
@@ -309,7 +362,7 @@ def run_latency_benchmark(
     pool = [(q, c) for q, c in pool if len(tokenizer(q.lstrip(), add_special_tokens=False)["input_ids"]) < room]
     pool = pool[: (requests + warmup) * rows]
     batches = [pool[i : i + rows] for i in range(0, len(pool), rows)]
-    runners: dict[str, Callable] = {}
+    runners: dict[str, Runner] = {}
     for backend in backends:
         runner, name = ours_runner(net, tokenizer, seq_len, backend, ipu_config, rows)
         runners[name] = runner
@@ -318,7 +371,7 @@ def run_latency_benchmark(
     if onnxruntime_available():
         runners["ONNX Runtime (fused graph, own length)"] = onnxruntime_runner(net, tokenizer, seq_len)
     warmup = min(warmup, len(batches) - 1)
-    measured = _measure(runners, batches, warmup)
+    measured = _measure(runners, batches, warmup, rounds)
     report = _report(measured, model_name, mode, seq_len, rows, source, eager_name, tokenizer, batches[warmup:])
     os.makedirs(output_dir, exist_ok=True)
     stem = os.path.join(output_dir, "benchmark")  # the names every mode writes (gpu_check collects them)
@@ -337,6 +390,10 @@ def _report(
     for name, m in measured.items():
         stats = _percentiles(m["times"])
         stats["requests_per_second"] = rows * len(m["times"]) / sum(m["times"])
+        # the model's share and the rest (tokenization, batching, span selection), request by request
+        stats["model_p50_ms"] = float(np.percentile(np.asarray(m["model_times"]) * 1e3, 50))
+        around = np.asarray(m["times"]) - np.asarray(m["model_times"])
+        stats["around_model_p50_ms"] = float(np.percentile(around * 1e3, 50))
         same = sum(a == b for a, b in zip(m["answers"], measured[eager]["answers"], strict=True))
         equal = same / max(1, len(m["answers"]))
         results.append(
@@ -363,7 +420,14 @@ def _report(
         "versions": _versions(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "results": results,
-        "ratios": {f"ours p50 / {r['name']} p50": ours["p50_ms"] / r["p50_ms"] for r in results[1:]},
+        "ratios": {
+            **{f"ours p50 / {r['name']} p50": ours["p50_ms"] / r["p50_ms"] for r in results[1:]},
+            **{
+                f"ours around the model / {r['name']} around the model": ours["around_model_p50_ms"]
+                / r["around_model_p50_ms"]
+                for r in results[1:]
+            },
+        },
     }
 
 
@@ -416,18 +480,21 @@ def chart(report: dict, path: str) -> None:
 def format_latency_report(report: dict) -> str:
     """The report as a table: one line per runner, then the ratios."""
     lines = [
-        f"{'runner':44s} {'p50 ms':>8s} {'p90 ms':>8s} {'p99 ms':>8s} {'req/s':>8s} {'= eager':>8s} {'EM / F1':>12s}"
+        f"{'runner':44s} {'p50 ms':>8s} {'p90 ms':>8s} {'p99 ms':>8s} {'model':>8s} {'around':>8s} {'req/s':>8s} "
+        f"{'= eager':>8s} {'EM / F1':>12s}"
     ]
     for r in report["results"]:
         squad = r.get("squad")
         accuracy = f"{squad['exact_match']:5.1f} / {squad['f1']:4.1f}" if squad else "n/a"
         lines.append(
-            f"{r['name']:44s} {r['p50_ms']:8.2f} {r['p90_ms']:8.2f} {r['p99_ms']:8.2f} "
-            f"{r['requests_per_second']:8.1f} {r['answers_equal_to_eager']:8.1%} {accuracy:>12s}"
+            f"{r['name']:44s} {r['p50_ms']:8.2f} {r['p90_ms']:8.2f} {r['p99_ms']:8.2f} {r['model_p50_ms']:8.2f} "
+            f"{r['around_model_p50_ms']:8.3f} {r['requests_per_second']:8.1f} {r['answers_equal_to_eager']:8.1%} "
+            f"{accuracy:>12s}"
         )
     lines.append(
         f"{report['requests']} requests ({report['request_source']}), {report['mean_request_tokens']:.1f} tokens on "
-        f"average; load average {report['load_average']}"
+        f"average; load average {report['load_average']}; model / around: p50 ms in the model's forward / in the "
+        "rest (tokenization, batching, span selection)"
     )
     lines += [f"{name}: {ratio:.3f}" for name, ratio in report["ratios"].items()]
     return "\n".join(lines)
@@ -454,7 +521,7 @@ def squad_accuracy(
     net, tokenizer, _ = build_model(model)
     gold, scores = squad_answers(), {}
     for backend in backends:
-        answer, _ = ours_runner(net, tokenizer, seq_len, backend, None, batch_size)
+        (answer, _), _ = ours_runner(net, tokenizer, seq_len, backend, None, batch_size)
         answers = [a for i in range(0, len(requests), batch_size) for a in answer(requests[i : i + batch_size])]
         scores[backend] = exact_match_f1(answers, requests, gold)
     return scores
