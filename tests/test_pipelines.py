@@ -288,3 +288,58 @@ def test_pipeline_errors_name_the_fix(tiny_pretrained, tiny_qa_model_dir):
     assert default.max_seq_length == 384 and default.host_batch_rows() == 1 and default.engine.precision == "fp32"
     qa = pipeline("question-answering", model=model, max_seq_length=48, bf16=True)
     assert qa.engine.precision == "bf16" and qa(question="Who?", context="Ann and Bob.")["answer"] in "Ann and Bob."
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_question_windows_are_the_tokenizers_own(tokenizer_for, shared_data, family):
+    """`encode_windows` (the pipeline's encoding through the `tokenizers` backend) gives exactly the windows of
+    `tokenizer(..., return_overflowing_tokens=True)`: ids, type ids, masks, offsets and sequence ids, on real SQuAD
+    pairs whose long contexts overflow, context first too; and the tokenizer's later calls are unchanged by it."""
+    from optimum_ipu.pipelines.question_answering import _encodes_as_transformers, encode_windows
+
+    tokenizer = tokenizer_for(family)
+    assert _encodes_as_transformers(type(tokenizer))  # the backend path is the one under test
+    data = json.loads((shared_data / "squad" / "squad-v1.1-dev-articles-00-39.json").read_text())["data"][:2]
+    pairs = [(qa["question"], p["context"]) for a in data for p in a["paragraphs"] for qa in p["qas"][:2]]
+    overflowed = 0
+    for question, context in pairs[:40]:
+        for pair, truncation in (((question, context), "only_second"), ((context, question), "only_first")):
+            expected = tokenizer(
+                *pair,
+                truncation=truncation,
+                max_length=96,
+                stride=32,
+                return_overflowing_tokens=True,
+                return_offsets_mapping=True,
+            )
+            windows = encode_windows(tokenizer, pair, truncation, 96, 32)
+            assert len(windows) == len(expected["input_ids"])
+            overflowed += len(windows) > 1
+            for i, window in enumerate(windows):
+                assert window.ids == expected["input_ids"][i]
+                assert window.attention_mask == expected["attention_mask"][i]
+                assert [tuple(o) for o in window.offsets] == [tuple(o) for o in expected["offset_mapping"][i]]
+                assert window.sequence_ids == expected.sequence_ids(i)
+                if "token_type_ids" in expected:
+                    assert window.type_ids == expected["token_type_ids"][i]
+    assert overflowed > 10
+    # the backend is left as transformers' own call leaves it: a plain call after it is not truncated
+    long_text = " ".join(pairs[0][1] for _ in range(3))
+    assert len(tokenizer(long_text)["input_ids"]) > 96
+
+
+def test_question_windows_fall_back_to_the_call_of_a_tokenizer_that_encodes_its_own_way(tokenizer_for):
+    from optimum_ipu.pipelines.question_answering import _encodes_as_transformers, encode_windows
+
+    base = type(tokenizer_for("bert"))
+    calls = []
+
+    class Traced(base):
+        def _encode_plus(self, *args, **kwargs):
+            calls.append(kwargs.get("truncation_strategy"))
+            return super()._encode_plus(*args, **kwargs)
+
+    assert not _encodes_as_transformers(Traced)
+    tokenizer = Traced.from_pretrained(tokenizer_for("bert").name_or_path)
+    windows = encode_windows(tokenizer, ("who?", "a context " * 80), "only_second", 64, 16)
+    assert calls and len(windows) > 1 and all(len(w.ids) <= 64 for w in windows)

@@ -175,8 +175,8 @@ class _ClockedRunner:
     def __init__(self, runner: Any, clock: ModelClock) -> None:
         self._runner, self._call = runner, clock.timed(runner)
 
-    def __call__(self, batch: dict[str, Any]) -> Any:
-        return self._call(batch)
+    def __call__(self, batch: dict[str, Any], **kwargs: Any) -> Any:
+        return self._call(batch, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._runner, name)

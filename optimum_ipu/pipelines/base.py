@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from transformers import Pipeline, PreTrainedModel
@@ -145,6 +146,8 @@ class StaticBatchingPipeline(Pipeline):
     backends: tuple[str, ...] = BACKENDS
     # Token inputs are padded to a bucket (or their own length); False: always to `max_seq_length`.
     bucketed: bool = True
+    # The task's `_forward` / `postprocess` read numpy arrays as well as tensors: ONNX Runtime's outputs stay arrays.
+    array_outputs: bool = False
 
     def __init__(
         self,
@@ -191,6 +194,7 @@ class StaticBatchingPipeline(Pipeline):
         self.engine = self.runner.engine
         self._forward_parameters: Any = None
         self.static_batch_size = 0  # rows of the host batch of the current call
+        self._rows_per_device: int | None = None
         super().__init__(pipelined.model, *args, device=self.engine.device, **kwargs)
 
     def _buckets(self, buckets: list[int] | None) -> list[int] | None:
@@ -222,8 +226,10 @@ class StaticBatchingPipeline(Pipeline):
         per_device = batch_size if batch_size is not None else (self._batch_size or 1)
         if not isinstance(per_device, int) or isinstance(per_device, bool) or per_device < 1:
             raise ValueError(f"batch_size: got {per_device!r}; expected a positive number of rows per device")
-        replicas = max(1, self.ipu_config.value("replication_factor", inference=True) // world_size())
-        return per_device * replicas * self.ipu_config.value("device_iterations", inference=True)
+        if self._rows_per_device is None:  # read once: the layout is fixed when the pipeline is built
+            replicas = max(1, self.ipu_config.value("replication_factor", inference=True) // world_size())
+            self._rows_per_device = replicas * self.ipu_config.value("device_iterations", inference=True)
+        return per_device * self._rows_per_device
 
     # ---------------------------------------------------------------- the call
     def __call__(
@@ -294,9 +300,10 @@ class StaticBatchingPipeline(Pipeline):
 
     # -------------------------------------------------------------- collation
     def collate(self, items: list[dict[str, Any]]) -> dict[str, Any]:
-        """Stack preprocessed model inputs into one batch, padding every token tensor on the tokenizer's padding side
-        to the bucket of the longest (`runner.padded_length`; `max_seq_length` when not `bucketed`); values that
-        are not tensors become lists."""
+        """Stack preprocessed model inputs into one batch, padding every token tensor (or numpy array) on the
+        tokenizer's padding side to the bucket of the longest (`runner.padded_length`; `max_seq_length` when not
+        `bucketed`); values that are neither become lists. Arrays stay arrays for ONNX Runtime, which reads them,
+        and become tensors for the engine."""
         keys = list(items[0].keys())
         if any(list(item.keys()) != keys for item in items):
             raise ValueError("the inputs of one batch were prepared with different keys; they cannot be batched")
@@ -306,22 +313,26 @@ class StaticBatchingPipeline(Pipeline):
         batch: dict[str, Any] = {}
         for key in keys:
             values = [item[key] for item in items]
-            if not isinstance(values[0], torch.Tensor):
+            if not isinstance(values[0], (torch.Tensor, np.ndarray)):
                 batch[key] = values
-            elif values[0].dim() < 2:
-                batch[key] = torch.cat([v.reshape(1) if v.dim() == 0 else v for v in values])
+            elif values[0].ndim < 2:
+                batch[key] = _concatenate([v.reshape(1) if v.ndim == 0 else v for v in values])
             else:
                 padded = [self._pad_tokens(key, v, side, length) for v in values]
-                batch[key] = padded[0] if len(padded) == 1 else torch.cat(padded)  # batch 1: no copy
+                batch[key] = padded[0] if len(padded) == 1 else _concatenate(padded)  # batch 1: no copy
+            if isinstance(batch[key], np.ndarray) and self.runner.onnx is None:
+                batch[key] = torch.from_numpy(batch[key])
         return batch
 
-    def _pad_tokens(self, key: str, value: torch.Tensor, side: str, target: int) -> torch.Tensor:
+    def _pad_tokens(self, key: str, value: Any, side: str, target: int) -> Any:
         length = value.shape[1]
         if length > self.max_seq_length:
             raise ValueError(
                 f"an input has {length} tokens, more than max_seq_length={self.max_seq_length}; shorten it or raise "
                 "max_seq_length (pipeline(..., max_seq_length=N))"
             )
+        if length == target:
+            return value
         if key == "input_ids":
             fill = self.tokenizer.pad_token_id
             if fill is None:
@@ -331,15 +342,18 @@ class StaticBatchingPipeline(Pipeline):
                 )
         else:
             fill = 1 if key in _PAD_WITH_ONE else 0
-        if length == target:
-            return value
-        pad = value.new_full((value.shape[0], target - length, *value.shape[2:]), fill)
+        shape = (value.shape[0], target - length, *value.shape[2:])
+        if isinstance(value, np.ndarray):
+            pad = np.full(shape, fill, dtype=value.dtype)
+            return np.concatenate([pad, value] if side == "left" else [value, pad], axis=1)
+        pad = value.new_full(shape, fill)
         return torch.cat([pad, value] if side == "left" else [value, pad], dim=1)
 
     # ------------------------------------------------------------------ model
-    def run_model(self, model_inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    def run_model(self, model_inputs: dict[str, Any]) -> dict[str, Any]:
         """One host call of the backend on a collated batch: the tensors the model's `forward` takes, in the
-        inference layout and precision; floating outputs in fp32 for post-processing."""
+        inference layout and precision; floating outputs in fp32 for post-processing (numpy arrays from ONNX Runtime
+        when the task reads them, `array_outputs`)."""
         if self._forward_parameters is None:  # read once: inspect.signature costs more than a small forward
             parameters = inspect.signature(self.model.forward).parameters
             takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
@@ -349,8 +363,9 @@ class StaticBatchingPipeline(Pipeline):
         accepted = {k: v for k, v in model_inputs.items() if takes_any or k in parameters}
         if "use_cache" in parameters:  # as transformers' classification pipelines: no KV cache for one forward
             accepted["use_cache"] = False
-        outputs = self.runner(accepted)
-        return {k: v.float() if v.is_floating_point() else v for k, v in outputs.items()}
+        outputs = self.runner(accepted, as_numpy=self.array_outputs)
+        floating = {k for k, v in outputs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
+        return {k: v.float() if k in floating else v for k, v in outputs.items()}
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
         """Save the stock model (`transformers` layout, whatever the config swapped in), its `ipu_config.json` and
@@ -370,8 +385,8 @@ def _row(outputs: dict[str, Any], index: int, rows: int) -> dict[str, Any]:
     """Row `index` of a batch's outputs, shaped as a batch of one (what `transformers`' `postprocess` expects)."""
     row = {}
     for key, value in outputs.items():
-        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == rows:
-            row[key] = value[index : index + 1]
+        if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim and value.shape[0] == rows:
+            row[key] = value if rows == 1 else value[index : index + 1]  # a batch of one is that row already
         elif isinstance(value, list) and len(value) == rows:
             row[key] = value[index]
         else:
@@ -380,8 +395,13 @@ def _row(outputs: dict[str, Any], index: int, rows: int) -> dict[str, Any]:
 
 
 def _is_tokens(value: Any) -> bool:
-    """A token tensor of a model input (batch x length, as the tokenizer returns it)."""
-    return isinstance(value, torch.Tensor) and value.dim() >= 2
+    """A token tensor (or numpy array) of a model input (batch x length, as the tokenizer returns it)."""
+    return isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim >= 2
+
+
+def _concatenate(values: list[Any]) -> Any:
+    """Tensors or numpy arrays joined along the batch axis."""
+    return np.concatenate(values) if isinstance(values[0], np.ndarray) else torch.cat(values)
 
 
 def _token_inputs(model: nn.Module, tokenizer: Any) -> list[str] | None:

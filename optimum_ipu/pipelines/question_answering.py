@@ -8,6 +8,8 @@ the best spans over all the features of an example win, as in `run_qa.py`.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -31,6 +33,43 @@ def span_candidate(offsets: tuple[int, int], start_logit: float, end_logit: floa
     }
 
 
+# One candidate answer: (score, start logit, end logit, start char, end char); the null answer is (.., 0, 0).
+Candidate = tuple[float, float, float, int, int]
+
+
+def best_spans(
+    start_logits: Sequence[np.ndarray],
+    end_logits: Sequence[np.ndarray],
+    offset_mappings: Sequence[Offsets],
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+    with_null: bool = False,
+) -> tuple[list[Candidate], Candidate | None]:
+    """`answer_span_candidates` as tuples (`Candidate`), without a dict per candidate: what one request's answer
+    needs. Same arguments; returns the n best (best first, the null answer among them when `with_null`) and the
+    null answer (`None` without features)."""
+    null: Candidate | None = None
+    candidates: list[Candidate] = []  # in the order of the loops of run_qa.py: features, best starts, best ends
+    for feature_start, feature_end, offsets in zip(start_logits, end_logits, offset_mappings, strict=True):
+        feature_start, feature_end = np.asarray(feature_start), np.asarray(feature_end)
+        # the null answer is scored by each feature's first token (CLS), the lowest over the features: every
+        # feature must agree that there is no answer
+        cls_start, cls_end = float(feature_start[0]), float(feature_end[0])
+        if null is None or null[0] > cls_start + cls_end:
+            null = (cls_start + cls_end, cls_start, cls_end, 0, 0)
+        candidates += _feature_spans(feature_start, feature_end, offsets, n_best_size, max_answer_length)
+    if with_null and null is not None:
+        candidates.append(null)
+    nbest = sorted(candidates, key=_score, reverse=True)[:n_best_size]  # stable: ties keep the loops' order
+    if with_null and null is not None and all(c is not null for c in nbest):
+        nbest.append(null)  # the null answer must stay comparable even when it fell out of the n best
+    return nbest, null
+
+
+def _score(candidate: Candidate) -> float:
+    return candidate[0]
+
+
 def answer_span_candidates(
     start_logits: Sequence[np.ndarray],
     end_logits: Sequence[np.ndarray],
@@ -49,8 +88,7 @@ def answer_span_candidates(
         start_logits (`Sequence[np.ndarray]`): per feature, the start logit of each token.
         end_logits (`Sequence[np.ndarray]`): per feature, the end logit of each token.
         offset_mappings (`Sequence`): per feature, each token's `(start, end)` characters in the context, or `None`
-            for tokens outside the context (question, special and padding tokens); or an array of shape
-            `(tokens, 2)` with `-1` for them.
+            for tokens outside the context (question, special and padding tokens).
         n_best_size (`int`, *optional*, defaults to 20): positions tried per end, and candidates kept.
         max_answer_length (`int`, *optional*, defaults to 30): the longest answer, in tokens.
         with_null (`bool`, *optional*, defaults to `False`): make the null answer (offsets `(0, 0)`) a candidate
@@ -62,62 +100,35 @@ def answer_span_candidates(
         answer, scored by the first token of each feature (CLS) and the lowest over the features, since every
         feature must agree that there is no answer (`None` without features).
     """
-    min_null = None
-    # Every feature's candidates as arrays (scores, logits, character offsets), in the order of the loops of
-    # run_qa.py (features, then the best starts, then the best ends): the n best are picked by one stable sort.
-    columns: list[tuple[np.ndarray, ...]] = []
-    for feature_start, feature_end, offset_mapping in zip(start_logits, end_logits, offset_mappings, strict=True):
-        feature_start, feature_end = np.asarray(feature_start), np.asarray(feature_end)
-        feature_null = span_candidate((0, 0), feature_start[0], feature_end[0])
-        if min_null is None or min_null["score"] > feature_null["score"]:
-            min_null = feature_null
-        columns.append(_feature_spans(feature_start, feature_end, offset_mapping, n_best_size, max_answer_length))
-    with_null = with_null and min_null is not None
-    scores, starts, ends, chars = (
-        (np.concatenate(c) for c in zip(*columns, strict=True)) if columns else [np.zeros(0)] * 4
-    )
-    if with_null:
-        scores = np.append(scores, min_null["score"])
-    order = np.argsort(-scores, kind="stable")[:n_best_size]  # best first; ties keep the loops' order
-    nbest = []
-    for index in order.tolist():
-        if with_null and index == len(scores) - 1:
-            nbest.append(min_null)
-        else:
-            offsets = (int(chars[index, 0]), int(chars[index, 1]))
-            nbest.append(span_candidate(offsets, starts[index], ends[index]))
-    # The null answer must stay comparable even when it fell out of the n best.
-    if with_null and all(c is not min_null for c in nbest):
-        nbest.append(min_null)
-    return nbest, min_null
+    nbest, null = best_spans(start_logits, end_logits, offset_mappings, n_best_size, max_answer_length, with_null)
+    min_null = None if null is None else span_candidate((0, 0), null[1], null[2])
+    # the null answer is the same dict as the one returned beside the candidates
+    return [min_null if c is null else span_candidate((c[3], c[4]), c[1], c[2]) for c in nbest], min_null
 
 
 def _feature_spans(
-    start: np.ndarray, end: np.ndarray, offset_mapping: Offsets, n_best_size: int, max_answer_length: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One feature's candidate spans, vectorized: the `n_best_size` best starts x the best ends, kept when both
-    ends are context tokens, the end is not before the start and the span is at most `max_answer_length` tokens.
-    Returns their scores, start logits, end logits and `(start char, end char)` rows, start-major."""
+    start: np.ndarray, end: np.ndarray, offsets: Offsets, n_best_size: int, max_answer_length: int
+) -> list[Candidate]:
+    """One feature's candidate spans: the `n_best_size` best starts x the best ends (run_qa.py's loops), kept when
+    both ends are context tokens, the end is not before the start and the span is at most `max_answer_length`
+    tokens. A Python loop over at most `n_best_size`**2 pairs: on one request it is faster than numpy's calls."""
     start_indexes = np.argsort(start)[-1 : -n_best_size - 1 : -1]
     end_indexes = np.argsort(end)[-1 : -n_best_size - 1 : -1]
-    if isinstance(offset_mapping, np.ndarray):  # the pipeline's: (tokens, 2), -1 outside the context
-        chars = np.full((len(start), 2), -1, dtype=np.int64)
-        known = min(len(start), len(offset_mapping))
-        chars[:known] = offset_mapping[:known]
-        in_context = chars[:, 0] >= 0
-    else:
-        in_context = np.zeros(len(start), dtype=bool)
-        chars = np.zeros((len(start), 2), dtype=np.int64)
-        for k, offset in enumerate(offset_mapping[: len(start)]):
-            if offset is not None:
-                in_context[k] = True
-                chars[k] = offset[0], offset[1]
-    s, e = start_indexes[:, None], end_indexes[None, :]
-    valid = in_context[s] & in_context[e] & (e >= s) & (e - s + 1 <= max_answer_length)
-    rows, cols = np.nonzero(valid)  # row-major: start-major, as the loops of run_qa.py
-    s, e = start_indexes[rows], end_indexes[cols]
-    starts, ends = start[s], end[e]
-    return (starts + ends).astype(np.float64), starts, ends, np.stack([chars[s, 0], chars[e, 1]], axis=1)
+    known = len(offsets)
+    ends = [
+        (e, offsets[e][1], logit)
+        for e, logit in zip(end_indexes.tolist(), end[end_indexes].tolist(), strict=True)
+        if e < known and offsets[e] is not None
+    ]
+    spans = []
+    for s, start_logit in zip(start_indexes.tolist(), start[start_indexes].tolist(), strict=True):
+        if s >= known or offsets[s] is None:
+            continue
+        start_char = offsets[s][0]
+        for e, end_char, end_logit in ends:
+            if s <= e < s + max_answer_length:
+                spans.append((start_logit + end_logit, start_logit, end_logit, start_char, end_char))
+    return spans
 
 
 def nbest_with_probabilities(nbest: list[dict[str, Any]], context: str) -> list[dict[str, Any]]:
@@ -136,6 +147,71 @@ def nbest_with_probabilities(nbest: list[dict[str, Any]], context: str) -> list[
     for probability, candidate in zip(exp_scores / exp_scores.sum(), nbest, strict=True):
         candidate["probability"] = float(probability)
     return nbest
+
+
+# The model inputs a `tokenizers` encoding holds, by their `transformers` names.
+_ENCODING_FIELDS = {"input_ids": "ids", "token_type_ids": "type_ids", "attention_mask": "attention_mask"}
+# Where `transformers` turns a call into `tokenizers`' `encode_batch`: a class that redefines one of them does more.
+_ENCODE_PATH = (
+    "__call__",
+    "_call_one",
+    "encode_plus",
+    "_encode_plus",
+    "set_truncation_and_padding",
+    "_convert_encoding",
+)
+
+
+def encode_windows(tokenizer: Any, pair: tuple[str, str], truncation: str, max_length: int, stride: int) -> list[Any]:
+    """A question/context pair's windows of at most `max_length` tokens overlapping by `stride` (the first, then its
+    overflowing ones), as `tokenizers` encodings (`ids`, `type_ids`, `attention_mask`, `offsets`,
+    `sequence_ids`): what `tokenizer(*pair, truncation=..., max_length=..., stride=...,
+    return_overflowing_tokens=True, return_offsets_mapping=True)` returns, without turning every window into
+    Python lists and a `BatchEncoding` (a third of a request's time around the model on a CPU). A tokenizer whose
+    class changes how `transformers` encodes, or whose model inputs are not the encoding's, takes that call."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not _encodes_as_transformers(type(tokenizer)):
+        encoded = tokenizer(
+            *pair,
+            truncation=truncation,
+            max_length=max_length,
+            stride=stride,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+        )
+        return list(encoded.encodings)
+    # the backend's settings exactly as transformers' set_truncation_and_padding leaves them for this call
+    target = {
+        "max_length": max_length,
+        "stride": stride,
+        "strategy": truncation,
+        "direction": tokenizer.truncation_side,
+    }
+    current = backend.truncation
+    if current is None or any(current.get(k) != v for k, v in target.items()):
+        backend.enable_truncation(**target)
+    if backend.padding is not None:
+        backend.no_padding()
+    if backend.encode_special_tokens != tokenizer.split_special_tokens:
+        backend.encode_special_tokens = tokenizer.split_special_tokens
+    encoding = backend.encode(*pair, add_special_tokens=True)
+    return [encoding, *encoding.overflowing]
+
+
+@functools.cache
+def _encodes_as_transformers(cls: type) -> bool:
+    """Whether `cls` encodes through `transformers`' own `tokenizers` path, with model inputs an encoding holds."""
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+    if not issubclass(cls, TokenizersBackend):
+        return False
+    if not set(getattr(cls, "model_input_names", ())) <= set(_ENCODING_FIELDS):
+        return False
+    for klass in cls.__mro__[: cls.__mro__.index(TokenizersBackend)]:
+        if any(name in vars(klass) for name in _ENCODE_PATH):
+            return False
+    return PreTrainedTokenizerBase in cls.__mro__
 
 
 class IPUQuestionAnsweringPipeline(StaticBatchingPipeline):
@@ -161,6 +237,7 @@ class IPUQuestionAnsweringPipeline(StaticBatchingPipeline):
 
     model_mapping = "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES"
     default_max_seq_length = 384
+    array_outputs = True  # the logits go to numpy span selection: ONNX Runtime's arrays are not made tensors
     chunked = True
     _load_processor = False
     _load_image_processor = False
@@ -246,25 +323,24 @@ class IPUQuestionAnsweringPipeline(StaticBatchingPipeline):
                 "max_seq_length"
             )
         pair = (question, example["context"]) if pad_on_right else (example["context"], question)
-        encoded = self.tokenizer(
-            *pair,
-            truncation="only_second" if pad_on_right else "only_first",
-            max_length=self.max_seq_length,
-            stride=doc_stride,
-            return_overflowing_tokens=True,
-            return_offsets_mapping=True,
-        )  # not padded here: each batch is padded to its bucket (or its own length) when collated
+        truncation = "only_second" if pad_on_right else "only_first"
+        # not padded here: each batch is padded to its bucket (or its own length) when collated
+        windows = encode_windows(self.tokenizer, pair, truncation, self.max_seq_length, doc_stride)
         context_index = 1 if pad_on_right else 0
-        names = [n for n in self.tokenizer.model_input_names if n in encoded]
-        for i in range(len(encoded["input_ids"])):
-            # offsets as an array, -1 outside the context: what answer_span_candidates reads without a loop
-            in_context = np.array([s == context_index for s in encoded.sequence_ids(i)])
-            offsets = np.where(in_context[:, None], np.asarray(encoded["offset_mapping"][i]), -1)
-            features = {name: torch.from_numpy(np.asarray([encoded[name][i]], dtype=np.int64)) for name in names}
+        for window in windows:
+            # run_qa.py's offsets: None outside the context (question, special and padding tokens)
+            pairs = zip(window.offsets, window.sequence_ids, strict=True)
+            offsets = [offset if sequence == context_index else None for offset, sequence in pairs]
+            # numpy arrays: ONNX Runtime reads them as they are; collate makes tensors of them for the engine
+            features = {
+                name: np.asarray([getattr(window, _ENCODING_FIELDS[name])], dtype=np.int64)
+                for name in self.tokenizer.model_input_names
+                if name in _ENCODING_FIELDS
+            }
             yield {**features, "offset_mapping": offsets, "context": example["context"]}
 
     def _forward(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        model_inputs = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+        model_inputs = {k: v for k, v in inputs.items() if isinstance(v, (torch.Tensor, np.ndarray))}
         outputs = self.run_model(model_inputs)
         passed_on = {key: inputs[key] for key in ("offset_mapping", "context")}
         return {"start_logits": outputs["start_logits"], "end_logits": outputs["end_logits"], **passed_on}
@@ -279,9 +355,9 @@ class IPUQuestionAnsweringPipeline(StaticBatchingPipeline):
     ) -> dict[str, Any] | list[dict[str, Any]]:
         # Each window's logits at its own tokens only: the padding of its batch (its bucket) changes no answer.
         lengths = [len(o["offset_mapping"]) for o in all_outputs]
-        candidates, _ = answer_span_candidates(
-            [o["start_logits"][0, :n].numpy() for o, n in zip(all_outputs, lengths, strict=True)],
-            [o["end_logits"][0, :n].numpy() for o, n in zip(all_outputs, lengths, strict=True)],
+        nbest, _ = best_spans(
+            [_logits(o["start_logits"], n) for o, n in zip(all_outputs, lengths, strict=True)],
+            [_logits(o["end_logits"], n) for o, n in zip(all_outputs, lengths, strict=True)],
             [o["offset_mapping"] for o in all_outputs],
             n_best_size=max(n_best_size, top_k),
             max_answer_length=max_answer_len,
@@ -289,19 +365,23 @@ class IPUQuestionAnsweringPipeline(StaticBatchingPipeline):
         )
         # The probabilities of nbest_with_probabilities (softmax over the n best), text only for the answers returned.
         context = all_outputs[0]["context"]
-        if not candidates:
+        if not nbest:
             return dict(_EMPTY_ANSWER) if top_k == 1 else [dict(_EMPTY_ANSWER)]
-        scores = np.array([c["score"] for c in candidates])
-        first = candidates[0]["offsets"]
-        placeholder = len(candidates) == 1 and context[first[0] : first[1]] == ""  # its "empty" leads the softmax
-        if placeholder:
-            scores = np.array([0.0, scores[0]])
-        exp_scores = np.exp(scores - np.max(scores))
-        probabilities = (exp_scores / exp_scores.sum())[1:] if placeholder else exp_scores / exp_scores.sum()
+        scores = [c[0] for c in nbest]
+        if len(nbest) == 1 and context[nbest[0][3] : nbest[0][4]] == "":
+            scores.insert(0, 0.0)  # the placeholder answer "empty" leads the softmax, as in run_qa.py
+        top = max(scores)
+        weights = [math.exp(score - top) for score in scores]
+        total = sum(weights)
+        probabilities = weights[len(scores) - len(nbest) :]
         results = [
-            {"score": float(p), "start": int(c["offsets"][0]), "end": int(c["offsets"][1]), "answer": ""}
-            for p, c in zip(probabilities[:top_k], candidates[:top_k], strict=True)
+            {"score": weight / total, "start": c[3], "end": c[4], "answer": context[c[3] : c[4]]}
+            for weight, c in zip(probabilities[:top_k], nbest[:top_k], strict=True)
         ]
-        for result in results:
-            result["answer"] = context[result["start"] : result["end"]]
-        return results[0] if top_k == 1 else results[:top_k]
+        return results[0] if top_k == 1 else results
+
+
+def _logits(value: Any, length: int) -> np.ndarray:
+    """A window's logits (a batch of one, a tensor or an array) at its first `length` tokens, as an array."""
+    row = value[0, :length]
+    return row.numpy() if isinstance(row, torch.Tensor) else np.asarray(row)

@@ -324,10 +324,13 @@ class InferenceRunner:
         on ONNX Runtime (dynamic shapes)."""
         return length if self.onnx is not None else bucket_for(length, self.buckets)
 
-    def __call__(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """One inference host call on a collated batch (token tensors padded to `padded_length`)."""
+    def __call__(self, batch: dict[str, Any], as_numpy: bool = False) -> dict[str, Any]:
+        """One inference host call on a collated batch (token tensors padded to `padded_length`). With `as_numpy`,
+        ONNX Runtime's outputs stay numpy arrays (no round trip through tensors for a caller that reads arrays);
+        the engine's are tensors either way."""
         if self.onnx is not None:
-            return self.onnx(**{name: batch[name] for name in self.onnx.input_names})
+            inputs = {name: batch[name] for name in self.onnx.input_names}
+            return self.onnx.run_numpy(inputs) if as_numpy else self.onnx(**inputs)
         return self.engine.eval_step(batch)
 
     def __repr__(self) -> str:
