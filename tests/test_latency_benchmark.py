@@ -40,6 +40,7 @@ def test_latency_mode_times_every_runner_end_to_end(tmp_path):
         "ONNX Runtime (fused graph, own length)",
     ]
     assert report["mode"] == "latency" and report["batch_size"] == 1 and report["requests"] == 8
+    assert report["onnxruntime_runs_ours_session"]  # ours runs the exact fused graph: the same session, timed alike
     assert report["request_source"].startswith("SQuAD pairs") and 20 < report["mean_request_tokens"] <= 128
     for result in report["results"]:
         assert 0 < result["p50_ms"] <= result["p90_ms"] <= result["p99_ms"]
@@ -70,6 +71,7 @@ def test_throughput_mode_batches_requests(tmp_path):
         output_dir=str(tmp_path),
     )
     assert report["batch_size"] == 4 and report["requests"] == 8
+    assert not report["onnxruntime_runs_ours_session"]  # ours runs eagerly: ONNX Runtime exports its own graph
     assert report["results"][0]["name"] == "optimum-ipu pipeline (eager)"
     assert all(r["requests_per_second"] > 0 for r in report["results"])
     with pytest.raises(ValueError, match="backends: \\['tensorrt'\\] unknown"):

@@ -304,6 +304,8 @@ class StaticBatchingPipeline(Pipeline):
         tokenizer's padding side to the bucket of the longest (`runner.padded_length`; `max_seq_length` when not
         `bucketed`); values that are neither become lists. Arrays stay arrays for ONNX Runtime, which reads them,
         and become tensors for the engine."""
+        if len(items) == 1 and self.bucketed and self.runner.onnx is not None:
+            return self._collate_one(items[0])
         keys = list(items[0].keys())
         if any(list(item.keys()) != keys for item in items):
             raise ValueError("the inputs of one batch were prepared with different keys; they cannot be batched")
@@ -322,6 +324,20 @@ class StaticBatchingPipeline(Pipeline):
                 batch[key] = padded[0] if len(padded) == 1 else _concatenate(padded)  # batch 1: no copy
             if isinstance(batch[key], np.ndarray) and self.runner.onnx is None:
                 batch[key] = torch.from_numpy(batch[key])
+        return batch
+
+    def _collate_one(self, item: dict[str, Any]) -> dict[str, Any]:
+        """`collate` of a batch of one row on ONNX Runtime: its own length, so nothing to pad or stack (the
+        latency path: one request)."""
+        batch = {}
+        for key, value in item.items():
+            if not isinstance(value, (torch.Tensor, np.ndarray)):
+                value = [value]
+            elif value.ndim == 0:
+                value = value.reshape(1)
+            elif value.ndim >= 2 and value.shape[1] > self.max_seq_length:
+                self._pad_tokens(key, value, "right", self.max_seq_length)  # raises: the input is too long
+            batch[key] = value
         return batch
 
     def _pad_tokens(self, key: str, value: Any, side: str, target: int) -> Any:
