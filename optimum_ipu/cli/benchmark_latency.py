@@ -281,8 +281,10 @@ def build_model(model: str) -> tuple[torch.nn.Module, Any, str]:
         raise ValueError(
             f"--model {model!r}: give a model folder (with its tokenizer) or one of {', '.join(ARCHITECTURES)}"
         )
+    torch.manual_seed(0)  # a head the folder lacks (a bare encoder) is drawn alike in every run
     net = transformers.AutoModelForQuestionAnswering.from_pretrained(model).eval()
-    return net, transformers.AutoTokenizer.from_pretrained(model), os.path.basename(os.path.normpath(model))
+    name = "/".join(Path(model).resolve().parts[-2:])  # e.g. "output/demo"
+    return net, transformers.AutoTokenizer.from_pretrained(model), name
 
 
 def _percentiles(times: list[float]) -> dict[str, float]:
@@ -469,6 +471,10 @@ def chart(report: dict, path: str) -> None:
     if report["mode"] == "latency":
         values = [r["p50_ms"] for r in results]
         ax.barh(names, values, color=colors)
+        # the end of each bar: the p50 time around the model (tokenization, batching, span selection)
+        around = [r.get("around_model_p50_ms", 0.0) for r in results]
+        lefts = [v - a for v, a in zip(values, around, strict=True)]
+        ax.barh(names, around, left=lefts, color="none", edgecolor="black", hatch="////", label="around the model")
         ax.scatter([r["p90_ms"] for r in results], names, marker="|", s=200, color="black", label="p90")
         ax.scatter([r["p99_ms"] for r in results], names, marker="x", color="tab:red", label="p99")
         ax.set_xlabel("milliseconds per request, end to end (bar: p50)")
