@@ -216,10 +216,12 @@ def onnxruntime_runner(model: torch.nn.Module, tokenizer: Any, seq_len: int, ses
     settings), else one is exported here."""
     from ..runtime.inference_onnx import OnnxRuntimeModel
 
-    names = [n for n in tokenizer.model_input_names if n in ("input_ids", "attention_mask", "token_type_ids")]
-    if next(model.parameters()).device.type != "cpu":  # onnxruntime's CPU package: a CPU copy is exported
-        model = copy.deepcopy(model).float().cpu()
-    session, clock = session or OnnxRuntimeModel(model, names), ModelClock()
+    if session is None:
+        names = [n for n in tokenizer.model_input_names if n in ("input_ids", "attention_mask", "token_type_ids")]
+        if next(model.parameters()).device.type != "cpu":  # onnxruntime's CPU package: a CPU copy is exported
+            model = copy.deepcopy(model).float().cpu()
+        session = OnnxRuntimeModel(model, names)
+    clock = ModelClock()
     run = clock.timed(session.run_numpy)
 
     def answer(requests: list[Request]) -> list[str]:

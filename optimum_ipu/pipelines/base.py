@@ -335,8 +335,8 @@ class StaticBatchingPipeline(Pipeline):
                 value = [value]
             elif value.ndim == 0:
                 value = value.reshape(1)
-            elif value.ndim >= 2 and value.shape[1] > self.max_seq_length:
-                self._pad_tokens(key, value, "right", self.max_seq_length)  # raises: the input is too long
+            elif value.ndim >= 2:
+                value = self._pad_tokens(key, value, "right", value.shape[1])  # the checks only: nothing to pad
             batch[key] = value
         return batch
 
@@ -347,8 +347,6 @@ class StaticBatchingPipeline(Pipeline):
                 f"an input has {length} tokens, more than max_seq_length={self.max_seq_length}; shorten it or raise "
                 "max_seq_length (pipeline(..., max_seq_length=N))"
             )
-        if length == target:
-            return value
         if key == "input_ids":
             fill = self.tokenizer.pad_token_id
             if fill is None:
@@ -358,6 +356,8 @@ class StaticBatchingPipeline(Pipeline):
                 )
         else:
             fill = 1 if key in _PAD_WITH_ONE else 0
+        if length == target:
+            return value
         shape = (value.shape[0], target - length, *value.shape[2:])
         if isinstance(value, np.ndarray):
             pad = np.full(shape, fill, dtype=value.dtype)

@@ -57,13 +57,18 @@ def default_buckets(max_seq_length: int, count: int = 6) -> list[int]:
     return [*buckets, max_seq_length]
 
 
+def _sorted_lengths(buckets: Any, name: str) -> list[int]:
+    """`buckets` sorted without repeats, checked to be a non-empty list of positive numbers of tokens."""
+    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
+        raise ValueError(f"{name}: got {buckets!r}; expected a list of sequence lengths, e.g. [64, 128, 256, 384]")
+    if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
+        raise ValueError(f"{name}: got {list(buckets)!r}; every bucket must be a positive number of tokens")
+    return sorted(set(buckets))
+
+
 def check_buckets(buckets: Sequence[int], max_seq_length: int) -> list[int]:
     """`buckets` sorted, checked against `max_seq_length` (the longest must be it, so that every input fits)."""
-    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
-        raise ValueError(f"buckets: got {buckets!r}; expected a list of sequence lengths, e.g. [64, 128, 256, 384]")
-    if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
-        raise ValueError(f"buckets: got {list(buckets)!r}; every bucket must be a positive number of tokens")
-    ordered = sorted(set(buckets))
+    ordered = _sorted_lengths(buckets, "buckets")
     if ordered[-1] != max_seq_length:
         raise ValueError(
             f"buckets: the longest is {ordered[-1]} but max_seq_length is {max_seq_length}; end the list with "
@@ -103,22 +108,19 @@ def check_sequence_buckets(buckets: Any, name: str = "buckets") -> list[int]:
         name (`str`, *optional*, defaults to `"buckets"`): the field named in the error (e.g.
             `"inference_parallelize_kwargs.sequence_buckets"`).
     """
-    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
-        raise ValueError(f"{name}: got {buckets!r}; expected a list of sequence lengths, e.g. [64, 128, 256, 384]")
-    if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
-        raise ValueError(f"{name}: got {list(buckets)!r}; every bucket must be a positive number of tokens")
-    ordered = sorted(set(buckets))
+    ordered = _sorted_lengths(buckets, name)
     if len(ordered) > MAX_BUCKETS:
         raise ValueError(f"{name}: {len(ordered)} given; at most {MAX_BUCKETS} (one compiled graph each)")
     return ordered
 
 
 def buckets_within(width: int, buckets: Sequence[int] | None = None) -> list[int]:
-    """The buckets a batch of `width` columns may be cut to: those of `buckets` shorter than `width`, then `width`
-    itself (so a batch never grows); `default_buckets(width)` without `buckets`."""
+    """The buckets a batch of `width` columns may be cut to: those of `buckets` (as `check_sequence_buckets`
+    returns them, checked once by the caller: this runs for every batch) shorter than `width`, then `width` itself
+    (so a batch never grows); `default_buckets(width)` without `buckets`."""
     if not buckets:
         return default_buckets(width)
-    return [*(b for b in check_sequence_buckets(buckets) if b < width), width]
+    return [*(b for b in buckets if b < width), width]
 
 
 def trim_to_bucket(inputs: Mapping[str, Any], buckets: Sequence[int] | None = None) -> Mapping[str, Any]:
@@ -139,7 +141,7 @@ def trim_to_bucket(inputs: Mapping[str, Any], buckets: Sequence[int] | None = No
     Args:
         inputs (`Mapping[str, Any]`): the batch, as the collator made it.
         buckets (`Sequence[int]`, *optional*): the sequence lengths to cut to (e.g. `inference_parallelize_kwargs
-            ["sequence_buckets"]`); `default_buckets(width)` when not given.
+            ["sequence_buckets"]`, checked by `check_sequence_buckets`); `default_buckets(width)` when not given.
 
     Returns:
         `Mapping[str, Any]`: a new dict with the cut tensors (and the other values as they were), or `inputs`.
