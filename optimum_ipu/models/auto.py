@@ -18,6 +18,7 @@ from ..config import IPUConfig
 from ..config_schema import CONFIG_NAME
 from .pipelined import PipelinedModel, to_pipelined
 from .plans import AUTO_CLASSES
+from .stage_loading import load_stage, loads_stage_only
 
 logger = logging.getLogger(__name__)
 HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "proxies")
@@ -67,10 +68,18 @@ class _IPUAutoModel:
                 (e.g. `"Graphcore/bert-base-ipu"`); defaults to the `ipu_config.json` saved with the model (as
                 `IPUTrainer.save_model` and Optimum Graphcore write it), else `IPUConfig()` (one stage, one replica).
             args, kwargs: passed to `transformers`' `from_pretrained`.
+
+        Under `torchrun`, with the config's stages on separate processes, each process builds the model on the meta
+        device and reads only the tensors of its own stage (`optimum_ipu.models.stage_loading.load_stage`).
         """
-        model = cls._auto().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         if ipu_config is None:
             ipu_config = repo_ipu_config(pretrained_model_name_or_path, **kwargs) or IPUConfig()
+        if not isinstance(ipu_config, IPUConfig):
+            ipu_config = IPUConfig.from_pretrained(ipu_config)
+        if loads_stage_only(ipu_config) and not args:
+            # under torchrun with stages on separate processes: build on the meta device, read this stage's tensors
+            return load_stage(cls._hf_auto_class, pretrained_model_name_or_path, ipu_config, **kwargs)
+        model = cls._auto().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         return to_pipelined(model, ipu_config, parallelize=True)
 
     @classmethod

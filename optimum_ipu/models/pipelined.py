@@ -109,7 +109,15 @@ class PipelinedModel(nn.Module):
         encoder = None
         if self.plan.encoder is not None and len(lists) == 2:  # T5EncoderModel: an encoder alone is one stack
             encoder = EncoderSplit(self._find(self.plan.encoder), len(self.model.get_submodule(lists[0])))
-        return StageCut(self.layer_paths(), encoder, self.plan.layer_stand_in, strict=self.plan.derived)
+        embeddings = []
+        for path in self.plan.embeddings:  # a family's optional parts (rotary tables) may be absent in a version
+            try:
+                embeddings.append(self._find(path))
+            except IncompatibleIPUConfigError:
+                continue
+        return StageCut(
+            self.layer_paths(), encoder, self.plan.layer_stand_in, strict=self.plan.derived, embeddings=embeddings
+        )
 
     @property
     def num_layers(self) -> int:

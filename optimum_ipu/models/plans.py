@@ -47,8 +47,10 @@ class StagePlan:
     Args:
         family (`str`): the `model_type` of the family's configs (`"bert"`, `"gpt2"`, ...).
         classes (`tuple[str, ...]`): the `transformers` class names this plan supports.
-        embeddings (`tuple[str, ...]`): modules placed with stage 0, before the first layer (for the layout
-            table; whatever runs before the first layer is stage 0's in any case).
+        embeddings (`tuple[str, ...]`): the modules whose output becomes the first layer's hidden states (placed
+            with stage 0). With stages on separate processes, only a stage that makes the hidden states holds them;
+            another runs them for their output's shape only (`runtime.stage_cut.ShapeOnly`). Modules without
+            parameters (rotary tables) run on every stage.
         layers (`tuple[str, ...]`): `nn.ModuleList`s of the layers, counted together in `layers_per_ipu` in this
             order (encoder-decoder: encoder list then decoder list). `"a|b"`: the first that exists (renames
             across `transformers` versions); a trailing `"?"`: optional (T5's decoder, absent in `T5EncoderModel`).
@@ -71,7 +73,8 @@ class StagePlan:
             `...ForSequenceClassification` head applied to each packed sequence's first token (packing only).
         layer_stand_in (`Callable`, *optional*): `(layer) -> nn.Module` standing in for a layer of another stage
             when the stages run apart, where a bare pass-through would change the numbers (T5's first block
-            computes the position bias that the others share).
+            computes the position bias that the others share); its `borrowed_parameters()`, if any, are held by
+            every stage that runs it.
         process_stages (`bool`, *optional*, defaults to `True`): stages may run on separate processes.
         process_stages_reason (`str`, *optional*): why not, when they may not.
         derived (`bool`, *optional*, defaults to `False`): derived from the model's structure, not registered.

@@ -93,7 +93,8 @@ class Engine:
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
         self.precision, self.max_grad_norm = precision, max_grad_norm
         self.device = device or default_device()
-        self.model.to(self.device)
+        if not any(p.is_meta for p in self.model.parameters()):  # one stage held only: built on its device
+            self.model.to(self.device)
         set_half_partials(self.device, self.ipu_config.enable_half_partials)
         dynamic = self.ipu_config.auto_loss_scaling or loss_scaling is None
         self.loss_scaler = LossScaler(loss_scaling or 2.0**16, dynamic=dynamic, enabled=precision == "fp16")

@@ -11,9 +11,7 @@ device, and keeps accelerate from wrapping it in DDP.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -30,16 +28,11 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from ..errors import IncompatibleIPUConfigError
 from ..topology import check_processes
-from .stage_cut import stage_ranges
+from .stage_cut import StageCut
+from .stage_hold import StageHold, hold_stage, stage_hold
 
 FSDP_HELP = "full parameter sharding (--fsdp) needs several processes (torchrun)"
-HELD_ELSEWHERE = (
-    "{model} cannot run whole here: with --fsdp and pipeline stages on separate processes, each process holds only "
-    "its stage's layers (the others' are held by the process of another pipeline stage), sharded. Evaluate or "
-    "predict the saved model in one process, or train without --fsdp (every process then keeps the whole model)"
-)
 
 
 class ShardedModel(nn.Module):
@@ -81,7 +74,7 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     saved from it loads in one process. With stages on separate processes (`shard_stages`), each entry comes from
     the stage that holds (and trains) it.
     """
-    shards = stage_shards(model)
+    shards = stage_hold(model)
     if shards is not None:
         return _gather_stages(model, shards)
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -94,7 +87,7 @@ def load_full_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor]) 
     Raises:
         ValueError: the checkpoint has keys the model lacks, or lacks keys other than tied duplicates.
     """
-    shards = stage_shards(model)
+    shards = stage_hold(model)
     if shards is not None:
         return _load_stage(model, state_dict, shards)
     options = StateDictOptions(full_state_dict=True, strict=False)
@@ -117,7 +110,7 @@ def _parameter_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> list
 def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """The whole optimizer state of a sharded model on rank 0, in the layout of `optimizer.state_dict()` in one
     process (parameters numbered in group order), so that a one-process run resumes from it. A collective."""
-    shards = stage_shards(model)
+    shards = stage_hold(model)
     if shards is not None:
         return _gather_stages_optimizer(model, optimizer, shards)
     options = StateDictOptions(full_state_dict=True, cpu_offload=True, flatten_optimizer_state_dict=False)
@@ -132,7 +125,7 @@ def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer
 def load_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """Load a one-process `optimizer.state_dict()` (or `full_optimizer_state_dict`'s) into the optimizer of a
     sharded model: each process keeps its shards of the state."""
-    shards = stage_shards(model)
+    shards = stage_hold(model)
     if shards is not None:
         return _load_stage_optimizer(model, optimizer, state, shards)
     names = _parameter_names(model, optimizer)
@@ -198,92 +191,31 @@ def _own(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.clone() if tensor._base is not None else tensor
 
 
-@dataclass
-class StageShards:
-    """What one process holds of a model whose stages run on separate processes, sharded over replicas.
-
-    Args:
-        root (`StageRoot`): the stage's FSDP root (its own layers are FSDP units under it).
-        mesh (`DeviceMesh`): the `("dp", "pp")` mesh.
-        layer_paths (`Sequence[str]`): every layer's dotted path, in pipeline order.
-        ranges (`list[range]`): the layers of each stage.
-        freed (`frozenset[str]`): names of the parameters held by other stages (on the meta device here).
-        owners (`dict[str, int]`): for the other parameters (embeddings, norms, heads, present on every stage), the
-            stage whose copy is trained; set by `PipelineEngine` after its first step (stage 0 before).
-    """
-
-    root: StageRoot
-    mesh: DeviceMesh
-    layer_paths: Sequence[str]
-    ranges: list[range]
-    freed: frozenset[str]
-    owners: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def stage(self) -> int:
-        return self.mesh.get_local_rank("pp")
-
-    def stage_of(self, key: str) -> int:
-        """The stage whose copy of a `state_dict` entry (or parameter name) is current."""
-        for i, path in enumerate(self.layer_paths):
-            if key.startswith(path + "."):
-                return next(stage for stage, layers in enumerate(self.ranges) if i in layers)
-        return self.owners.get(key, 0)
-
-
-_STAGES: weakref.WeakKeyDictionary[nn.Module, StageShards] = weakref.WeakKeyDictionary()
-
-
-def stage_shards(model: nn.Module) -> StageShards | None:
-    """The stage sharding of `model` on this process (`shard_stages`), if any."""
-    return _STAGES.get(model)
-
-
-def _refuse_outside(root: StageRoot) -> Callable[..., None]:
-    def refuse(module: nn.Module, args: tuple, kwargs: dict) -> None:
-        if not root.running:
-            raise IncompatibleIPUConfigError(HELD_ELSEWHERE.format(model=type(module).__name__))
-
-    return refuse
-
-
-def shard_stages(model: nn.Module, layer_paths: Sequence[str], counts: Sequence[int], mesh: DeviceMesh) -> StageShards:
+def shard_stages(model: nn.Module, cut: StageCut, counts: Sequence[int], mesh: DeviceMesh) -> StageHold:
     """Keep only this process's stage of `model` and shard it over the stage's replicas (FSDP2), in place.
 
-    The layers of other stages are frozen and moved to the meta device (their memory is freed; their attributes
-    stay, for the stand-ins that replace them in this stage's forward). The embeddings, norms and heads stay on
-    every stage, since each stage runs the stock forward around its own layers; each is trained by the stages
-    where it gets gradients. Then each own layer is an FSDP unit over `mesh["dp"]`, and a `StageRoot` holds the
-    rest.
+    What the stage does not run is freed first (`stage_hold.hold_stage`; a model loaded stage-local by
+    `stage_loading.load_stage` holds its stage only already). Then each own layer is an FSDP unit over `mesh["dp"]`,
+    and a `StageRoot` holds the rest (embeddings, heads: whatever this stage holds of them).
 
     Args:
-        model (`nn.Module`): the stock model, whole, on this process's device.
-        layer_paths (`Sequence[str]`): dotted paths of its layers, in pipeline order.
+        model (`nn.Module`): the stock model, on this process's device.
+        cut (`StageCut`): its layers, embeddings and encoder-decoder split.
         counts (`Sequence[int]`): the layers of each stage, wildcards resolved.
         mesh (`DeviceMesh`): the `("dp", "pp")` mesh (`stage_mesh`).
 
     Returns:
-        `StageShards`: what this process holds (also found later by `stage_shards(model)`).
+        `StageHold`: what this process holds (also found later by `stage_hold(model)`).
     """
-    ranges = stage_ranges(counts)
-    own = ranges[mesh.get_local_rank("pp")]
-    names = {id(p): n for n, p in model.named_parameters()}
-    freed, ignored = set(), set()
-    for i, path in enumerate(layer_paths):
-        if i in own:
-            continue
-        layer = model.get_submodule(path)
-        freed.update(names[id(p)] for p in layer.parameters())
-        layer.requires_grad_(False).to("meta")
-        ignored.update(layer.parameters())
-    for i in own:
-        fully_shard(model.get_submodule(layer_paths[i]), mesh=mesh["dp"])
+    hold = hold_stage(model, cut, counts, mesh)
+    if hold.sharded:
+        return hold
+    for i in hold.ranges[hold.stage]:
+        fully_shard(model.get_submodule(hold.layer_paths[i]), mesh=hold.mesh["dp"])
     root = StageRoot(model)
-    fully_shard(root, mesh=mesh["dp"], ignored_params=ignored)
-    model.register_forward_pre_hook(_refuse_outside(root), with_kwargs=True)  # a clear error, not a DTensor one
-    shards = StageShards(root, mesh, list(layer_paths), ranges, frozenset(freed))
-    _STAGES[model] = shards
-    return shards
+    fully_shard(root, mesh=hold.mesh["dp"], ignored_params={p for p in model.parameters() if p.is_meta})
+    hold.gate, hold.sharded = root, True
+    return hold
 
 
 def _canonical_names(model: nn.Module) -> dict[str, str]:
@@ -292,15 +224,20 @@ def _canonical_names(model: nn.Module) -> dict[str, str]:
     return {n: first[id(p)] for n, p in model.named_parameters(remove_duplicate=False)}
 
 
-def _gather_stages(model: nn.Module, shards: StageShards) -> dict[str, torch.Tensor]:
+def _gather_stages(model: nn.Module, shards: StageHold) -> dict[str, torch.Tensor]:
     """Each stage's current entries, whole (gathered over its replicas), then gathered over the stages onto global
-    rank 0 (replica 0, stage 0), in the order of `model.state_dict()`. A collective."""
+    rank 0 (replica 0, stage 0), in the order of `model.state_dict()`. A collective.
+
+    A layer's entries come from its stage; an entry held by several stages (a tied embedding) from the stage that
+    trains it, or, before the first step, from the first stage that holds it."""
     _reshard(shards)
     canonical, stage = _canonical_names(model), shards.stage
     entries = model.state_dict()
     mine = {}
     for key, value in entries.items():
-        if shards.stage_of(canonical.get(key, key)) == stage:
+        owner = shards.stage_of(canonical.get(key, key))
+        held = not (value.to_local() if isinstance(value, DTensor) else value).is_meta
+        if held and owner in (None, stage):
             mine[key] = (value.full_tensor() if isinstance(value, DTensor) else value).detach().cpu()
     if shards.mesh.get_local_rank("dp") != 0:
         return {}
@@ -308,25 +245,29 @@ def _gather_stages(model: nn.Module, shards: StageShards) -> dict[str, torch.Ten
     dist.gather_object(mine, parts, group=shards.mesh.get_group("pp"), group_dst=0)
     if parts is None:
         return {}
-    merged = {key: value for part in parts for key, value in part.items()}
+    merged: dict[str, torch.Tensor] = {}
+    for part in parts:
+        for key, value in part.items():
+            merged.setdefault(key, value)
     return {key: merged[key] for key in entries if key in merged}
 
 
 def shard_pipeline(
-    model: nn.Module, layer_paths: Sequence[str], counts: Sequence[int], ipu_config: Any, device: torch.device
-) -> StageShards:
+    model: nn.Module, cut: StageCut, counts: Sequence[int], ipu_config: Any, device: torch.device
+) -> StageHold:
     """`shard_stages` on the (replicas, stages) mesh of `ipu_config` (an `IPUConfig`) over this job's processes.
 
     Args:
         model (`nn.Module`): the stock model, whole, on this process's device.
-        layer_paths (`Sequence[str]`): dotted paths of its layers, in pipeline order.
+        cut (`StageCut`): its layers, embeddings and encoder-decoder split (`PipelinedModel.stage_cut()`).
         counts (`Sequence[int]`): the layers of each stage, wildcards resolved.
         ipu_config (`IPUConfig`): its `replication_factor` (the processes must be replicas x stages).
         device (`torch.device`): this process's device.
     """
     check_processes(ipu_config, dist.get_world_size())
-    mesh = stage_mesh(ipu_config.value("replication_factor"), len(counts), device)
-    return shard_stages(model, layer_paths, counts, mesh)
+    hold = stage_hold(model)
+    mesh = hold.mesh if hold is not None else stage_mesh(ipu_config.value("replication_factor"), len(counts), device)
+    return shard_stages(model, cut, counts, mesh)
 
 
 def _whole(value: Any) -> Any:
@@ -344,7 +285,7 @@ def _like(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
     return full
 
 
-def _load_stage(model: nn.Module, state_dict: dict[str, torch.Tensor], shards: StageShards) -> None:
+def _load_stage(model: nn.Module, state_dict: dict[str, torch.Tensor], shards: StageHold) -> None:
     """Copy into this stage's parameters and buffers (their shards) the entries of a whole `state_dict`."""
     aliases: dict[str, list[str]] = {}
     for name, first in _canonical_names(model).items():
@@ -371,13 +312,15 @@ def _load_stage(model: nn.Module, state_dict: dict[str, torch.Tensor], shards: S
         raise ValueError(f"the checkpoint does not fit the model: missing {missing}, unexpected {unexpected}")
 
 
-def _reshard(shards: StageShards) -> None:
-    for module in shards.root.modules():
+def _reshard(shards: StageHold) -> None:
+    if not shards.sharded:
+        return
+    for module in shards.gate.modules():
         if isinstance(module, FSDPModule):
             module.reshard()  # between steps they are sharded already; an evaluation may have gathered them
 
 
-def _group_layout(model: nn.Module, optimizer: torch.optim.Optimizer, shards: StageShards) -> list[list[str]]:
+def _group_layout(model: nn.Module, optimizer: torch.optim.Optimizer, shards: StageHold) -> list[list[str]]:
     """The parameter names of each optimizer group as one process holding every stage numbers them: each stage's
     names (gathered over the stages, a collective), in the model's order. The groups are `Trainer`'s (weight decay
     or not), so a stage has the same groups as the others, with fewer parameters."""
@@ -393,7 +336,7 @@ def _group_layout(model: nn.Module, optimizer: torch.optim.Optimizer, shards: St
     return [sorted({n for part in parts for n in part[g]}, key=order.__getitem__) for g in range(len(mine))]
 
 
-def _gather_stages_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, shards: StageShards) -> dict[str, Any]:
+def _gather_stages_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, shards: StageHold) -> dict[str, Any]:
     """Each parameter's state from the stage that trains it, whole, numbered as in one process, on global rank 0."""
     layout = _group_layout(model, optimizer, shards)
     _reshard(shards)
@@ -419,7 +362,7 @@ def _gather_stages_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer,
 
 
 def _load_stage_optimizer(
-    model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], shards: StageShards
+    model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], shards: StageHold
 ) -> None:
     """Load a one-process optimizer state: each process takes its stage's parameters, its shard of each."""
     layout = _group_layout(model, optimizer, shards)

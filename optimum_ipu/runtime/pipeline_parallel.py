@@ -26,8 +26,9 @@ from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..topology import SCHEDULE_NAMES, check_processes, check_schedule
 from .engine import split_batch
-from .fsdp import StageShards, shard_stages, stage_mesh, stage_shards
+from .fsdp import shard_stages, stage_mesh
 from .stage_cut import StageCut, StageModule, stage_ranges
+from .stage_hold import StageHold, stage_hold
 
 SCHEDULES = dict(zip(SCHEDULE_NAMES, (Schedule1F1B, ScheduleGPipe), strict=True))
 
@@ -41,15 +42,16 @@ class PipelineEngine:
     gradients averaged over the replicas; `clip_grad_norm_` clips with the norm over the whole model;
     `train_step(batch)` is the whole host call with its own optimizer, with the single-process `Engine`'s meaning.
 
-    By default every process keeps the whole model: its own stage's parameters are the ones it updates.
+    Given a whole model, every process keeps it: its own stage's parameters are the ones it updates.
     `synchronize()` copies each parameter (and its optimizer state) from the stage that owns it to all processes,
     so a save or an evaluation sees the stock model with every stage's current weights.
 
-    With `fsdp=True` (or a model sharded by `fsdp.shard_pipeline`), the mesh's two dims compose in a fixed order:
-    the pipeline split first (each process keeps only its stage's layers, plus the embeddings and heads every
-    stage runs), then FSDP2 over the stage's replicas (`fully_shard`, each layer a unit): parameters, gradients
-    and optimizer state are sharded, FSDP's reduce-scatter averages the gradients over the replicas, and a save
-    gathers the whole model from every stage (`fsdp.full_state_dict`).
+    Given a model that holds its stage only (`stage_loading.load_stage`: built on the meta device, only the stage's
+    tensors read), nothing else is ever materialized, and a save gathers what each stage holds
+    (`fsdp.full_state_dict`). With `fsdp=True` (or a model sharded by `fsdp.shard_pipeline`), the mesh's two dims
+    compose in a fixed order: the pipeline split first (`stage_hold.hold_stage`: each process keeps only what its
+    stage runs), then FSDP2 over the stage's replicas (`fully_shard`, each layer a unit): parameters, gradients and
+    optimizer state are sharded, and FSDP's reduce-scatter averages the gradients over the replicas.
 
     Args:
         model (`nn.Module`): the stock model, already parallelized (recompute, serialization).
@@ -96,25 +98,27 @@ class PipelineEngine:
         micro = ipu_config.gradient_accumulation_steps
         self.device = device or torch.device("cpu")
         # Split first, then shard (torchtitan's order): the trainer shards before its optimizer exists.
-        self.shards: StageShards | None = stage_shards(model)
-        if fsdp and self.shards is None:
-            self.shards = shard_stages(model, cut.layer_paths, counts, stage_mesh(replicas, stages, self.device))
+        # A model loaded stage-local (stage_loading.load_stage) or sharded by the trainer holds its stage only.
+        self.shards: StageHold | None = stage_hold(model)
+        if fsdp and not (self.shards is not None and self.shards.sharded):
+            mesh = self.shards.mesh if self.shards is not None else stage_mesh(replicas, stages, self.device)
+            self.shards = shard_stages(model, cut, counts, mesh)
+        self.sharded = self.shards is not None and self.shards.sharded
         mesh = self.shards.mesh if self.shards is not None else stage_mesh(replicas, stages, self.device)
         self.stage_group, self.replica_group = mesh.get_group("pp"), mesh.get_group("dp")
         self.stage, self.replicas, self.num_stages = mesh.get_local_rank("pp"), replicas, stages
         self.ipu_config, self.max_grad_norm = ipu_config, max_grad_norm
-        root = self.shards.root if self.shards is not None else None
+        root = self.shards.gate if self.shards is not None else None
         self.stage_module = StageModule(
             model, cut, stage_ranges(counts)[self.stage], self.stage, stages, keys, precision, root=root
         )
-        if self.shards is None:  # sharded: on its device already, other stages' layers on the meta device
+        if self.shards is None:  # held or sharded: on its device already, other stages' parameters on the meta device
             self.stage_module.to(self.device)
         self.model, self.keys = model, list(keys)
         self.is_last = self.stage == stages - 1
-        # The same names, in the same order, on every stage (other stages' layers included): owners are found by
+        # The same names, in the same order, on every stage (other stages' parameters included): owners are found by
         # gathering one flag per name. Resolved at each use: sharding and freeing replace parameter objects.
-        freed = self.shards.freed if self.shards is not None else frozenset()
-        self._names = [n for n, p in model.named_parameters() if p.requires_grad or n in freed]
+        self._names = [n for n, _ in model.named_parameters()]
         trainable = [p for p in self.params if p.requires_grad]
         self.optimizer = make_optimizer(trainable) if make_optimizer else None
         self._owner: list[int] | None = None  # stage that updates each parameter, known after the first step
@@ -163,7 +167,7 @@ class PipelineEngine:
                 grad = param.grad if param.grad is not None else torch.zeros_like(param)
                 dist.all_reduce(_local(grad), group=self.stage_group)
                 param.grad = grad
-        if self.replicas > 1 and self.shards is None:
+        if self.replicas > 1 and not self.sharded:
             self._average_over_replicas(params)
         loss = torch.stack(losses).mean() if losses else torch.zeros((), device=self.device)
         dist.broadcast(loss, src=self._stage_rank(self.num_stages - 1), group=self.stage_group)
@@ -189,7 +193,7 @@ class PipelineEngine:
         for grad in grads:
             squares += _local(grad).detach().float().pow(2).sum()
         # sharded, each process holds a shard of its stage's gradients: the norm is over every process
-        dist.all_reduce(squares, group=self.stage_group if self.shards is None else None)
+        dist.all_reduce(squares, group=None if self.sharded else self.stage_group)
         norm = squares.sqrt()
         if max_norm and math.isfinite(float(norm)):
             coefficient = torch.clamp(max_norm / (norm + 1e-6), max=1.0)  # as torch.nn.utils.clip_grads_with_norm_
@@ -214,8 +218,8 @@ class PipelineEngine:
         """Give every process of the pipeline the current weights of every stage, and the optimizer state of
         every parameter if `optimizer` is given (a checkpoint then holds the single-process state).
 
-        Sharded stages (`fsdp`) keep their own layers only: nothing is copied, a save gathers the weights instead
-        (`fsdp.full_state_dict`)."""
+        A process that holds its stage only (loaded stage-local, or sharded with `fsdp`) has nothing to copy into: a
+        save gathers the weights instead (`fsdp.full_state_dict`)."""
         if self._owner is None or self.num_stages == 1 or self.shards is not None:
             return
         with torch.no_grad():

@@ -19,13 +19,15 @@ stock model.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
+from torch.func import functional_call
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
 from transformers.modeling_outputs import BaseModelOutput
 
 from ..errors import IncompatibleIPUConfigError
@@ -58,12 +60,20 @@ class StageCut:
             another stage where a bare pass-through would change the numbers (`StagePlan.layer_stand_in`).
         strict (`bool`, *optional*, defaults to `False`): a derived plan: refuse layers that hand more than their
             hidden states on (a registered plan is tested, and declares stand-ins where needed).
+        embeddings (`Sequence[str]`, *optional*): dotted paths of the modules whose output becomes the first layer's
+            hidden states (`StagePlan.embeddings`): a stage that receives the hidden states runs them as `ShapeOnly`.
     """
 
     layer_paths: Sequence[str]
     encoder: EncoderSplit | None = None
     stand_in: Callable[[nn.Module], nn.Module | None] | None = None
     strict: bool = False
+    embeddings: Sequence[str] = ()
+
+    def makes_hidden_states(self, layers: range, first: bool) -> bool:
+        """Whether a stage with `layers` computes hidden states from the inputs (runs its embeddings for their
+        output): the first stage, and an encoder-decoder's stage where the decoder starts."""
+        return first or (self.encoder is not None and self.encoder.num_layers in range(layers.start, layers.stop + 1))
 
     def carried(self, boundary: int) -> tuple[str, ...]:
         """Names of the tensors that travel into the layer at `boundary` (the count of layers before it)."""
@@ -106,31 +116,49 @@ class _PassThrough(nn.Module):
         return (hidden_states, *([None] * (self.arity - 1))) if self.arity else hidden_states
 
 
-@contextmanager
-def _materialized(layers: Sequence[nn.Module], device: torch.device) -> Iterator[None]:
-    """Layers held by other processes (on the meta device: `fsdp.shard_stages`) get zero weights while the probe
-    runs them, one at a time (so no process ever holds the whole model): the probe learns how layers are called
-    and what they return, not values."""
-    held_elsewhere = [layer for layer in layers if any(t.is_meta for t in (*layer.parameters(), *layer.buffers()))]
+class _ZerosForMeta(TorchFunctionMode):
+    """While the probe runs the whole model, a parameter held by another process (on the meta device) reads as zeros
+    on `device`, one operation at a time, so no process ever holds the whole model: the probe learns how layers are
+    called and what they return, not values."""
 
-    def fill(layer: nn.Module, args: tuple) -> None:
-        layer.to_empty(device=device)
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device = device
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") == "__get__":  # a property: only `.device` must not say "meta"
+            held_elsewhere = args and isinstance(args[0], nn.Parameter) and args[0].is_meta
+            if held_elsewhere and getattr(func, "__self__", None) is torch.Tensor.device:
+                return self.device
+            return func(*args, **kwargs)
+        return func(*tree_map(self._zeros, args), **tree_map(self._zeros, kwargs))
+
+    def _zeros(self, value: Any) -> Any:
+        if isinstance(value, nn.Parameter) and value.is_meta:  # one zero, seen at every index: no memory
+            return torch.zeros((), dtype=value.dtype, device=self.device).expand(value.shape)
+        return value
+
+
+class ShapeOnly(nn.Module):
+    """Stands in for an embedding module on a stage that receives the hidden states: the stock forward still calls
+    it, but the first layer of the stage is given the received hidden states instead of its output. Only its output's
+    shape and dtype are read (masks are made from them): computed on the meta device, returned as zeros. Its weights
+    are then not needed on this stage."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.__dict__["_module"] = module  # a plain reference: its parameters stay registered in the model only
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        module = self.__dict__["_module"]
+        device = next(t.device for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor))
+        state = {n: t.to("meta") for n, t in (*module.named_parameters(), *module.named_buffers())}
+        to_meta = lambda v: v.to("meta") if isinstance(v, torch.Tensor) else v  # noqa: E731
         with torch.no_grad():
-            for tensor in (*layer.parameters(), *layer.buffers()):
-                tensor.zero_()
-
-    def free(layer: nn.Module, args: tuple, output: Any) -> None:
-        layer.to("meta")
-
-    handles = [layer.register_forward_pre_hook(fill, prepend=True) for layer in held_elsewhere]
-    handles += [layer.register_forward_hook(free) for layer in held_elsewhere]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
-        for layer in held_elsewhere:
-            layer.to("meta")
+            output = functional_call(module, state, tree_map(to_meta, args), tree_map(to_meta, kwargs))
+        zeros = lambda t: torch.zeros(t.shape, dtype=t.dtype, device=device) if isinstance(t, torch.Tensor) else t  # noqa: E731
+        return tree_map(zeros, output)
 
 
 def _first(output: Any) -> torch.Tensor:
@@ -184,6 +212,11 @@ class StageModule(nn.Module):
         self.last_output: Any = None  # the model's output at the last stage's latest forward
         self._micro_batches: deque[dict[str, torch.Tensor]] = deque()
         self._layers = [model.get_submodule(p) for p in cut.layer_paths]
+        # A stage that receives the hidden states runs its embeddings for their output's shape only (`ShapeOnly`).
+        makes_hidden = cut.makes_hidden_states(layers, self.is_first)
+        embeddings = [] if makes_hidden else [model.get_submodule(p) for p in cut.embeddings]
+        self._shape_only = [(m, ShapeOnly(m)) for m in embeddings if next(m.parameters(), None) is not None]
+        self._shape_only_sites: list[tuple[nn.Module, str, nn.Module, nn.Module]] | None = None
         self._stand_ins: dict[int, nn.Module] | None = None  # built on the first forward (see _learn_layers)
         self._encoder_output: type = BaseModelOutput  # the class the encoder returns (MoE encoders add fields)
         config = getattr(model, "config", None)
@@ -219,7 +252,7 @@ class StageModule(nn.Module):
     def _learn_layers(self, batch: dict[str, torch.Tensor]) -> dict[int, nn.Module]:
         """Stand-ins for the layers of other stages, each returning what its layer returns (a tensor or a tuple
         of some length): learnt from one forward of the whole model on one row, so no family needs declaring."""
-        with _materialized(self._layers, next(iter(batch.values())).device):
+        with _ZerosForMeta(next(iter(batch.values())).device):
             probe = probe_layers(self.model, self._layers, {k: v[:1] for k, v in batch.items()}, self.cut)
         self._encoder_output = probe.encoder_output
         by_class = {type(self._layers[i]): n for i, n in probe.arity.items()}  # for a layer the probe skipped
@@ -251,12 +284,20 @@ class StageModule(nn.Module):
             encoder = self.model.get_submodule(self.cut.encoder.path)
             keep = encoder.register_forward_hook(lambda m, a, out: encoder_output.__setitem__(ENCODER, _first(out)))
             handles.append(keep)
-        swapped = [(i, path.rpartition(".")) for i, path in enumerate(self.cut.layer_paths) if i not in self.layers]
-        for i, (parent, _, name) in swapped:
-            self.model.get_submodule(parent)._modules[name] = self._stand_ins[i]
+        swaps = self._swaps()
+        for parent, name, _, stand_in in swaps:
+            parent._modules[name] = stand_in
         try:
             with autocast(tensors[0].device, self.precision):
                 output = self.model(**batch, **extra)
+        except (RuntimeError, NotImplementedError) as error:
+            if "meta" not in str(error):
+                raise
+            raise IncompatibleIPUConfigError(
+                f"stage {self.index} of {_name(self.model)} ran a module whose weights this process does not hold "
+                f"(another stage's): {error}. Its plan must list that module in StagePlan.embeddings (it runs before "
+                "the first layer); meanwhile run its stages in one process"
+            ) from error
         except _StageExit as stage_end:
             carried = self.cut.carried(self.layers.stop)
             sent = (stage_end.value,)
@@ -267,12 +308,31 @@ class StageModule(nn.Module):
             sent = tuple((t.view_as(t) if any(t is r for r in received.values()) else t).contiguous() for t in sent)
             return sent if len(sent) > 1 else sent[0]
         finally:
-            for i, (parent, _, name) in swapped:
-                self.model.get_submodule(parent)._modules[name] = self._layers[i]
+            for parent, name, original, _ in swaps:
+                parent._modules[name] = original
             for handle in handles:
                 handle.remove()
         self.last_output = output
         return self.objective(output)
+
+    def _swaps(self) -> list[tuple[nn.Module, str, nn.Module, nn.Module]]:
+        """(parent, name, module, stand-in) of every module swapped while this stage runs: the layers of other stages,
+        and the embeddings of a stage that receives the hidden states (wherever they are registered: T5's decoder
+        holds the shared embedding too)."""
+        swaps = []
+        for i, path in enumerate(self.cut.layer_paths):
+            if i not in self.layers:
+                parent, _, name = path.rpartition(".")
+                swaps.append((self.model.get_submodule(parent), name, self._layers[i], self._stand_ins[i]))
+        if self._shape_only_sites is None:
+            self._shape_only_sites = [
+                (parent, n, module, stand_in)
+                for module, stand_in in self._shape_only
+                for parent in self.model.modules()
+                for n, child in parent._modules.items()
+                if child is module
+            ]
+        return swaps + self._shape_only_sites
 
     def _hook(self, received: dict[str, torch.Tensor]) -> list[Any]:
         """Hooks that inject the received hidden states and end the stage at its last layer (removed after)."""
@@ -343,9 +403,9 @@ def probe_layers(model: nn.Module, layers: Sequence[nn.Module], batch: dict[str,
     """Run the whole model once and see how its layers are called and what they return, so that a stand-in can
     return the same shape; refuse what a pass-through cannot stand in for (a clear error, not other numbers).
 
-    The forward runs in the model's own mode (an evaluation forward may change weights: RWKV rescales them in
-    place), with the RNG put back and changed buffers restored afterwards (running statistics), so it leaves no
-    trace in the training run.
+    The forward ends after the last layer. It runs in the model's own mode (an evaluation forward may change
+    weights: RWKV rescales them in place), with the RNG put back and changed buffers restored afterwards (running
+    statistics), so it leaves no trace in the training run.
 
     Raises:
         `IncompatibleIPUConfigError`: a layer runs more than once per forward (ALBERT shares one layer between
@@ -379,6 +439,9 @@ def probe_layers(model: nn.Module, layers: Sequence[nn.Module], batch: dict[str,
     if cut.encoder is not None:
         encoder = model.get_submodule(cut.encoder.path)
         handles.append(encoder.register_forward_hook(lambda m, a, out: setattr(probe, "encoder_output", type(out))))
+    # the heads after the last layer tell nothing about the layers (and a vocabulary projection held by another
+    # process would be read whole): the probe ends there
+    handles.append(layers[-1].register_forward_hook(_exit_at_output))
     _run_leaving_no_trace(model, batch, handles)
     repeated = {i: n for i, n in probe.calls.items() if n > 1}
     if repeated:
@@ -406,6 +469,8 @@ def _run_leaving_no_trace(model: nn.Module, batch: dict[str, Any], handles: list
         try:
             with torch.no_grad():
                 model(**batch)
+        except _StageExit:
+            pass
         finally:
             for handle in handles:
                 handle.remove()

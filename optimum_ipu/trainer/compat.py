@@ -39,6 +39,7 @@ from transformers.utils import SAFE_WEIGHTS_NAME
 from ..packing import PACKED_SEQUENCE_IDS, with_packed_block_mask
 from ..runtime import fsdp
 from ..runtime.fsdp import ShardedModel
+from ..runtime.stage_hold import stage_hold
 from .checkpoints import discard_checkpoint
 
 
@@ -117,8 +118,12 @@ class TrainerPrivateHooks(Trainer):
             super()._save_checkpoint(model, trial)
         self.pending_rotation = (self._get_output_dir(trial=trial), limit) if limit else None
 
+    def _move_model_to_device(self, model: nn.Module, device: Any) -> None:
+        if stage_hold(model) is None:  # a model that holds one pipeline stage was built on its device
+            super()._move_model_to_device(model, device)
+
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        if not self.fsdp:
+        if not (self.fsdp or stage_hold(self.model) is not None):
             return super()._save_optimizer_and_scheduler(output_dir)
         # The whole state, gathered by every process, written by one, in the one-process layout.
         state = fsdp.full_optimizer_state_dict(self.model, getattr(self.optimizer, "optimizer", self.optimizer))
@@ -127,13 +132,14 @@ class TrainerPrivateHooks(Trainer):
             torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
-        if not self.fsdp:
+        if not (self.fsdp or stage_hold(self.model) is not None):
             return super()._load_from_checkpoint(resume_from_checkpoint, model)
         weights = load_file(os.path.join(resume_from_checkpoint, SAFE_WEIGHTS_NAME))
         fsdp.load_full_state_dict(self.model, weights)  # each process keeps its shards
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        if not self.fsdp or checkpoint is None or not os.path.isfile(os.path.join(checkpoint, OPTIMIZER_NAME)):
+        held = self.fsdp or stage_hold(self.model) is not None
+        if not held or checkpoint is None or not os.path.isfile(os.path.join(checkpoint, OPTIMIZER_NAME)):
             return super()._load_optimizer_and_scheduler(checkpoint)
         load = functools.partial(torch.load, map_location="cpu", weights_only=True)
         optimizer = getattr(self.optimizer, "optimizer", self.optimizer)

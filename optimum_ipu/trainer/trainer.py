@@ -43,6 +43,7 @@ from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
 from ..runtime.process_flags import configure_compile_cache
 from ..runtime.sharding import ShardedOptimizer
+from ..runtime.stage_hold import stage_hold
 from .checkpoints import (
     MarkCheckpointComplete,
     check_run_identity,
@@ -208,6 +209,8 @@ class IPUTrainer(TrainerPrivateHooks):
             ProcessPipeline(self, args.pipeline_schedule) if ProcessPipeline.wanted(self.ipu_config) else None
         )
         self.fsdp = self._shard_parameters(args)
+        if self.process_pipeline is not None and self.holds_stage_only and not self.fsdp:
+            self._refuse_evaluation_without_whole_model("with the model loaded stage by stage")
         self.sharded_optimizer = self.ipu_config.value("replicated_tensor_sharding") and world_size() > 1
         self.sharded_optimizer = self.sharded_optimizer and not self.fsdp  # FSDP shards the state already
         if self.sharded_optimizer:
@@ -328,17 +331,25 @@ class IPUTrainer(TrainerPrivateHooks):
             logger.warning("--fsdp in one process: the replicas run in turn here, there is nothing to shard over")
             return False
         if self.process_pipeline is not None:
-            if args.eval_strategy != "no":  # evaluation runs the whole model, which no process holds then
-                raise ValueError(
-                    f"--eval_strategy {args.eval_strategy.value}: with --fsdp and pipeline stages on separate "
-                    "processes each process holds only its stage, sharded, so it cannot evaluate; set --eval_strategy "
-                    "no and evaluate the saved model in one process, or train without --fsdp"
-                )
+            self._refuse_evaluation_without_whole_model("with --fsdp")
             counts = [len(stage.layers) for stage in self.pipelined.stage_layout(inference=False)]
-            shard_pipeline(self.model, self.pipelined.layer_paths(), counts, self.ipu_config, self.args.device)
+            shard_pipeline(self.model, self.pipelined.stage_cut(), counts, self.ipu_config, self.args.device)
         else:
             shard_model(self.model, self.pipelined.layer_paths())
         return True
+
+    @property
+    def holds_stage_only(self) -> bool:
+        """Whether this process holds only its pipeline stage of the model (loaded stage-local, or sharded)."""
+        return stage_hold(self.model) is not None
+
+    def _refuse_evaluation_without_whole_model(self, why: str) -> None:
+        if self.args.eval_strategy != "no":  # evaluation runs the whole model, which no process holds then
+            raise ValueError(
+                f"--eval_strategy {self.args.eval_strategy.value}: {why} and pipeline stages on separate processes, "
+                "each process holds only its stage, so it cannot evaluate yet; set --eval_strategy no and evaluate the "
+                "saved model in one process, or load the whole model in every process (transformers' from_pretrained)"
+            )
 
     def get_total_train_batch_size(self, args: TrainingArguments) -> int:
         total = super().get_total_train_batch_size(args)
@@ -531,7 +542,7 @@ class IPUTrainer(TrainerPrivateHooks):
         the fp16 loss scale, so a resumed run continues with it."""
         if self.process_pipeline is not None:
             self.process_pipeline.synchronize()  # called by every process, as in the example scripts
-        if self.fsdp:  # the whole weights, gathered by every process, written by one: they load in one process
+        if self.fsdp or self.holds_stage_only:  # gathered by every process, written by one: they load in one process
             state_dict = full_state_dict(self.model)
             if self.args.should_save:
                 self.save_state_dict(output_dir, state_dict)

@@ -31,6 +31,13 @@ class T5BlockStandIn(nn.Module):
         # a plain reference, not a submodule: the attention stays registered in its own block only
         object.__setattr__(self, "attention", block.layer[0].SelfAttention)
 
+    def borrowed_parameters(self) -> list[nn.Parameter]:
+        """The block's parameters this stand-in runs (the position bias table): a stage that stands the block in
+        holds them too (`optimum_ipu.runtime.stage_hold`)."""
+        if not self.attention.has_relative_attention_bias:
+            return []
+        return list(self.attention.relative_attention_bias.parameters())
+
     def forward(
         self,
         hidden_states: torch.Tensor,

@@ -1,0 +1,76 @@
+"""A tiny pretrained model trained by `PipelineEngine` with its stages on separate processes, each process holding
+its stage only, for tests/distributed/test_stage_loading.py.
+
+    torchrun --nproc_per_node N stage_loading_worker.py OUT_DIR CONFIG_JSON STEPS CLASS MODEL_DIR MODE
+
+MODE `stage`: `load_stage` builds the model on the meta device and reads this stage's tensors only; MODE `whole`:
+`from_pretrained` loads the whole model, then `hold_stage` frees what the stage does not run (the path before
+stage-local loading). Replica r trains on its rows of each host batch. Rank 0 writes OUT_DIR/model.safetensors (the
+weights gathered from the stages) and OUT_DIR/losses.json; every rank writes OUT_DIR/rank{r}.json with the
+parameter bytes it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import transformers
+from safetensors.torch import save_file
+
+from optimum_ipu import IPUConfig, to_pipelined
+from optimum_ipu.models.layout import layers_per_stage
+from optimum_ipu.models.stage_loading import load_stage
+from optimum_ipu.runtime.fsdp import full_state_dict, local_parameter_bytes, stage_mesh
+from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
+from optimum_ipu.runtime.stage_hold import hold_stage
+from tests.distributed.pipeline_worker import tiny_for
+
+
+def main() -> None:
+    out, config_json, steps, class_name, model_dir, mode = sys.argv[1:7]
+    dist.init_process_group("gloo")
+    config = IPUConfig.from_dict(json.loads(config_json))
+    if mode == "stage":
+        pipelined = load_stage(class_name, model_dir, config, device=torch.device("cpu"))
+    else:
+        model = getattr(transformers, class_name).from_pretrained(model_dir)
+        pipelined = to_pipelined(model, config, parallelize=True)
+        counts = layers_per_stage(config, pipelined.num_layers, inference=False)
+        mesh = stage_mesh(config.value("replication_factor"), len(counts), torch.device("cpu"))
+        hold_stage(model, pipelined.stage_cut(), counts, mesh)
+    model = pipelined.model.train()
+    held = local_parameter_bytes(model.parameters())
+    rows = 2 * config.gradient_accumulation_steps * config.device_iterations
+    replicas = config.value("replication_factor")
+    replica = dist.get_rank() // (dist.get_world_size() // replicas)
+    tiny_inputs = tiny_for(class_name).tiny_inputs
+
+    def host_batch(seed: int) -> dict[str, torch.Tensor]:
+        batch = tiny_inputs(class_name, batch=rows * replicas, seed=seed)
+        return {k: v[replica * rows : (replica + 1) * rows] for k, v in batch.items()}
+
+    counts = layers_per_stage(config, pipelined.num_layers, inference=False)
+    sgd = lambda params: torch.optim.SGD(params, lr=0.1)  # noqa: E731
+    engine = PipelineEngine(model, config, pipelined.stage_cut(), list(host_batch(0)), sgd, counts=counts)
+    losses = []
+    for step in range(int(steps)):
+        loss = engine.train_step(host_batch(step))
+        dist.all_reduce(loss)
+        losses.append(float(loss) / dist.get_world_size())
+    state = full_state_dict(model)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"rank{dist.get_rank()}.json"), "w") as f:
+        json.dump({"parameter_bytes": held}, f)
+    if dist.get_rank() == 0:
+        save_file({k: v.clone() for k, v in state.items()}, os.path.join(out, "model.safetensors"))
+        with open(os.path.join(out, "losses.json"), "w") as f:
+            json.dump(losses, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Stage-local loading (`optimum_ipu.models.stage_loading.load_stage`): with pipeline stages on separate processes, each
+process builds the model on the meta device and reads only its stage's tensors from the checkpoint. Training then
+gives the same losses and weights, exactly, as the path that loads the whole model and frees what the stage does not
+run, and those of one process; each process holds only what its stage runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from optimum_ipu import IPUConfig, to_pipelined
+from optimum_ipu.models.layout import layers_per_stage
+from optimum_ipu.runtime.stage_hold import held_parameter_names
+
+from ..conftest import REPO_ROOT
+from ..helpers import TORCHRUN, free_port, launch
+from .pipeline_worker import tiny_for
+from .test_fsdp_stages import one_process
+
+WORKER = str(REPO_ROOT / "tests" / "distributed" / "stage_loading_worker.py")
+STEPS = 3
+
+
+def run_stages(out, config: dict, class_name: str, model_dir, mode: str) -> tuple[list[float], dict, list[dict]]:
+    processes = len(config["layers_per_ipu"]) * config.get("replication_factor", 1)
+    args = [str(out), json.dumps(config), str(STEPS), class_name, str(model_dir), mode]
+    run = launch(*TORCHRUN, f"--nproc_per_node={processes}", f"--master_port={free_port()}", WORKER, *args)
+    assert run.returncode == 0, run.stderr[-3000:]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(processes)]
+    return json.loads((out / "losses.json").read_text()), load_file(out / "model.safetensors"), ranks
+
+
+@pytest.mark.parametrize(
+    ("class_name", "layout", "replicas", "shard_size"),
+    [
+        ("LlamaForCausalLM", [2, 2], 1, "20KB"),  # a sharded checkpoint: each stage opens the shards it needs
+        ("GPT2LMHeadModel", [2, 2], 2, None),  # the output projection is the input embedding: both ends hold it
+        ("T5ForConditionalGeneration", [1, 2, 1], 1, None),  # encoder end and decoder start on one stage; T5 biases
+        ("BertForQuestionAnswering", [0, 2, 2], 1, None),  # a stage of embeddings only
+    ],
+    ids=["llama-sharded-checkpoint", "gpt2-tied-2x2", "t5-3-stages", "bert-embeddings-stage"],
+)
+def test_stage_local_equals_whole_then_freed(tmp_path, class_name, layout, replicas, shard_size):
+    torch.manual_seed(0)
+    model_dir = tmp_path / "pretrained"
+    tiny_for(class_name).tiny_model(class_name).save_pretrained(model_dir, max_shard_size=shard_size or "5GB")
+    config = {"layers_per_ipu": layout, "replication_factor": replicas, "gradient_accumulation_steps": len(layout)}
+    got_losses, got, got_ranks = run_stages(tmp_path / "stage", config, class_name, model_dir, "stage")
+    want_losses, want, want_ranks = run_stages(tmp_path / "whole", config, class_name, model_dir, "whole")
+    assert got_losses == want_losses  # exactly
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert torch.equal(got[key], value), key
+    assert got_ranks == want_ranks  # the same bytes held by each process
+    # and the numbers of one process running every stage in turn
+    one_losses, one = one_process_from(model_dir, config, class_name)
+    assert got_losses == pytest.approx(one_losses, abs=1e-5)
+    for key, value in one.items():
+        if key in got:
+            torch.testing.assert_close(got[key], value, atol=1e-5, rtol=0, msg=key)
+    whole = sum(v.numel() * v.element_size() for v in one.values() if v.is_floating_point())
+    assert max(r["parameter_bytes"] for r in got_ranks) < whole
+
+
+def one_process_from(model_dir, config: dict, class_name: str) -> tuple[list[float], dict[str, torch.Tensor]]:
+    import transformers
+
+    model = getattr(transformers, class_name).from_pretrained(model_dir)
+    tiny = tiny_for(class_name)
+    original = tiny.tiny_model
+    try:  # one_process builds its model with tiny_model: hand it the loaded one
+        tiny.tiny_model = lambda name: model
+        return one_process(config, class_name)
+    finally:
+        tiny.tiny_model = original
+
+
+@pytest.mark.parametrize(
+    ("class_name", "layout"),
+    [("LlamaForCausalLM", [2, 2]), ("GPT2LMHeadModel", [1, 3]), ("T5ForConditionalGeneration", [1, 1, 1, 1])],
+)
+def test_each_parameter_is_held_by_a_stage_that_runs_it(class_name, layout):
+    """Every parameter is held somewhere, a layer only by its stage, and the embeddings only where they start the
+    hidden states (stage 0, an encoder-decoder's first decoder stage) or where a tied head uses them."""
+    model = tiny_for(class_name).tiny_model(class_name)
+    pipelined = to_pipelined(model, IPUConfig(layers_per_ipu=layout))
+    cut = pipelined.stage_cut()
+    counts = layers_per_stage(pipelined.ipu_config, pipelined.num_layers, inference=False)
+    held = [held_parameter_names(model, cut, counts, stage) for stage in range(len(layout))]
+    names = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    assert set().union(*held) == names
+    for i, path in enumerate(cut.layer_paths):
+        holders = {s for s, h in enumerate(held) if any(n.startswith(path + ".") for n in h)}
+        assert len(holders) == 1, path
+    embedding = next(n for n, _ in model.get_input_embeddings().named_parameters())
+    embedding_names = {
+        n for n, p in model.named_parameters(remove_duplicate=False) if p is model.get_input_embeddings().weight
+    }
+    holders = [s for s, h in enumerate(held) if embedding_names & h]
+    tied = (
+        model.get_output_embeddings() is not None
+        and model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    )
+    assert holders[0] == 0 and embedding
+    assert (len(layout) - 1 in holders) == tied or cut.encoder is not None
