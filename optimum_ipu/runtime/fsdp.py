@@ -312,6 +312,14 @@ def _load_stage(model: nn.Module, state_dict: dict[str, torch.Tensor], shards: S
         raise ValueError(f"the checkpoint does not fit the model: missing {missing}, unexpected {unexpected}")
 
 
+def reshard(model: nn.Module) -> None:
+    """Put the sharded parameters of a model whose stages are sharded (`shard_stages`) back in place of the whole ones
+    an evaluation gathered (FSDP keeps its root's gathered after a forward without backward)."""
+    hold = stage_hold(model)
+    if hold is not None:
+        _reshard(hold)
+
+
 def _reshard(shards: StageHold) -> None:
     if not shards.sharded:
         return

@@ -252,8 +252,9 @@ class StageModule(nn.Module):
     def _learn_layers(self, batch: dict[str, torch.Tensor]) -> dict[int, nn.Module]:
         """Stand-ins for the layers of other stages, each returning what its layer returns (a tensor or a tuple
         of some length): learnt from one forward of the whole model on one row, so no family needs declaring."""
-        with _ZerosForMeta(next(iter(batch.values())).device):
-            probe = probe_layers(self.model, self._layers, {k: v[:1] for k, v in batch.items()}, self.cut)
+        row = {k: v[:1] if isinstance(v, torch.Tensor) and v.dim() else v for k, v in batch.items()}
+        with _ZerosForMeta(next(v for v in batch.values() if isinstance(v, torch.Tensor)).device):
+            probe = probe_layers(self.model, self._layers, row, self.cut)
         self._encoder_output = probe.encoder_output
         by_class = {type(self._layers[i]): n for i, n in probe.arity.items()}  # for a layer the probe skipped
         stand_ins: dict[int, nn.Module] = {}

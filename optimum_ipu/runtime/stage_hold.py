@@ -32,8 +32,9 @@ from .stage_cut import StageCut, stage_ranges
 
 HELD_ELSEWHERE = (
     "{model} cannot run whole here: with pipeline stages on separate processes each process holds only its stage "
-    "(the other stages' layers are held by the processes of those stages). Evaluate or predict the saved model in one "
-    "process, or load the whole model in every process (transformers' from_pretrained) to evaluate during training"
+    "(another stage's layers are held by the process of another pipeline stage). Evaluate or predict the saved model "
+    "in one process, or load the whole model in every process (transformers' from_pretrained) to evaluate during "
+    "training"
 )
 
 

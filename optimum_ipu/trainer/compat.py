@@ -87,6 +87,8 @@ class TrainerPrivateHooks(Trainer):
             return model if isinstance(model, ShardedModel) else ShardedModel(model)  # no DDP around shards
         if self.process_pipeline is not None and training:
             return self.process_pipeline.wrap(model)  # stages reduce their own gradients: no DDP over all
+        if self.process_pipeline is not None and stage_hold(model) is not None:
+            return self.process_pipeline.forward_module()  # evaluation: forward through the replica's stages
         return super()._wrap_model(model, training, dataloader)
 
     def _clip_grad_norm(self, model: nn.Module) -> Any:

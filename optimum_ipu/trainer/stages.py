@@ -12,7 +12,10 @@ over the replicas of each stage only. `ProcessPipeline` does that through the tr
   (`PipelineEngine.forward_backward`), whose mean loss it returns (0 for the others: their sum is the mean);
 - `clip_grad_norm` clips with the norm over every stage;
 - `synchronize` brings every stage's weights (and, for checkpoints, optimizer state) to every process, so
-  saves are the stock model of a single-process run and evaluation runs the whole model on every process.
+  saves are the stock model of a single-process run and evaluation runs the whole model on every process;
+- when each process holds its stage only (`stage_hold`: loaded stage-local, or `--fsdp`), evaluation instead runs
+  each batch forward through the replica's stages (`forward_module`), on the loader sharded by replica, and
+  `gather` keeps one copy of the predictions per replica.
 """
 
 from __future__ import annotations
@@ -21,13 +24,16 @@ import logging
 from typing import Any
 
 import torch
+from accelerate.utils import recursively_apply
 from torch import nn
 
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..models.layout import layers_per_stage
 from ..runtime.distributed import world_size
+from ..runtime.pipeline_forward import PipelinedForward, StageForward
 from ..runtime.pipeline_parallel import PipelineEngine
+from ..runtime.stage_hold import stage_hold
 from ..topology import check_schedule
 
 logger = logging.getLogger(__name__)
@@ -82,6 +88,7 @@ class ProcessPipeline:
         self.stages = config.value("ipus_per_replica")
         self.engine: PipelineEngine | None = None
         self._pending: list[dict[str, torch.Tensor]] = []
+        self._forward: PipelinedForward | None = None
         self._stale = False  # other stages' weights changed since the last synchronize()
         logger.info(
             "pipeline of %d stages on separate processes x %d replicas, %s schedule",
@@ -108,6 +115,10 @@ class ProcessPipeline:
             )
         batch_sampler.num_processes = self.trainer.ipu_config.value("replication_factor")
         batch_sampler.process_index = self.trainer.args.process_index // self.stages
+        if batch_sampler.num_processes == 1:
+            # one replica: its last batch needs no padding to match another's (a padded batch's mean loss would
+            # count the padding rows, unlike one process's)
+            batch_sampler.even_batches = False
         return loader
 
     def training_step(self, inputs: dict[str, Any], last_of_step: bool) -> torch.Tensor:
@@ -136,6 +147,37 @@ class ProcessPipeline:
         if self.engine is None:
             raise RuntimeError("clip_grad_norm before the first pipeline step")
         return self.engine.clip_grad_norm_(max_norm)
+
+    # ---------------------------------------------------------------- evaluation
+    def forward_module(self) -> PipelinedForward:
+        """The model that evaluation and prediction run when this process holds only its stage: each batch goes
+        forward through the replica's stages, and every stage returns the last stage's output."""
+        if self._forward is None:
+            trainer = self.trainer
+            hold = stage_hold(trainer.model)
+            cut = trainer.pipelined.stage_cut()
+            counts = layers_per_stage(trainer.ipu_config, len(cut.layer_paths), inference=False)
+            group, precision = hold.mesh.get_group("pp"), trainer.engine.precision
+            stage = StageForward(trainer.model, cut, counts, hold.stage, group, precision, gate=hold.gate)
+            self._forward = PipelinedForward(stage, trainer.model)
+        return self._forward
+
+    def gather(self, data: Any) -> Any:
+        """`Trainer`'s `gather_for_metrics` with one copy per replica: the stages of a replica return the same
+        predictions, so of every process's gathered block only the last stage's is kept; the loader's remainder
+        (counted over the replicas, `shard_loader`) is dropped at the end."""
+        accelerator = self.trainer.accelerator
+        replicas = self.trainer.ipu_config.value("replication_factor")
+
+        def last_stage(t: torch.Tensor) -> torch.Tensor:
+            blocks = t.reshape(replicas, self.stages, -1, *t.shape[1:])  # rank = replica x stages + stage
+            return blocks[:, -1].reshape(-1, *t.shape[1:])
+
+        data = recursively_apply(last_stage, accelerator.gather(data))
+        state = accelerator.gradient_state
+        if state.end_of_dataloader and state.remainder > 0:
+            data = recursively_apply(lambda t: t[: state.remainder], data)
+        return data
 
     def synchronize(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Every stage's current weights (and optimizer state, when given) on every process of the pipeline."""

@@ -37,7 +37,7 @@ from ..models.pipelined import to_pipelined
 from ..runtime.devices import default_device
 from ..runtime.distributed import check_ranks_agree, release_process_group_at_exit, replicas_per_process, world_size
 from ..runtime.engine import Engine
-from ..runtime.fsdp import full_state_dict, shard_model, shard_pipeline
+from ..runtime.fsdp import full_state_dict, reshard, shard_model, shard_pipeline
 from ..runtime.inference import buckets_within, check_sequence_buckets, trim_to_bucket
 from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
@@ -209,8 +209,6 @@ class IPUTrainer(TrainerPrivateHooks):
             ProcessPipeline(self, args.pipeline_schedule) if ProcessPipeline.wanted(self.ipu_config) else None
         )
         self.fsdp = self._shard_parameters(args)
-        if self.process_pipeline is not None and self.holds_stage_only and not self.fsdp:
-            self._refuse_evaluation_without_whole_model("with the model loaded stage by stage")
         self.sharded_optimizer = self.ipu_config.value("replicated_tensor_sharding") and world_size() > 1
         self.sharded_optimizer = self.sharded_optimizer and not self.fsdp  # FSDP shards the state already
         if self.sharded_optimizer:
@@ -331,7 +329,6 @@ class IPUTrainer(TrainerPrivateHooks):
             logger.warning("--fsdp in one process: the replicas run in turn here, there is nothing to shard over")
             return False
         if self.process_pipeline is not None:
-            self._refuse_evaluation_without_whole_model("with --fsdp")
             counts = [len(stage.layers) for stage in self.pipelined.stage_layout(inference=False)]
             shard_pipeline(self.model, self.pipelined.stage_cut(), counts, self.ipu_config, self.args.device)
         else:
@@ -342,14 +339,6 @@ class IPUTrainer(TrainerPrivateHooks):
     def holds_stage_only(self) -> bool:
         """Whether this process holds only its pipeline stage of the model (loaded stage-local, or sharded)."""
         return stage_hold(self.model) is not None
-
-    def _refuse_evaluation_without_whole_model(self, why: str) -> None:
-        if self.args.eval_strategy != "no":  # evaluation runs the whole model, which no process holds then
-            raise ValueError(
-                f"--eval_strategy {self.args.eval_strategy.value}: {why} and pipeline stages on separate processes, "
-                "each process holds only its stage, so it cannot evaluate yet; set --eval_strategy no and evaluate the "
-                "saved model in one process, or load the whole model in every process (transformers' from_pretrained)"
-            )
 
     def get_total_train_batch_size(self, args: TrainingArguments) -> int:
         total = super().get_total_train_batch_size(args)
@@ -484,21 +473,35 @@ class IPUTrainer(TrainerPrivateHooks):
 
     # ---------------------------------------------------------------- evaluation
     def evaluation_loop(self, *args: Any, **kwargs: Any) -> Any:
-        if self.process_pipeline is not None:
+        if self.process_pipeline is None:
+            return super().evaluation_loop(*args, **kwargs)
+        if not self.holds_stage_only:
             self.process_pipeline.synchronize()  # every process evaluates the whole model on its shard
-        return super().evaluation_loop(*args, **kwargs)
+            return super().evaluation_loop(*args, **kwargs)
+        gather, self.gather_function = self.gather_function, self.process_pipeline.gather  # one copy per replica
+        try:
+            return super().evaluation_loop(*args, **kwargs)
+        finally:
+            self.gather_function = gather
+            reshard(self.model)  # sharded stages: the optimizer must find the shards, not what evaluation gathered
+
+    def _stage_sharded(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
+        """Evaluation through the stages: every stage of a replica gets the same batches."""
+        if self.process_pipeline is not None and self.holds_stage_only:
+            return self.process_pipeline.shard_loader(loader)
+        return loader
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> torch.utils.data.DataLoader:
         """`Trainer`'s, handing over `eval_batch_per_call` samples per host call, with `eval_data_collator`."""
         with self._scoped_args(per_device_eval_batch_size=self.eval_batch_per_call, **self._loader_args()):
             with self._scoped_collator(self.eval_data_collator):
-                return super().get_eval_dataloader(eval_dataset)
+                return self._stage_sharded(super().get_eval_dataloader(eval_dataset))
 
     def get_test_dataloader(self, test_dataset: Any) -> torch.utils.data.DataLoader:
         """`Trainer`'s, handing over `eval_batch_per_call` samples per host call, with `eval_data_collator`."""
         with self._scoped_args(per_device_eval_batch_size=self.eval_batch_per_call, **self._loader_args()):
             with self._scoped_collator(self.eval_data_collator):
-                return super().get_test_dataloader(test_dataset)
+                return self._stage_sharded(super().get_test_dataloader(test_dataset))
 
     def prediction_step(
         self,

@@ -1,11 +1,13 @@
 """A tiny Llama trained by IPUTrainer, launched by tests/distributed/test_fsdp.py (torchrun or one process).
 
-    python fsdp_worker.py OUT_DIR REPLICAS MAX_STEPS [--fsdp] [--stages]
+    python fsdp_worker.py OUT_DIR REPLICAS MAX_STEPS [--fsdp] [--stages] [--stage-local] [--evaluate]
 
 Every rank writes OUT_DIR/rank{RANK}.json (its parameter bytes); rank 0 also the logged losses. A checkpoint is
 written at step 3 and the model saved whole to OUT_DIR/final (stock layout), gathered from the shards under
 --fsdp. `--stages` cuts the model into 2 pipeline stages. With the environment variable RESUME_FROM, training
-resumes from that checkpoint.
+resumes from that checkpoint. `--stage-local` loads the model saved in the folder PRETRAINED (environment) with
+`optimum_ipu.AutoModelForCausalLM`, each process reading only its stage; `--evaluate` evaluates after training (the
+metrics go to rank{RANK}.json).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import datasets
 import torch
 import transformers
 
-from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments
+from optimum_ipu import AutoModelForCausalLM, IPUConfig, IPUTrainer, IPUTrainingArguments
 from optimum_ipu.runtime.fsdp import local_parameter_bytes
 
 
@@ -37,8 +39,8 @@ def tiny_llama() -> transformers.LlamaForCausalLM:
     return transformers.LlamaForCausalLM(config)
 
 
-def unevenly_padded(rows: int = 64, seq: int = 16) -> datasets.Dataset:
-    generator = torch.Generator().manual_seed(0)
+def unevenly_padded(rows: int = 64, seq: int = 16, seed: int = 0) -> datasets.Dataset:
+    generator = torch.Generator().manual_seed(seed)
     lengths = torch.randint(4, seq + 1, (rows,), generator=generator)
     mask = (torch.arange(seq) < lengths[:, None]).long()
     ids = torch.randint(1, 128, (rows, seq), generator=generator) * mask
@@ -83,9 +85,19 @@ def main() -> None:
     config = IPUConfig(replication_factor=replicas, gradient_accumulation_steps=2, **stages)
     model = tiny_llama()
     whole = local_parameter_bytes(model.parameters())
-    trainer = IPUTrainer(model, config, args, train_dataset=unevenly_padded())
+    if "--stage-local" in sys.argv[4:]:  # the same weights, each process reading its stage only
+        model = AutoModelForCausalLM.from_pretrained(os.environ["PRETRAINED"], ipu_config=config).model
+    evaluate = "--evaluate" in sys.argv[4:]
+    eval_dataset = unevenly_padded(rows=20, seed=1) if evaluate else None
+    trainer = IPUTrainer(model, config, args, train_dataset=unevenly_padded(), eval_dataset=eval_dataset)
     here = local_parameter_bytes(trainer.model.parameters())
     peak = track_peak_parameter_bytes(trainer.model)
+    before = {}
+    if evaluate:  # the pretrained model: its metrics and predictions
+        before = trainer.evaluate(metric_key_prefix="before")
+        logits = trainer.predict(eval_dataset).predictions
+        if trainer.args.process_index == 0:
+            torch.save(torch.as_tensor(logits), os.path.join(out, "predictions_before.pt"))
     trainer.train(resume_from_checkpoint=os.environ.get("RESUME_FROM") or None)
     trainer.save_model(os.path.join(out, "final"))  # every process calls it: the shards are gathered
     rank = trainer.args.process_index
@@ -95,6 +107,8 @@ def main() -> None:
         "sharded": trainer.fsdp,
         "peak_parameter_bytes": peak["bytes"],
     }
+    if evaluate:
+        result["eval"], result["eval_before"] = trainer.evaluate(), before
     if rank == 0:
         result["losses"] = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.runtime.engine import Engine
+from optimum_ipu.runtime.stage_hold import held_parameter_names
 
 from ..conftest import REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch
@@ -68,7 +69,7 @@ def test_sharded_stages_equal_one_process(tmp_path, class_name, layout, replicas
     assert got.keys() == want.keys()  # the whole stock model, gathered from every stage and shard
     for key, value in want.items():
         torch.testing.assert_close(got[key], value, atol=1e-5, rtol=0, msg=key)
-    # Each process holds its stage's layers, and the embeddings and heads that every stage runs, sharded over the
+    # Each process holds its stage's layers, and the embeddings or heads that its stage runs, sharded over the
     # stage's replicas.
     whole, stage_bytes = bytes_per_stage(config, class_name)
     held = [r["parameter_bytes"] for r in ranks]
@@ -83,14 +84,14 @@ def test_sharded_stages_equal_one_process(tmp_path, class_name, layout, replicas
 
 
 def bytes_per_stage(config: dict, class_name: str) -> tuple[int, list[int]]:
-    """The whole model's parameter bytes, and those of each stage: its layers, the embeddings and heads."""
+    """The whole model's parameter bytes, and those each stage holds: its layers, and the embeddings, norms and heads
+    that it runs (`held_parameter_names`)."""
     pipelined = to_pipelined(tiny_for(class_name).tiny_model(class_name), IPUConfig.from_dict(config))
-    size = lambda module: sum(p.numel() * p.element_size() for p in module.parameters())  # noqa: E731
-    layers = [size(pipelined.model.get_submodule(path)) for path in pipelined.layer_paths()]
-    rest = size(pipelined.model) - sum(layers)
-    starts = [sum(config["layers_per_ipu"][:i]) for i in range(len(config["layers_per_ipu"]))]
-    per_stage = [rest + sum(layers[s : s + n]) for s, n in zip(starts, config["layers_per_ipu"], strict=True)]
-    return size(pipelined.model), per_stage
+    model, counts = pipelined.model, config["layers_per_ipu"]
+    params = dict(model.named_parameters())  # tied names once
+    size = lambda names: sum(params[n].numel() * params[n].element_size() for n in names if n in params)  # noqa: E731
+    stages = [held_parameter_names(model, pipelined.stage_cut(), counts, s) for s in range(len(counts))]
+    return size(params), [size(names) for names in stages]
 
 
 # ---------------------------------------------------------------- through IPUTrainer (tests/distributed/fsdp_worker.py)
@@ -154,7 +155,7 @@ def test_trainer_sharded_stages_equal_whole_stages(tmp_path, whole_stages):
     held = [r["parameter_bytes"] for r in got]
     print(f"IPUTrainer --fsdp, 2 stages x 2 replicas: held {held} of {whole} bytes")
     assert all(r["parameter_bytes"] == whole for r in want)
-    # half the layers, halved again by the shards; the embeddings and head (a quarter of this model) on both stages
+    # half the layers, halved again by the shards; the embeddings with stage 0, the head with stage 1 (untied)
     assert max(held) < whole * 0.3
     # while a layer runs: its shards gathered, and (first step) one layer of another stage zero-filled for the probe
     assert max(r["peak_parameter_bytes"] for r in got) < whole * 0.6

@@ -92,17 +92,57 @@ def test_each_parameter_is_held_by_a_stage_that_runs_it(class_name, layout):
     held = [held_parameter_names(model, cut, counts, stage) for stage in range(len(layout))]
     names = {n for n, _ in model.named_parameters(remove_duplicate=False)}
     assert set().union(*held) == names
-    for i, path in enumerate(cut.layer_paths):
+    for path in cut.layer_paths:
         holders = {s for s, h in enumerate(held) if any(n.startswith(path + ".") for n in h)}
         assert len(holders) == 1, path
-    embedding = next(n for n, _ in model.get_input_embeddings().named_parameters())
-    embedding_names = {
-        n for n, p in model.named_parameters(remove_duplicate=False) if p is model.get_input_embeddings().weight
-    }
+    embedding = model.get_input_embeddings().weight
+    embedding_names = {n for n, p in model.named_parameters(remove_duplicate=False) if p is embedding}
     holders = [s for s, h in enumerate(held) if embedding_names & h]
-    tied = (
-        model.get_output_embeddings() is not None
-        and model.get_output_embeddings().weight is model.get_input_embeddings().weight
-    )
-    assert holders[0] == 0 and embedding
-    assert (len(layout) - 1 in holders) == tied or cut.encoder is not None
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight is embedding
+    assert holders[0] == 0
+    if cut.encoder is None:  # a decoder alone: the embeddings on stage 0, and on the last stage only when tied
+        assert holders == ([0, len(layout) - 1] if tied else [0])
+
+
+# ------------------------------------------------------ through IPUTrainer (tests/distributed/fsdp_worker.py)
+TRAINER_WORKER = str(REPO_ROOT / "tests" / "distributed" / "fsdp_worker.py")
+
+
+def trainer_run(out, pretrained, processes: int, replicas: int, *flags: str) -> dict:
+    """The worker's tiny Llama, 2 stages, loaded from `pretrained`; evaluated and predicted before training, trained
+    4 steps, evaluated again. One process when `processes` is 1 (the stages and replicas in turn)."""
+    args = [TRAINER_WORKER, str(out), str(replicas), "4", "--stages", "--evaluate", *flags]
+    launcher = [*TORCHRUN, f"--nproc_per_node={processes}", f"--master_port={free_port()}"] if processes > 1 else []
+    run = launch(*(launcher or [TORCHRUN[0]]), *args, extra_env={"PRETRAINED": str(pretrained)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads((out / "rank0.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def pretrained_llama(tmp_path_factory):
+    from .fsdp_worker import tiny_llama
+
+    folder = tmp_path_factory.mktemp("pretrained-llama")
+    tiny_llama().save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(("processes", "replicas", "flags"), [(2, 1, ()), (4, 2, ("--fsdp",))], ids=["2x1", "2x2-fsdp"])
+def test_trainer_stage_local_predicts_as_one_process(tmp_path, pretrained_llama, processes, replicas, flags):
+    """`optimum_ipu.AutoModelForCausalLM` under torchrun loads each stage alone; `IPUTrainer.evaluate()` / `predict()`
+    then run forward through the stages (no process holds the whole model) and give one process's predictions; with
+    one replica the batches are one process's, so the loss (perplexity) is equal too."""
+    got = trainer_run(tmp_path / "stages", pretrained_llama, processes, replicas, "--stage-local", *flags)
+    want = trainer_run(tmp_path / "one", pretrained_llama, 1, replicas)
+    got_logits = torch.load(tmp_path / "stages" / "predictions_before.pt")
+    want_logits = torch.load(tmp_path / "one" / "predictions_before.pt")
+    torch.testing.assert_close(got_logits, want_logits, atol=1e-5, rtol=0)
+    if replicas == 1:
+        assert got["eval_before"]["before_loss"] == pytest.approx(want["eval_before"]["before_loss"], abs=1e-6)
+    assert got["parameter_bytes"] < 0.6 * got["whole_parameter_bytes"]  # each process: its stage only
+    # the trained model, gathered from the stages, is the stock layout
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "stages" / "final")
+    assert {n for n, _ in model.named_parameters()} == set(load_file(tmp_path / "one" / "final" / "model.safetensors"))
