@@ -7,9 +7,11 @@ loaded in every process (the path before it), in one run.
 It writes a random Llama as sharded safetensors (fp32) once, then runs one AdamW training step per scenario under
 `torchrun` on gloo: 4 stages x 1 replica, and 2 stages x 2 replicas with `--fsdp`, each loaded stage-local
 (`optimum_ipu.models.stage_loading.load_stage`) and whole (`transformers`' `from_pretrained` in every process).
-For every process it prints the peak resident memory (`ru_maxrss`) above the bare process (torch and transformers
-imported, the process group up), its share (the parameters it holds x 4: weights, gradients, two AdamW moments,
-fp32) and the ratio of the two; the job's total peak against one whole-model process. JSON in OUT/stage_memory.json.
+For every process it prints the peak resident memory (`ru_maxrss`) above its base, its share (the parameters it
+holds x 4: weights, gradients, two AdamW moments, fp32) and the ratio of the two; the job's total peak against one
+whole-model process. The base of a process is the peak of the same process in the same job on a model of next to no
+weights (`PRESETS["reference"]`: torch, transformers, gloo, the schedule's buffers, the activations). JSON in
+OUT/stage_memory.json.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from pathlib import Path
 PRESETS = {  # Llama shapes: TinyLlama-1.1B's, and a ~60 M one for CI
     "1b": {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32},
     "small": {"hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 8, "num_attention_heads": 8},
+    # the reference: the same job on a model of next to no weights (same vocabulary, so the same logits) measures
+    # what a process takes besides its share (torch, transformers, gloo, the schedule, activations)
+    "reference": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4},
 }
 SCENARIOS = {  # name: (layers_per_ipu, replicas, fsdp, loading)
     "stage-4x1": ([-1, -1, -1, -1], 1, False, "stage"),
@@ -81,7 +86,7 @@ def worker(model_dir: str, scenario: str, out: str) -> None:
     whole = sum(p.numel() * p.element_size() for p in model.parameters())
     counts = layers_per_stage(config, pipelined.num_layers, inference=False)
     keys = ["input_ids", "attention_mask", "labels"]
-    adamw = lambda params: torch.optim.AdamW(params, lr=1e-4)  # noqa: E731
+    adamw = lambda params: torch.optim.AdamW(params, lr=1e-4, fused=True)  # noqa: E731  (Trainer's default)
     engine = PipelineEngine(model, config, pipelined.stage_cut(), keys, adamw, counts=counts, fsdp=fsdp)
     ids = torch.randint(0, model.config.vocab_size, (stages, SEQ), generator=torch.Generator().manual_seed(0))
     engine.train_step({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids})
@@ -93,6 +98,7 @@ def worker(model_dir: str, scenario: str, out: str) -> None:
 
 
 def run_scenario(model_dir: Path, scenario: str, out: Path) -> list[dict]:
+    out.mkdir(parents=True, exist_ok=True)
     layout, replicas, _, _ = SCENARIOS[scenario]
     processes = len(layout) * replicas
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -107,18 +113,20 @@ def run_scenario(model_dir: Path, scenario: str, out: Path) -> list[dict]:
     return [json.loads((out / f"{scenario}-rank{r}.json").read_text()) for r in range(processes)]
 
 
-def summarize(scenario: str, ranks: list[dict]) -> dict:
+def summarize(scenario: str, ranks: list[dict], reference: list[dict]) -> dict:
+    """Each process's peak against its share, above the same process of the reference job (`PRESETS["reference"]`)."""
     mb = 2**20
     rows = []
-    for rank, r in enumerate(ranks):
-        above = r["peak"] - r["bare"]
-        rows.append({**r, "rank": rank, "above_bare": above, "ratio_to_share": above / r["share"]})
+    for rank, (r, ref) in enumerate(zip(ranks, reference, strict=True)):
+        base = ref["peak"] - ref["share"]  # the process without its weights
+        above = r["peak"] - base
+        rows.append({**r, "rank": rank, "base": base, "above_base": above, "ratio_to_share": above / r["share"]})
         print(
-            f"{scenario:15s} rank {rank}: peak {r['peak'] / mb:8.0f} MB, above the bare process {above / mb:8.0f} MB, "
-            f"share {r['share'] / mb:7.0f} MB, ratio {above / r['share']:5.2f}, whole model {r['whole'] / mb:6.0f} MB"
+            f"{scenario:15s} rank {rank}: peak {r['peak'] / mb:7.0f} MB = base {base / mb:5.0f} MB + {above / mb:7.0f} "
+            f"MB; share {r['share'] / mb:7.0f} MB, ratio {above / r['share']:5.2f}; whole {r['whole'] / mb:6.0f} MB"
         )
     total = sum(r["peak"] for r in ranks)
-    print(f"{scenario:15s} job total {total / mb:.0f} MB")
+    print(f"{scenario:15s} job total {total / mb:.0f} MB", flush=True)
     return {"scenario": scenario, "ranks": rows, "total_peak": total}
 
 
@@ -131,9 +139,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("output/stage_memory"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    model_dir = args.out / f"llama-{args.preset}"
+    model_dir, reference_dir = args.out / f"llama-{args.preset}", args.out / "llama-reference"
     write_model(model_dir, args.preset)
-    results = [summarize(name, run_scenario(model_dir, name, args.out)) for name in args.scenarios]
+    write_model(reference_dir, "reference")
+    results = []
+    for name in args.scenarios:
+        reference = run_scenario(reference_dir, name, args.out / "reference")
+        results.append(summarize(name, run_scenario(model_dir, name, args.out), reference))
     one_whole = [max(r["peak"] for r in res["ranks"]) for res in results if res["scenario"].startswith("whole")]
     for res in results:
         if res["scenario"].startswith("stage") and one_whole:

@@ -131,3 +131,19 @@ def training_arguments(out, **kwargs) -> IPUTrainingArguments:
     """`SHORT_RUN` arguments, micro-batch 2, one epoch, into `out` (`kwargs` override)."""
     defaults = {"per_device_train_batch_size": 2, "num_train_epochs": 1, **SHORT_RUN}
     return IPUTrainingArguments(output_dir=str(out), **{**defaults, **kwargs})
+
+
+def saved_weights(folder) -> dict:
+    """The weights of a saved model folder: one `model.safetensors`, or the shards its index names (a model whose
+    stages ran on separate processes is saved by each stage)."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    if not index.exists():
+        return load_file(folder / "model.safetensors")
+    files = set(json.loads(index.read_text())["weight_map"].values())
+    return {key: value for name in sorted(files) for key, value in load_file(folder / name).items()}

@@ -11,7 +11,6 @@ are initialized by the model's own `initialize_weights`, as `from_pretrained` do
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from typing import Any
@@ -20,15 +19,14 @@ import torch
 import torch.distributed as dist
 import transformers
 from accelerate import init_empty_weights
-from safetensors import safe_open
 from torch import nn
-from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 from transformers.utils.hub import cached_file
 
 from ..config import IPUConfig
 from ..runtime.devices import default_device
 from ..runtime.distributed import world_size
 from ..runtime.fsdp import stage_mesh
+from ..runtime.stage_checkpoint import checkpoint_index, checkpoint_key, open_checkpoint
 from ..runtime.stage_cut import stage_ranges
 from ..runtime.stage_hold import StageHold, free_parameters, held_parameter_names, register_hold, replace_parameter
 from ..topology import check_processes
@@ -44,38 +42,6 @@ def loads_stage_only(ipu_config: IPUConfig) -> bool:
     return world_size() > 1 and ipu_config.value("ipus_per_replica") > 1
 
 
-def checkpoint_index(name_or_path: str, **hub: Any) -> dict[str, str]:
-    """Every tensor name of a model's safetensors checkpoint -> the file (or Hub file name) that holds it.
-
-    Reads `model.safetensors`'s header, or `model.safetensors.index.json` (no shard is opened or downloaded here).
-
-    Raises:
-        OSError: the model has no safetensors checkpoint.
-    """
-    single = cached_file(name_or_path, SAFE_WEIGHTS_NAME, _raise_exceptions_for_missing_entries=False, **hub)
-    if single is not None:
-        with safe_open(single, framework="pt") as f:
-            return dict.fromkeys(f.keys(), single)
-    index = cached_file(name_or_path, SAFE_WEIGHTS_INDEX_NAME, _raise_exceptions_for_missing_entries=False, **hub)
-    if index is None:
-        raise OSError(
-            f"{name_or_path}: no {SAFE_WEIGHTS_NAME} or {SAFE_WEIGHTS_INDEX_NAME}; loading one pipeline stage needs a "
-            "safetensors checkpoint (re-save the model with save_pretrained)"
-        )
-    with open(index, encoding="utf-8") as f:
-        return dict(json.load(f)["weight_map"])
-
-
-def _checkpoint_key(names: list[str], keys: dict[str, str], prefix: str) -> str | None:
-    """The checkpoint's name of a parameter known here by `names` (tied aliases); a checkpoint of the base model has
-    no `prefix.` (`bert.`), one of a model with a head has it where the base model has none, as transformers maps."""
-    for name in names:
-        for key in (name, name.removeprefix(prefix + ".") if prefix else name, f"{prefix}.{name}" if prefix else name):
-            if key in keys:
-                return key
-    return None
-
-
 def load_held_tensors(
     model: nn.Module, held: set[str], name_or_path: str, device: torch.device, **hub: Any
 ) -> list[str]:
@@ -87,7 +53,7 @@ def load_held_tensors(
     for name, param in model.named_parameters(remove_duplicate=False):
         if name in held:
             aliases.setdefault(id(param), (param, []))[1].append(name)
-    wanted = {id(p): _checkpoint_key(names, keys, prefix) for p, names in aliases.values()}
+    wanted = {id(p): checkpoint_key(names, keys, prefix) for p, names in aliases.values()}
     files: dict[str, Any] = {}
     missing = []
     for param, names in aliases.values():
@@ -100,7 +66,7 @@ def load_held_tensors(
             if not os.path.isfile(source):  # a shard named by a Hub index: fetched only when a stage needs it
                 source = cached_file(name_or_path, source, **hub)
             if source not in files:
-                files[source] = safe_open(source, framework="pt", device="cpu")
+                files[source] = open_checkpoint(source)
             tensor = files[source].get_tensor(key).to(device=device, dtype=param.dtype)
         new = nn.Parameter(tensor, requires_grad=param.requires_grad)
         new._is_hf_initialized = key is not None

@@ -270,7 +270,7 @@ def shard_pipeline(
     return shard_stages(model, cut, counts, mesh)
 
 
-def _whole(value: Any) -> Any:
+def whole_on_cpu(value: Any) -> Any:
     """A state value, whole and on the CPU (a `DTensor` is gathered over its replicas: a collective)."""
     if isinstance(value, DTensor):
         value = value.full_tensor()
@@ -353,7 +353,7 @@ def _gather_stages_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer,
     for group in optimizer.param_groups:
         for param in group["params"]:
             if shards.stage_of(names[param]) == stage and param in optimizer.state:
-                mine[names[param]] = {k: _whole(v) for k, v in optimizer.state[param].items()}
+                mine[names[param]] = {k: whole_on_cpu(v) for k, v in optimizer.state[param].items()}
     if shards.mesh.get_local_rank("dp") != 0:
         return {}
     parts: list[Any] | None = [None] * shards.mesh["pp"].size() if stage == 0 else None

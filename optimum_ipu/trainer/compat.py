@@ -39,6 +39,7 @@ from transformers.utils import SAFE_WEIGHTS_NAME
 from ..packing import PACKED_SEQUENCE_IDS, with_packed_block_mask
 from ..runtime import fsdp
 from ..runtime.fsdp import ShardedModel
+from ..runtime.stage_checkpoint import read_held_state_dict
 from ..runtime.stage_hold import stage_hold
 from .checkpoints import discard_checkpoint
 
@@ -136,7 +137,10 @@ class TrainerPrivateHooks(Trainer):
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         if not (self.fsdp or stage_hold(self.model) is not None):
             return super()._load_from_checkpoint(resume_from_checkpoint, model)
-        weights = load_file(os.path.join(resume_from_checkpoint, SAFE_WEIGHTS_NAME))
+        if stage_hold(self.model) is not None:  # one stage held: read only its entries (one file or the stage shards)
+            weights = read_held_state_dict(self.model, resume_from_checkpoint)
+        else:
+            weights = load_file(os.path.join(resume_from_checkpoint, SAFE_WEIGHTS_NAME))
         fsdp.load_full_state_dict(self.model, weights)  # each process keeps its shards
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.utils.deprecation import deprecate_kwarg
 
 from ..config import IPUConfig
@@ -43,6 +44,7 @@ from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
 from ..runtime.process_flags import configure_compile_cache
 from ..runtime.sharding import ShardedOptimizer
+from ..runtime.stage_checkpoint import save_stage_shards
 from ..runtime.stage_hold import stage_hold
 from .checkpoints import (
     MarkCheckpointComplete,
@@ -539,13 +541,28 @@ class IPUTrainer(TrainerPrivateHooks):
         return loss, logits, labels
 
     # -------------------------------------------------------------------- saving
+    def _save_model_files(self, folder: str) -> None:
+        """What `Trainer._save` writes besides the weights: the config (and generation config), the processing class
+        and the training arguments."""
+        self.model.config.save_pretrained(folder)
+        if getattr(self.model, "generation_config", None) is not None and self.model.can_generate():
+            self.model.generation_config.save_pretrained(folder)
+        if self.processing_class is not None:
+            self.processing_class.save_pretrained(folder)
+        torch.save(self.args, os.path.join(folder, TRAINING_ARGS_NAME))
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Save the stock model (`transformers` layout) and `ipu_config.json` beside it; in checkpoints also
         the fp16 loss scale, so a resumed run continues with it."""
         if self.process_pipeline is not None:
             self.process_pipeline.synchronize()  # called by every process, as in the example scripts
-        if self.fsdp or self.holds_stage_only:  # gathered by every process, written by one: they load in one process
+        hold = stage_hold(self.model)
+        if hold is not None:  # each stage writes its own shard of the stock sharded layout: nothing is gathered
+            folder = output_dir or self.args.output_dir
+            save_stage_shards(self.model, hold, folder)
+            if self.args.should_save:
+                self._save_model_files(folder)
+        elif self.fsdp:  # the whole weights, gathered by every process, written by one: they load in one process
             state_dict = full_state_dict(self.model)
             if self.args.should_save:
                 self.save_state_dict(output_dir, state_dict)

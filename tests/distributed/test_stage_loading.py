@@ -16,7 +16,7 @@ from optimum_ipu.models.layout import layers_per_stage
 from optimum_ipu.runtime.stage_hold import held_parameter_names
 
 from ..conftest import REPO_ROOT
-from ..helpers import TORCHRUN, free_port, launch
+from ..helpers import TORCHRUN, free_port, launch, saved_weights
 from .pipeline_worker import tiny_for
 from .test_fsdp_stages import one_process
 
@@ -109,12 +109,13 @@ def test_each_parameter_is_held_by_a_stage_that_runs_it(class_name, layout):
 TRAINER_WORKER = str(REPO_ROOT / "tests" / "distributed" / "fsdp_worker.py")
 
 
-def trainer_run(out, pretrained, processes: int, replicas: int, *flags: str) -> dict:
+def trainer_run(out, pretrained, processes: int, replicas: int, *flags: str, resume_from=None) -> dict:
     """The worker's tiny Llama, 2 stages, loaded from `pretrained`; evaluated and predicted before training, trained
     4 steps, evaluated again. One process when `processes` is 1 (the stages and replicas in turn)."""
     args = [TRAINER_WORKER, str(out), str(replicas), "4", "--stages", "--evaluate", *flags]
     launcher = [*TORCHRUN, f"--nproc_per_node={processes}", f"--master_port={free_port()}"] if processes > 1 else []
-    run = launch(*(launcher or [TORCHRUN[0]]), *args, extra_env={"PRETRAINED": str(pretrained)})
+    env = {"PRETRAINED": str(pretrained), "RESUME_FROM": str(resume_from or "")}
+    run = launch(*(launcher or [TORCHRUN[0]]), *args, extra_env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads((out / "rank0.json").read_text())
 
@@ -144,5 +145,22 @@ def test_trainer_stage_local_predicts_as_one_process(tmp_path, pretrained_llama,
     # the trained model, gathered from the stages, is the stock layout
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "stages" / "final")
+    final = tmp_path / "stages" / "final"
+    shards = {p.name for p in final.glob("model-*.safetensors")}
+    assert shards == {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
+    model = transformers.AutoModelForCausalLM.from_pretrained(final)  # each stage wrote its shard: nothing gathered
     assert {n for n, _ in model.named_parameters()} == set(load_file(tmp_path / "one" / "final" / "model.safetensors"))
+    # a stage-local run resumed from its step-3 checkpoint (each process reading its stage's shard) ends where the
+    # uninterrupted run ended
+    resumed = trainer_run(
+        tmp_path / "resumed",
+        pretrained_llama,
+        processes,
+        replicas,
+        "--stage-local",
+        *flags,
+        resume_from=tmp_path / "stages" / "checkpoint-3",
+    )
+    assert resumed["losses"][-1] == pytest.approx(got["losses"][-1], abs=1e-6)
+    for key, value in saved_weights(final).items():
+        torch.testing.assert_close(saved_weights(tmp_path / "resumed" / "final")[key], value, atol=1e-6, rtol=0)

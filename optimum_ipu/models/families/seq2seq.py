@@ -102,7 +102,14 @@ PLANS: tuple[StagePlan, ...] = (
             "BartForSequenceClassification",
             "BartForQuestionAnswering",
         ),
-        embeddings=("shared",),
+        # what runs before each stack's first layer (the decoder's on the stage where it starts)
+        embeddings=(
+            "shared",
+            "encoder.embed_positions",
+            "encoder.layernorm_embedding",
+            "decoder.embed_positions",
+            "decoder.layernorm_embedding",
+        ),
         layers=("encoder.layers", "decoder.layers"),
         layer_count_fields=("encoder_layers", "decoder_layers"),
         encoder="encoder",

@@ -51,7 +51,13 @@ PLANS: tuple[StagePlan, ...] = (
     StagePlan(
         family="whisper",
         classes=("WhisperForConditionalGeneration",),
-        embeddings=("encoder.conv1", "encoder.conv2", "encoder.embed_positions", "decoder.embed_tokens"),
+        embeddings=(
+            "encoder.conv1",
+            "encoder.conv2",
+            "encoder.embed_positions",
+            "decoder.embed_tokens",
+            "decoder.embed_positions",
+        ),
         layers=("encoder.layers", "decoder.layers"),
         layer_count_fields=("encoder_layers", "decoder_layers"),
         encoder="encoder",
