@@ -12,18 +12,16 @@ OUT_DIR/rank{r}.json with the parameter bytes it holds and the error a forward o
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import save_file
 
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.errors import IncompatibleIPUConfigError
 from optimum_ipu.runtime.fsdp import full_state_dict, local_parameter_bytes
 from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
-from tests.distributed.pipeline_worker import tiny_for
+from tests.distributed.pipeline_worker import tiny_for, write_results
 
 
 def main() -> None:
@@ -57,14 +55,8 @@ def main() -> None:
         refusal = None
     except IncompatibleIPUConfigError as error:
         refusal = str(error)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"rank{dist.get_rank()}.json"), "w") as f:
-        json.dump({"whole_parameter_bytes": whole, "parameter_bytes": held, "whole_forward": refusal}, f)
-    if dist.get_rank() == 0:
-        save_file({k: v.clone() for k, v in state.items()}, os.path.join(out, "model.safetensors"))
-        with open(os.path.join(out, "losses.json"), "w") as f:
-            json.dump(losses, f)
-    dist.destroy_process_group()
+    record = {"whole_parameter_bytes": whole, "parameter_bytes": held, "whole_forward": refusal}
+    write_results(out, record, state, losses)
 
 
 if __name__ == "__main__":

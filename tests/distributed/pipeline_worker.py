@@ -30,6 +30,19 @@ def tiny_for(class_name: str):
     return tiny_models_vision_speech if class_name in tiny_models_vision_speech.CLASSES else tiny_models
 
 
+def write_results(out: str, record: dict, state: dict[str, torch.Tensor], losses: list[float]) -> None:
+    """Every rank's OUT/rank{r}.json (`record`); rank 0's OUT/model.safetensors (`state`) and OUT/losses.json. Then the
+    process group is destroyed."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"rank{dist.get_rank()}.json"), "w") as f:
+        json.dump(record, f)
+    if dist.get_rank() == 0:
+        save_file({k: v.clone() for k, v in state.items()}, os.path.join(out, "model.safetensors"))
+        with open(os.path.join(out, "losses.json"), "w") as f:
+            json.dump(losses, f)
+    dist.destroy_process_group()
+
+
 def main() -> None:
     out, config_json, schedule, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     class_name = sys.argv[5] if len(sys.argv) > 5 else CLASS

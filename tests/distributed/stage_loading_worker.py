@@ -13,13 +13,11 @@ parameter bytes it holds.
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import torch
 import torch.distributed as dist
 import transformers
-from safetensors.torch import save_file
 
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.models.layout import layers_per_stage
@@ -27,7 +25,7 @@ from optimum_ipu.models.stage_loading import load_stage
 from optimum_ipu.runtime.fsdp import full_state_dict, local_parameter_bytes, stage_mesh
 from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
 from optimum_ipu.runtime.stage_hold import hold_stage
-from tests.distributed.pipeline_worker import tiny_for
+from tests.distributed.pipeline_worker import tiny_for, write_results
 
 
 def main() -> None:
@@ -62,14 +60,7 @@ def main() -> None:
         dist.all_reduce(loss)
         losses.append(float(loss) / dist.get_world_size())
     state = full_state_dict(model)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"rank{dist.get_rank()}.json"), "w") as f:
-        json.dump({"parameter_bytes": held}, f)
-    if dist.get_rank() == 0:
-        save_file({k: v.clone() for k, v in state.items()}, os.path.join(out, "model.safetensors"))
-        with open(os.path.join(out, "losses.json"), "w") as f:
-            json.dump(losses, f)
-    dist.destroy_process_group()
+    write_results(out, {"parameter_bytes": held}, state, losses)
 
 
 if __name__ == "__main__":
