@@ -116,7 +116,12 @@ class PipelinedModel(nn.Module):
             except IncompatibleIPUConfigError:
                 continue
         return StageCut(
-            self.layer_paths(), encoder, self.plan.layer_stand_in, strict=self.plan.derived, embeddings=embeddings
+            self.layer_paths(),
+            encoder,
+            self.plan.layer_stand_in,
+            strict=self.plan.derived,
+            embeddings=embeddings,
+            shape_only_embeddings=self.plan.embeddings_feed_hidden_states_only,
         )
 
     @property

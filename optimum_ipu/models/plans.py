@@ -71,6 +71,10 @@ class StagePlan:
         attention_dropout_field (`str`, *optional*): the config field of its attention dropout.
         sequence_head (`Callable`, *optional*): `(model, first_token_states) -> logits` of its
             `...ForSequenceClassification` head applied to each packed sequence's first token (packing only).
+        embeddings_feed_hidden_states_only (`bool`, *optional*, defaults to `True`): the embeddings' output reaches
+            the rest of the model only as the first layer's hidden states, so a stage that receives those may run them
+            for their shape only and not hold them. `False` where the output carries an embedding's output too
+            (Wav2Vec2's `extract_features`): every stage then holds and runs them.
         layer_stand_in (`Callable`, *optional*): `(layer) -> nn.Module` standing in for a layer of another stage
             when the stages run apart, where a bare pass-through would change the numbers (T5's first block
             computes the position bias that the others share); its `borrowed_parameters()`, if any, are held by
@@ -93,6 +97,7 @@ class StagePlan:
     packing: bool = False
     attention_dropout_field: str = "attention_dropout"
     sequence_head: Callable[[Any, Any], Any] | None = None
+    embeddings_feed_hidden_states_only: bool = True
     layer_stand_in: Callable[[Any], Any] | None = None
     process_stages: bool = True
     process_stages_reason: str = ""

@@ -62,6 +62,8 @@ class StageCut:
             hidden states on (a registered plan is tested, and declares stand-ins where needed).
         embeddings (`Sequence[str]`, *optional*): dotted paths of the modules whose output becomes the first layer's
             hidden states (`StagePlan.embeddings`): a stage that receives the hidden states runs them as `ShapeOnly`.
+        shape_only_embeddings (`bool`, *optional*, defaults to `True`): `False` when the model's output carries an
+            embedding's output (`StagePlan.embeddings_feed_hidden_states_only`): every stage runs them whole.
     """
 
     layer_paths: Sequence[str]
@@ -69,6 +71,7 @@ class StageCut:
     stand_in: Callable[[nn.Module], nn.Module | None] | None = None
     strict: bool = False
     embeddings: Sequence[str] = ()
+    shape_only_embeddings: bool = True
 
     def makes_hidden_states(self, layers: range, first: bool) -> bool:
         """Whether a stage with `layers` computes hidden states from the inputs (runs its embeddings for their
@@ -150,6 +153,12 @@ class ShapeOnly(nn.Module):
         super().__init__()
         self.__dict__["_module"] = module  # a plain reference: its parameters stay registered in the model only
 
+    def __getattr__(self, name: str) -> Any:  # the base model may read the module's attributes (ViT: a weight's dtype)
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_module"], name)
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         module = self.__dict__["_module"]
         device = next(t.device for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor))
@@ -213,8 +222,8 @@ class StageModule(nn.Module):
         self._micro_batches: deque[dict[str, torch.Tensor]] = deque()
         self._layers = [model.get_submodule(p) for p in cut.layer_paths]
         # A stage that receives the hidden states runs its embeddings for their output's shape only (`ShapeOnly`).
-        makes_hidden = cut.makes_hidden_states(layers, self.is_first)
-        embeddings = [] if makes_hidden else [model.get_submodule(p) for p in cut.embeddings]
+        whole = cut.makes_hidden_states(layers, self.is_first) or not cut.shape_only_embeddings
+        embeddings = [] if whole else [model.get_submodule(p) for p in cut.embeddings]
         self._shape_only = [(m, ShapeOnly(m)) for m in embeddings if next(m.parameters(), None) is not None]
         self._shape_only_sites: list[tuple[nn.Module, str, nn.Module, nn.Module]] | None = None
         self._stand_ins: dict[int, nn.Module] | None = None  # built on the first forward (see _learn_layers)

@@ -124,7 +124,7 @@ def held_parameter_names(model: nn.Module, cut: StageCut, counts: Sequence[int],
         if _under(name, cut.layer_paths):
             keep = _under(name, own_paths)
         elif _under(name, cut.embeddings):
-            keep = starts_hidden
+            keep = starts_hidden or not cut.shape_only_embeddings
         elif cut.encoder is not None and _under(name, [cut.encoder.path]):
             keep = stage == encoder_end
         else:

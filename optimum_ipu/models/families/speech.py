@@ -25,6 +25,7 @@ _WAV2VEC2_LIKE = {
     "layers": ("encoder.layers",),
     "input_kind": "audio",
     "tied_embeddings": False,
+    "embeddings_feed_hidden_states_only": False,  # the output carries the feature encoder's (extract_features)
 }
 
 PLANS: tuple[StagePlan, ...] = (
