@@ -121,7 +121,8 @@ class PipelinedModel(nn.Module):
             self.plan.layer_stand_in,
             strict=self.plan.derived,
             embeddings=embeddings,
-            shape_only_embeddings=self.plan.embeddings_feed_hidden_states_only,
+            # a derived plan's embeddings are guessed by name: every stage runs them whole, as before
+            shape_only_embeddings=self.plan.embeddings_feed_hidden_states_only and not self.plan.derived,
         )
 
     @property
