@@ -53,11 +53,9 @@ def preflight(work: Path, ipu_config: str | None) -> int:
         )
         return 3
     try:
-        import optimum_ipu.cli.benchmark  # noqa: F401  (the whole import chain of the benchmark, once)
+        import optimum_ipu.benchmark  # noqa: F401  (the whole import chain of the benchmark, once)
     except ImportError as err:
-        print(
-            f"gpu_check: cannot import optimum_ipu.cli.benchmark: {err} (install it, or run from the repository root)"
-        )
+        print(f"gpu_check: cannot import optimum_ipu.benchmark: {err} (install it, or run from the repository root)")
         return 3
     import torch
 

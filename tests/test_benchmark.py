@@ -8,8 +8,8 @@ from functools import partial
 
 import pytest
 
-from optimum_ipu.cli.benchmark import ARCHITECTURES, flops_per_sample, format_report, run_benchmark
-from optimum_ipu.cli.benchmark_packing import build_workload, load_feature_lengths, sample_feature_lengths
+from optimum_ipu.benchmark import ARCHITECTURES, flops_per_sample, format_report, run_benchmark
+from optimum_ipu.benchmark.packing import build_workload, load_feature_lengths, sample_feature_lengths
 
 from .conftest import PYTHON, REPO_ROOT
 
@@ -106,7 +106,7 @@ def test_feature_flops_fit_equals_counting_every_length():
     """The mean FLOPs over many lengths, from three counts and the quadratic through them, is the counted mean."""
     import transformers
 
-    from optimum_ipu.cli.benchmark_packing import feature_flops
+    from optimum_ipu.benchmark.packing import feature_flops
 
     model = transformers.AutoModelForQuestionAnswering.from_config(ARCHITECTURES["tiny-bert-config"]())
     count = partial(flops_per_sample, model, model.config, training=True)

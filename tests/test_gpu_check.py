@@ -136,7 +136,7 @@ def test_pipeline_config_splits_bert_base_in_two():
 def test_batch_that_the_pipeline_config_cannot_split_is_refused():
     """`--batch-size` is the samples of one optimizer step in every runner; ours splits it into the config's
     4 micro-batches, so a batch of 6 is refused before anything runs, naming the batch and the fix."""
-    from optimum_ipu.cli.benchmark import run_benchmark
+    from optimum_ipu.benchmark import run_benchmark
 
     config = str(REPO_ROOT / "benchmarks" / "ipu_config_bert_pipeline2.json")
     with pytest.raises(ValueError, match=r"--batch-size 6: .* = 4 micro-batches; use a multiple of 4"):

@@ -10,15 +10,10 @@ import numpy as np
 import pytest
 import transformers
 
-from optimum_ipu.cli.benchmark import format_report, run_benchmark
-from optimum_ipu.cli.benchmark_latency import (
-    SQUAD_ENV,
-    exact_match_f1,
-    load_requests,
-    run_qa_spans,
-    squad_accuracy,
-    squad_answers,
-)
+from optimum_ipu.benchmark import format_report, run_benchmark
+from optimum_ipu.benchmark.qa_runners import run_qa_spans
+from optimum_ipu.benchmark.squad import SQUAD_ENV, exact_match_f1, load_requests, squad_answers
+from optimum_ipu.benchmark.squad_accuracy import squad_accuracy
 from optimum_ipu.pipelines.question_answering import answer_span_candidates
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

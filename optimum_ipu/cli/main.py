@@ -121,7 +121,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 def _cmd_benchmark(args: argparse.Namespace) -> int:
     _require_matplotlib("benchmark")
-    from .benchmark import format_report, run_benchmark
+    from ..benchmark import format_report, run_benchmark  # the harness (torch, transformers): only when it runs
 
     try:
         report = run_benchmark(

@@ -1,11 +1,11 @@
 """The runners of `optimum-ipu benchmark --mode train|inference`: ours (`IPUTrainer`, the engine), plain
-`transformers` (`Trainer`, `Trainer.predict`) and a plain PyTorch loop, each timing its steps on the same batches;
-the architectures (random weights) and FLOPs counts they share. `benchmark.run_benchmark` runs them and reports.
+`transformers` (`Trainer`, `Trainer.predict`) and a plain PyTorch loop, each timing its steps on the same batches
+(with `--packing`: ours on packed rows, the baselines on the same features padded). `run.run_benchmark` runs them
+and `report` reports.
 """
 
 from __future__ import annotations
 
-import logging
 import tempfile
 import time
 from collections.abc import Callable
@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 import transformers
-from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
@@ -24,36 +23,9 @@ from ..models.plans import position_offset
 from ..packing import PackedDataCollator, check_packing_support
 from ..runtime.engine import Engine
 from ..trainer import IPUTrainer, IPUTrainingArguments, StepTimer
-from .benchmark_packing import (
-    FeatureCountingLoss,
-    PackingWorkload,
-    RowDataset,
-)
+from .architectures import make_model
+from .packing import FeatureCountingLoss, PackingWorkload, RowDataset
 
-logger = logging.getLogger(__name__)
-
-# name -> (config factory, task -> model class)
-ARCHITECTURES: dict[str, Callable[[], transformers.PretrainedConfig]] = {
-    "bert-base-uncased-config": lambda: transformers.BertConfig(),
-    "bert-large-uncased-config": lambda: transformers.BertConfig(
-        hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
-    ),
-    "gpt2-config": lambda: transformers.GPT2Config(),
-    # t5-small's special tokens (transformers 5's T5Config() leaves decoder_start_token_id unset)
-    "t5-small-config": lambda: transformers.T5Config(decoder_start_token_id=0, pad_token_id=0, eos_token_id=1),
-    "tiny-bert-config": lambda: transformers.BertConfig(
-        hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256
-    ),
-    "tiny-gpt2-config": lambda: transformers.GPT2Config(n_embd=128, n_layer=2, n_head=2, vocab_size=1000),
-    "tiny-t5-config": lambda: transformers.T5Config(
-        d_model=128, d_ff=256, num_layers=2, num_heads=2, vocab_size=1000, decoder_start_token_id=0, pad_token_id=0
-    ),
-}
-TASKS = {
-    "question-answering": "AutoModelForQuestionAnswering",
-    "causal-lm": "AutoModelForCausalLM",
-    "translation": "AutoModelForSeq2SeqLM",
-}
 OURS_PACKED = "optimum-ipu IPUTrainer (packed)"
 
 
@@ -73,62 +45,9 @@ class RunResult:
     packing: dict[str, Any] | None = None
 
 
-def flops_per_sample(model: torch.nn.Module, config: Any, seq_len: int, training: bool) -> float:
-    """Model FLOPs of one sample of `seq_len` tokens, counted by `torch.utils.flop_counter.FlopCounterMode` over one
-    forward of a batch of one (and, in training, its backward): every matmul, attention included. For BERT-base QA at
-    384 tokens that is 70.7 GFLOP forward and 212 with the backward, the `2 x P x s + 4 x L x h x s^2` (x3) of the
-    usual formula."""
-    device = next(model.parameters()).device
-    ids = torch.zeros(1, seq_len, dtype=torch.long, device=device)
-    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if getattr(config, "is_encoder_decoder", False):
-        inputs["decoder_input_ids"] = ids
-    with FlopCounterMode(display=False) as counter, torch.set_grad_enabled(training):
-        outputs = model(**inputs)
-        if training:
-            floats = [v for v in outputs.values() if isinstance(v, torch.Tensor) and v.is_floating_point()]
-            torch.stack([v.float().sum() for v in floats]).sum().backward()
-    if training:
-        model.zero_grad(set_to_none=True)
-    return float(counter.get_total_flops())
-
-
-def synthetic_batches(
-    task: str, config: Any, batch_size: int, seq_len: int, count: int, mode: str = "train"
-) -> list[dict]:
-    """Fixed random batches shared by every runner: with labels for training; for inference only what a
-    prediction takes (and `decoder_input_ids` for sequence-to-sequence models, which their forward needs)."""
-    g = torch.Generator().manual_seed(0)
-    vocab = config.vocab_size
-    batches = []
-    for _ in range(count):
-        ids = torch.randint(0, vocab, (batch_size, seq_len), generator=g)
-        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        if mode == "inference":
-            if task == "translation":
-                # teacher-forced decoder inputs: the labels shifted right behind the start token
-                start = torch.full((batch_size, 1), config.decoder_start_token_id)
-                batch["decoder_input_ids"] = torch.cat([start, ids[:, :-1]], dim=1)
-        elif task == "question-answering":
-            batch["start_positions"] = torch.randint(0, seq_len, (batch_size,), generator=g)
-            batch["end_positions"] = torch.randint(0, seq_len, (batch_size,), generator=g)
-        else:
-            batch["labels"] = ids.clone()
-        batches.append(batch)
-    return batches
-
-
-class _BatchList(torch.utils.data.Dataset):
-    """The synthetic batches as rows, so that a `Trainer` rebuilds exactly the same batches."""
-
-    def __init__(self, batches: list[dict]) -> None:
-        self.rows = [{k: v[i] for k, v in b.items()} for b in batches for i in range(len(b["input_ids"]))]
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, index: int) -> dict:
-        return self.rows[index]
+def batch_rows(batches: list[dict]) -> RowDataset:
+    """The batches as rows, so that a `Trainer`'s loader rebuilds exactly the same batches."""
+    return RowDataset([{k: v[i] for k, v in b.items()} for b in batches for i in range(len(b["input_ids"]))])
 
 
 class _Timer(StepTimer):
@@ -143,12 +62,6 @@ class _Timer(StepTimer):
             torch.cuda.synchronize()
         super().on_step_end(args, state, control, **kwargs)
         self.bar.update(1)
-
-
-def make_model(name: str, task: str, seed: int = 0) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    config = ARCHITECTURES[name]()
-    return getattr(transformers, TASKS[task]).from_config(config)
 
 
 def _trainer_run(
@@ -167,7 +80,7 @@ def _trainer_run(
     so that every runner steps on the same samples."""
     timer = timer or _Timer(bar)
     micro = opts["batch_size"] // opts.get("micro_batches", 1)
-    dataset = batches if isinstance(batches, torch.utils.data.Dataset) else _BatchList(batches)
+    dataset = batches if isinstance(batches, torch.utils.data.Dataset) else batch_rows(batches)
     with tempfile.TemporaryDirectory() as out:
         args = args_cls(
             output_dir=out,
@@ -270,7 +183,7 @@ def _predict_run(model: torch.nn.Module, batches: list[dict], opts: dict, bar: t
         )
         trainer = transformers.Trainer(model=model.eval(), args=args, callbacks=[timer])
         timer.start()
-        trainer.predict(_BatchList(batches))
+        trainer.predict(batch_rows(batches))
     return timer.durations
 
 

@@ -1,0 +1,33 @@
+"""The benchmark harness behind `optimum-ipu benchmark` (DESIGN.md: the layer below `cli`, which only dispatches
+to it): ours against plain `transformers` and the best alternative, in one run, on the same work.
+
+- `run`: `run_benchmark` (every mode) and `format_report`; `--mode train | inference` timed steps;
+- `architectures`: the named architectures (random weights), their batches and FLOPs counts;
+- `runners`: the training / inference runners (ours, `transformers.Trainer`, a plain PyTorch loop);
+- `packing`: the `--packing` workload (real SQuAD feature lengths, packed rows and padded features);
+- `report`: the `--mode train | inference` report, chart and table, and what every report shares;
+- `latency`: `--mode latency | throughput`, answering SQuAD requests end to end (`qa_runners`, `squad`,
+  `latency_report`);
+- `squad_accuracy`: the SQuAD EM/F1 of each `pipeline()` backend on a fine-tuned model
+  (`python -m optimum_ipu.benchmark.squad_accuracy`; not imported here, so that it runs as a module cleanly).
+
+The library below imports neither matplotlib nor tqdm: they are drawn here and in `cli` only, matplotlib when a chart
+is drawn.
+"""
+
+from .architectures import ARCHITECTURES, TASKS, flops_per_sample
+from .latency import LATENCY_MODES, run_latency_benchmark
+from .latency_report import format_latency_report
+from .run import MODES, format_report, run_benchmark
+
+__all__ = [
+    "run_benchmark",
+    "format_report",
+    "run_latency_benchmark",
+    "format_latency_report",
+    "flops_per_sample",
+    "ARCHITECTURES",
+    "TASKS",
+    "MODES",
+    "LATENCY_MODES",
+]
