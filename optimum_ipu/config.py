@@ -246,7 +246,7 @@ class IPUConfig:
         self.__dict__["metadata"] = metadata
         for name, value in _fill_defaults(values).items():
             self.__dict__[name] = copy.deepcopy(value)
-        validate(self)
+        validate(self.__dict__)
         _report_parallelize_kwargs(self.__dict__)
         if self.__dict__["execute_encoder_on_cpu_for_generation"]:
             logger.warning_once(

@@ -13,14 +13,11 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .config_hub import download_config_file
 from .config_schema import CONFIG_NAME, DEPRECATED_KEYS, FIELDS, METADATA_KEYS, OUTPUT_MODES
 from .errors import IncompatibleIPUConfigError, short_repr
-
-if TYPE_CHECKING:
-    from .config import IPUConfig
 
 logger = logging.getLogger(__name__)
 BUNDLED_DIR = Path(__file__).parent / "ipu_configs"
@@ -222,9 +219,12 @@ def _check_json_value(field: str, value: Any) -> None:
             raise _fail(field, item, "expected JSON values (numbers, strings, booleans, null, lists, objects)")
 
 
-def validate(config: IPUConfig) -> None:
-    """Check every field's type and range, then the per-IPU lists against the number of IPUs."""
-    v = config.__dict__
+def validate(v: dict[str, Any]) -> None:
+    """Check every field's type and range, then the per-IPU lists against the number of IPUs.
+
+    Args:
+        v (`dict[str, Any]`): every field of a config, defaults filled in (`IPUConfig.__dict__`).
+    """
     check_field_types(v)
     for prefix in ("", "inference_"):
         ipus_field = f"{prefix}ipus_per_replica"
