@@ -85,16 +85,20 @@ def _collective_failed(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and any(text in str(err) for text in _COLLECTIVE_FAILURES)
 
 
-# Notes added to a failed collective's one line by the layers that know more (`runtime.distributed` registers the
-# ranks whose heartbeat stopped): registered from below, so this module imports nothing of the layers above it.
-COLLECTIVE_FAILURE_NOTES: list[Callable[[], str]] = []
+# Notes added to a failed collective's one line by the modules that know more, as (module, function) names:
+# `runtime.distributed` names the ranks whose heartbeat stopped. A note is read only from a module already loaded
+# (one not loaded ran no heartbeat, so it has nothing to say), so this module imports nothing of the layers above.
+COLLECTIVE_FAILURE_NOTES: tuple[tuple[str, str], ...] = (("optimum_ipu.runtime.distributed", "silent_ranks_note"),)
 
 
-def _silent_ranks_note() -> str:
-    """What the registered notes say of a failed collective (only where torch.distributed is already in use)."""
-    if "torch.distributed" not in sys.modules:
-        return ""
-    return "".join(note() for note in COLLECTIVE_FAILURE_NOTES)
+def _collective_failure_notes() -> str:
+    """What the modules of `COLLECTIVE_FAILURE_NOTES` that are loaded say of a failed collective."""
+    notes = []
+    for module_name, function in COLLECTIVE_FAILURE_NOTES:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            notes.append(getattr(module, function)())
+    return "".join(notes)
 
 
 def run_script(main: Callable[[], Any], prog: str | None = None) -> None:
@@ -116,7 +120,7 @@ def run_script(main: Callable[[], Any], prog: str | None = None) -> None:
             raise
         rank = os.environ.get("RANK")
         who = f"{prog} (rank {rank})" if rank is not None and os.environ.get("WORLD_SIZE", "1") != "1" else prog
-        message = _one_line(err) + (_silent_ranks_note() if _collective_failed(err) else "")
+        message = _one_line(err) + (_collective_failure_notes() if _collective_failed(err) else "")
         if _disk_full(err) and "No space left" not in message:
             message = f"No space left on device? {message}"
         print(f"{who}: error: {message} (set {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)

@@ -14,7 +14,6 @@ import torch.distributed as dist
 
 from .. import topology
 from ..config import IPUConfig
-from ..errors import COLLECTIVE_FAILURE_NOTES
 
 
 def world_size() -> int:
@@ -130,14 +129,13 @@ def silent_ranks() -> list[int]:
     return silent
 
 
-def _silent_ranks_note() -> str:
+def silent_ranks_note() -> str:
+    """What a failed collective's one line adds (`optimum_ipu.errors.COLLECTIVE_FAILURE_NOTES`): the ranks whose
+    heartbeat stopped, if any."""
     silent = silent_ranks()
     if not silent:
         return ""
     return f"; rank(s) {', '.join(map(str, silent))} stopped responding (no heartbeat): check those processes"
-
-
-COLLECTIVE_FAILURE_NOTES.append(_silent_ranks_note)
 
 
 def check_ranks_agree(text: str, what: str = "the resolved IPU config and training arguments") -> None:
