@@ -22,9 +22,9 @@ import hashlib
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SQUAD = ROOT.parent / "shared" / "data" / "squad" / "squad-v1.1-dev-articles-00-39.json"
-DEFAULT_OUTPUT = ROOT / "optimum_ipu" / "data" / "squad_v1.1_feature_lengths_seq384.json"
+# the file the benchmark samples from, and the SQuAD file its latency mode answers from: one place for each
+from optimum_ipu.benchmark.packing import FEATURE_LENGTHS_FILE as DEFAULT_OUTPUT
+from optimum_ipu.benchmark.squad import DEFAULT_SQUAD
 
 
 def sha256(path: Path) -> str:

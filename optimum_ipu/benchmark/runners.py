@@ -83,17 +83,11 @@ def _trainer_run(
     dataset = batches if isinstance(batches, torch.utils.data.Dataset) else batch_rows(batches)
     with tempfile.TemporaryDirectory() as out:
         args = args_cls(
-            output_dir=out,
+            **_common_arguments(out, opts),
             per_device_train_batch_size=micro,
             max_steps=len(dataset) // opts["batch_size"],
-            report_to=[],
             save_strategy="no",
             logging_strategy="no",
-            disable_tqdm=True,
-            bf16=opts["precision"] == "bf16",
-            torch_compile=opts["compile"],
-            seed=0,
-            dataloader_drop_last=True,
             **(args_extra or {}),
             **({"fp32": True} if opts["precision"] == "fp32" and args_cls is IPUTrainingArguments else {}),
         )
@@ -103,13 +97,11 @@ def _trainer_run(
 
 
 def _plain_loop(model: torch.nn.Module, batches: list[dict], opts: dict, bar: tqdm) -> list[float]:
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model.to(device).train()
-    step_model = torch.compile(model) if opts["compile"] else model
+    """A plain PyTorch training loop: AdamW (fused, as `transformers.Trainer` defaults), gradients clipped at 1."""
+    device, step_model = _on_device(model.train(), opts)
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, fused=True)  # as transformers.Trainer defaults
-    times = []
-    for batch in batches:
-        start = time.perf_counter()
+
+    def step(batch: dict) -> None:
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=opts["precision"] == "bf16"):
             loss = step_model(**batch).loss
@@ -117,8 +109,38 @@ def _plain_loop(model: torch.nn.Module, batches: list[dict], opts: dict, bar: tq
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+
+    return _timed_steps(batches, bar, step)
+
+
+def _common_arguments(output_dir: str, opts: dict) -> dict[str, Any]:
+    """The `TrainingArguments` of every `Trainer` runner: nothing reported, no progress bar of its own, the
+    precision and compilation of `opts`, seed 0, whole batches only."""
+    return {
+        "output_dir": output_dir,
+        "report_to": [],
+        "disable_tqdm": True,
+        "bf16": opts["precision"] == "bf16",
+        "torch_compile": opts["compile"],
+        "seed": 0,
+        "dataloader_drop_last": True,
+    }
+
+
+def _on_device(model: torch.nn.Module, opts: dict) -> tuple[torch.device, torch.nn.Module]:
+    """The GPU if there is one, else the CPU; `model` moved there, and what runs a step (compiled with `opts`)."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+    return device, torch.compile(model) if opts["compile"] else model
+
+
+def _timed_steps(batches: list[dict], bar: tqdm, step: Callable[[dict], Any]) -> list[float]:
+    """`step` on each batch in turn, each timed to the end of its GPU work; the progress bar moves a step each."""
+    times = []
+    for batch in batches:
+        start = time.perf_counter()
+        step(batch)
+        _synchronize()
         times.append(time.perf_counter() - start)
         bar.update(1)
     return times
@@ -156,14 +178,8 @@ def _engine_inference(
     config = ipu_config.copy().eval()
     pipelined = to_pipelined(model.eval(), config, parallelize=True)
     engine = Engine(pipelined, config, precision=opts["precision"], compile=opts["compile"])
-    outputs, times = [], []
-    for batch in batches:
-        start = time.perf_counter()
-        outputs.append(engine.eval_step(batch))
-        _synchronize()
-        times.append(time.perf_counter() - start)
-        bar.update(1)
-    return times
+    outputs = []
+    return _timed_steps(batches, bar, lambda batch: outputs.append(engine.eval_step(batch)))
 
 
 def _predict_run(model: torch.nn.Module, batches: list[dict], opts: dict, bar: tqdm) -> list[float]:
@@ -171,14 +187,8 @@ def _predict_run(model: torch.nn.Module, batches: list[dict], opts: dict, bar: t
     timer = _PredictTimer(bar)
     with tempfile.TemporaryDirectory() as out:
         args = transformers.TrainingArguments(
-            output_dir=out,
+            **_common_arguments(out, opts),
             per_device_eval_batch_size=opts["batch_size"],
-            report_to=[],
-            disable_tqdm=True,
-            bf16=opts["precision"] == "bf16",
-            torch_compile=opts["compile"],
-            seed=0,
-            dataloader_drop_last=True,
             dataloader_pin_memory=torch.cuda.is_available(),  # on a CPU there is nothing to pin for: it only warns
         )
         trainer = transformers.Trainer(model=model.eval(), args=args, callbacks=[timer])
@@ -188,20 +198,17 @@ def _predict_run(model: torch.nn.Module, batches: list[dict], opts: dict, bar: t
 
 
 def _plain_inference_loop(model: torch.nn.Module, batches: list[dict], opts: dict, bar: tqdm) -> list[float]:
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model.to(device).eval()
-    step_model = torch.compile(model) if opts["compile"] else model
-    outputs, times = [], []
+    """A plain `torch.no_grad()` loop, outputs kept (as `Trainer.predict` keeps them)."""
+    device, step_model = _on_device(model.eval(), opts)
+    outputs = []
+
+    def step(batch: dict) -> None:
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=opts["precision"] == "bf16"):
+            outputs.append(step_model(**batch))
+
     with torch.no_grad():
-        for batch in batches:
-            start = time.perf_counter()
-            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=opts["precision"] == "bf16"):
-                outputs.append(step_model(**batch))
-            _synchronize()
-            times.append(time.perf_counter() - start)
-            bar.update(1)
-    return times
+        return _timed_steps(batches, bar, step)
 
 
 def micro_batches_per_step(config: IPUConfig) -> int:
