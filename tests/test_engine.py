@@ -1,4 +1,4 @@
-"""The single-process engine: accumulation, device iterations, output modes, half precision, compile."""
+"""The single-process engine through the step protocol: accumulation, half precision, overflow skips, compile."""
 
 from __future__ import annotations
 
@@ -8,20 +8,33 @@ import pytest
 import torch
 
 from optimum_ipu import IPUConfig, to_pipelined
-from optimum_ipu.runtime.engine import Engine, reduce_output, split_batch
+from optimum_ipu.runtime.engine import Engine
 
+from .step_loop import run_steps
 from .tiny_models import tiny_inputs, tiny_model
 
 CLASS = "BertForSequenceClassification"
 
 
-def make_engine(config: IPUConfig, seed: int = 0, lr: float = 0.1, **kwargs) -> Engine:
-    pipelined = to_pipelined(tiny_model(CLASS, seed=seed), config, parallelize=True)
-    optimizer = torch.optim.SGD(pipelined.parameters(), lr=lr)
-    return Engine(pipelined, config, optimizer, **kwargs)
+class Trained:
+    """An engine and its SGD optimizer, stepped by the step protocol's loop (`tests/step_loop.py`)."""
+
+    def __init__(self, config: IPUConfig, seed: int = 0, lr: float = 0.1, **kwargs) -> None:
+        pipelined = to_pipelined(tiny_model(CLASS, seed=seed), config, parallelize=True)
+        self.engine = Engine(pipelined, config, **kwargs)
+        self.model, self.optimizer = self.engine.model, torch.optim.SGD(pipelined.parameters(), lr=lr)
+
+    def train_step(self, batch: dict, steps: int = 1, lr_scheduler=None) -> torch.Tensor:
+        """`steps` optimizer steps over `batch`; the last one's loss."""
+        micro = self.engine.ipu_config.gradient_accumulation_steps
+        return run_steps(self.engine, self.optimizer, batch, micro, steps, lr_scheduler)[-1]
 
 
-def weights(engine: Engine) -> dict[str, torch.Tensor]:
+def make_engine(config: IPUConfig, seed: int = 0, lr: float = 0.1, **kwargs) -> Trained:
+    return Trained(config, seed, lr, **kwargs)
+
+
+def weights(engine: Trained) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in engine.model.model.state_dict().items()}
 
 
@@ -44,27 +57,6 @@ def test_accumulation_equals_one_big_micro_batch():
     assert any(not torch.equal(initial[k], v) for k, v in weights(big).items()), "training changed nothing"
 
 
-def test_device_iterations_equal_separate_calls():
-    config = IPUConfig(device_iterations=4, gradient_accumulation_steps=2, output_mode="all")
-    looped = make_engine(config)
-    single = make_engine(IPUConfig(gradient_accumulation_steps=2))
-    host_batch = tiny_inputs(CLASS, batch=16, seed=3)  # 4 iterations x 2 micro-batches x 2 rows
-    losses = looped.train_step(host_batch)
-    assert losses.shape == (4,) and looped.optimizer_steps == 4
-    separate = torch.stack([single.train_step(part) for part in split_batch(host_batch, 4)])
-    torch.testing.assert_close(losses, separate, atol=1e-5, rtol=0)
-    assert_same_weights(weights(looped), weights(single))
-
-
-def test_output_modes():
-    values = torch.tensor([1.0, 2.0, 3.0])
-    assert reduce_output(values, "final", training=True) == 3.0
-    assert reduce_output(values, "sum", training=True) == 6.0
-    assert torch.equal(reduce_output(values, "all", training=True), values)
-    assert reduce_output(values, "default", training=True) == 3.0
-    assert torch.equal(reduce_output(values, "default", training=False), values)
-
-
 def test_recompute_changes_no_numbers():
     plain = make_engine(IPUConfig(layers_per_ipu=[0, -1], gradient_accumulation_steps=2))
     recomputed = make_engine(
@@ -79,13 +71,13 @@ def test_recompute_changes_no_numbers():
 def test_eval_step_uses_inference_iterations_and_keeps_all_rows():
     engine = make_engine(IPUConfig(inference_device_iterations=3))
     batch = tiny_inputs(CLASS, batch=6, seed=5)
-    out = engine.eval_step(batch)
+    out = engine.engine.eval_step(batch)
     reference = copy.deepcopy(engine.model.model).eval()(**batch)
     assert out["logits"].shape == (6, 3)
     torch.testing.assert_close(out["logits"], reference.logits, atol=1e-5, rtol=0)
-    assert engine.ipu_config.mode == "training"  # the model's eval() selects its layout; the config is left as is
+    assert engine.engine.ipu_config.mode == "training"  # the model's eval() picks its layout; the config stays
     with pytest.raises(ValueError, match="cannot be split into 3 equal parts"):
-        engine.eval_step(tiny_inputs(CLASS, batch=4))
+        engine.engine.eval_step(tiny_inputs(CLASS, batch=4))
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
@@ -105,10 +97,11 @@ def test_overflow_skips_step_and_lowers_dynamic_scale():
     handle = param.register_hook(lambda grad: grad * float("inf"))  # an injected overflow
     engine.train_step(tiny_inputs(CLASS, batch=2))
     handle.remove()
-    assert engine.last_step_skipped and engine.loss_scaler.scale == 512.0 and engine.loss_scaler.overflows == 1
+    scaler = engine.engine.loss_scaler
+    assert engine.engine.last_step_skipped and scaler.scale == 512.0 and scaler.overflows == 1
     assert_same_weights(weights(engine), before, atol=0)
     engine.train_step(tiny_inputs(CLASS, batch=2))
-    assert not engine.last_step_skipped and engine.loss_scaler.scale == 512.0
+    assert not engine.engine.last_step_skipped and scaler.scale == 512.0
 
 
 def test_static_scale_reports_overflow_and_keeps_scale(caplog):
@@ -116,17 +109,19 @@ def test_static_scale_reports_overflow_and_keeps_scale(caplog):
     handle = next(engine.model.parameters()).register_hook(lambda grad: grad * float("nan"))
     engine.train_step(tiny_inputs(CLASS, batch=2))
     handle.remove()
-    assert engine.last_step_skipped and engine.loss_scaler.scale == 64.0
+    assert engine.engine.last_step_skipped and engine.engine.loss_scaler.scale == 64.0
     assert "static loss scale 64" in caplog.text
 
 
-def test_seed_and_lr_scheduler_step_per_optimizer_step():
-    config = IPUConfig(device_iterations=2)
-    engine = make_engine(config)
+def test_a_skipped_step_is_counted_and_not_scheduled():
+    engine = make_engine(IPUConfig(auto_loss_scaling=True), precision="fp16", loss_scaling=1024.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(engine.optimizer, lambda step: 1.0 / (step + 1))
-    engine.lr_scheduler = scheduler
-    engine.train_step(tiny_inputs(CLASS, batch=4))
+    engine.train_step(tiny_inputs(CLASS, batch=4), steps=2, lr_scheduler=scheduler)
     assert scheduler.last_epoch == 2 and engine.optimizer.param_groups[0]["lr"] == pytest.approx(0.1 / 3)
+    handle = next(engine.model.parameters()).register_hook(lambda grad: grad * float("inf"))
+    engine.train_step(tiny_inputs(CLASS, batch=2), lr_scheduler=scheduler)
+    handle.remove()
+    assert scheduler.last_epoch == 2 and engine.engine.optimizer_steps == 3
 
 
 @pytest.mark.slow

@@ -88,11 +88,11 @@ def test_accumulated_token_loss_equals_one_big_batch(tmp_path):
 
 
 def test_trainer_runs_the_engine_step(tmp_path):
-    """`Trainer`'s loop calls the engine's micro-batch step and its gradient preparation, nothing of its own."""
+    """`Trainer`'s loop drives the engine's step protocol (micro_batch, finish_step), nothing of its own."""
     trainer = ipu_trainer(tmp_path, accumulation=4, batch=2, data=unevenly_padded(rows=16), loss_type="ForCausalLM")
     with (
-        mock.patch.object(Engine, "micro_batch_step", autospec=True, side_effect=Engine.micro_batch_step) as micro,
-        mock.patch.object(Engine, "prepare_gradients", autospec=True, side_effect=Engine.prepare_gradients) as prep,
+        mock.patch.object(Engine, "micro_batch", autospec=True, side_effect=Engine.micro_batch) as micro,
+        mock.patch.object(Engine, "finish_step", autospec=True, side_effect=Engine.finish_step) as prep,
         mock.patch.object(transformers.Trainer, "_clip_grad_norm") as stock_clip,
     ):
         trainer.train()
@@ -106,12 +106,10 @@ def test_trainer_runs_the_engine_step(tmp_path):
 def test_micro_batch_without_labelled_tokens_adds_nothing():
     """0 labelled tokens: the model's mean loss is 0/0 = NaN, yet the micro-batch adds 0, and 0 gradients."""
     model = causal_lm()
-    engine = Engine(model, IPUConfig(), torch.optim.SGD(model.parameters(), lr=0.1))
+    engine = Engine(model, IPUConfig())
     ids = torch.randint(1, VOCAB, (2, 6))
     unlabelled = model(input_ids=ids, labels=torch.full_like(ids, -100)).loss
     assert unlabelled.isnan()
-    loss = engine.micro_batch_step(
-        lambda: model(input_ids=ids, labels=torch.full_like(ids, -100)).loss, torch.tensor(0) / 5
-    )
+    loss = engine.micro_batch({"input_ids": ids, "labels": torch.full_like(ids, -100)}, torch.tensor(0) / 5)
     assert loss == 0
     assert all(p.grad is None or (p.grad == 0).all() for p in model.parameters())

@@ -1,13 +1,11 @@
-"""The single-process engine: runs host calls of a `PipelinedModel` on one device.
+"""The single-process engine: runs a `PipelinedModel` on one device.
 
-A training host call holds `device_iterations` optimizer steps, each of `gradient_accumulation_steps`
-micro-batches; an inference host call holds `inference_device_iterations` batches. Stages run in turn on
-the one device, so numbers are those of the stock model. The distributed runtime replaces only how a
-micro-batch travels through the stages.
-
-`micro_batch_step` (forward and backward of one micro-batch) and `prepare_gradients` (unscale, clip, overflow
-check before each optimizer step) are the training step: `train_step` runs them, and so does `IPUTrainer` inside
-`transformers.Trainer`'s loop.
+Training speaks the step protocol of `optimum_ipu.runtime.step`: `micro_batch` (forward and backward of one
+micro-batch, autocast and loss scaling) for each of an optimizer step's micro-batches, then `finish_step` (unscale,
+clip, overflow check) before `optimizer.step()`. `IPUTrainer` drives it inside `transformers.Trainer`'s loop; stages
+on separate processes speak the same protocol (`PipelineEngine`). Stages run in turn on the one device here, so
+numbers are those of the stock model. An inference host call (`eval_step`) holds `inference_device_iterations`
+batches.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -23,10 +21,10 @@ from torch import nn
 
 from ..config import IPUConfig
 from .devices import default_device
-from .distributed import replicas_per_process
 from .fsdp import unsharded_norm
 from .precision import PRECISIONS, LossScaler, autocast
 from .process_flags import configure_compile_cache, set_half_partials
+from .step import ComputeLoss, StepResult
 
 logger = logging.getLogger(__name__)
 
@@ -43,26 +41,13 @@ def split_batch(batch: Batch, parts: int) -> list[dict[str, torch.Tensor]]:
     return [{k: c[i] for k, c in chunks.items()} for i in range(parts)]
 
 
-def reduce_output(values: torch.Tensor, output_mode: str, training: bool) -> torch.Tensor:
-    """What a host call returns of its iterations' values (dim 0), per `output_mode`."""
-    if output_mode == "default":
-        output_mode = "final" if training else "all"
-    if output_mode == "final":
-        return values[-1]
-    if output_mode == "sum":
-        return values.sum(0)
-    return values
-
-
 class Engine:
-    """Runs training and inference host calls of a model in one process.
+    """Runs training steps and inference host calls of a model in one process.
 
     Args:
         model (`nn.Module`): a parallelized `PipelinedModel` (or any module returning `transformers` outputs);
             its `train()` / `eval()` select the training or inference layout.
         ipu_config (`IPUConfig`): the execution configuration.
-        optimizer (`torch.optim.Optimizer`, *optional*): required for `train_step`.
-        lr_scheduler (*optional*): stepped after every optimizer step that was not skipped.
         precision (`str`, *optional*, defaults to `"fp32"`): `"fp32"`, `"fp16"` or `"bf16"` (autocast).
         loss_scaling (`float`, *optional*): fp16 loss scale; static unless the config sets
             `auto_loss_scaling` (dynamic, starting there; 2**16 when not given).
@@ -77,8 +62,6 @@ class Engine:
         self,
         model: nn.Module,
         ipu_config: IPUConfig,
-        optimizer: torch.optim.Optimizer | None = None,
-        lr_scheduler: Any = None,
         *,
         precision: str = "fp32",
         loss_scaling: float | None = None,
@@ -90,7 +73,6 @@ class Engine:
             raise ValueError(f"precision: got {precision!r}; expected one of {', '.join(PRECISIONS)}")
         self.model = model
         self.ipu_config = ipu_config
-        self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
         self.precision, self.max_grad_norm = precision, max_grad_norm
         self.device = device or default_device()
         if not any(p.is_meta for p in self.model.parameters()):  # one stage held only: built on its device
@@ -114,54 +96,47 @@ class Engine:
         return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
     # ------------------------------------------------------------------ training
-    def train_step(self, host_batch: Batch) -> torch.Tensor:
-        """One training host call: `device_iterations` optimizer steps, each of `gradient_accumulation_steps`
-        micro-batches per replica run here. Returns the losses per `output_mode`."""
-        if self.optimizer is None:
-            raise ValueError("Engine.train_step needs an optimizer")
-        self.model.train()
-        cfg = self.ipu_config
-        batch = self._to_device(host_batch)
-        losses = torch.stack([self._optimizer_step(b) for b in split_batch(batch, cfg.value("device_iterations"))])
-        return reduce_output(losses, cfg.output_mode, training=True)
-
-    def _optimizer_step(self, batch: Batch) -> torch.Tensor:
-        # Replicas of this process run in turn: their micro-batches accumulate into the same step.
-        parts = self.ipu_config.gradient_accumulation_steps * replicas_per_process(self.ipu_config)
-        # Equal-size micro-batches: the mean of their mean losses is the full batch's mean loss.
-        total = sum(
-            self.micro_batch_step(lambda m=m: self.forward(**m).loss, 1 / parts) for m in split_batch(batch, parts)
-        )
-        self.optimizer_step()
-        return total
-
-    def micro_batch_step(self, compute_loss: Callable[[], torch.Tensor], weight: float | torch.Tensor) -> torch.Tensor:
-        """Forward and backward of one micro-batch, the step that `train_step` and `IPUTrainer` both run.
+    def micro_batch(
+        self, inputs: Batch, weight: float | torch.Tensor, compute_loss: ComputeLoss | None = None
+    ) -> torch.Tensor:
+        """Forward and backward of one micro-batch (the step protocol, `optimum_ipu.runtime.step`).
 
         Args:
-            compute_loss (`Callable[[], torch.Tensor]`): runs the forward and returns the micro-batch's mean loss.
+            inputs (`Mapping[str, Any]`): the micro-batch (moved to the engine's device).
             weight (`float` or `torch.Tensor`): the micro-batch's share of its optimizer step's loss:
                 `1 / micro_batches`, or its labelled items over the step's (token-level losses, uneven padding).
+            compute_loss (`Callable`, *optional*): runs the forward on `inputs` and returns the micro-batch's mean
+                loss (`IPUTrainer` passes `Trainer.compute_loss`); defaults to the model's own `loss` output.
 
         Returns:
             `torch.Tensor`: the weighted loss (detached, fp32); a step's micro-batches sum to its loss.
         """
+        inputs = self._to_device(inputs)
         with self.autocast():
-            loss = compute_loss().float() * weight
+            loss = (compute_loss or self._model_loss)(inputs).float() * weight
         if isinstance(weight, torch.Tensor):
             # No labelled item: the mean is 0/0 = NaN, but the micro-batch adds nothing, as its token sum would.
             loss = torch.where(weight > 0, loss, torch.zeros_like(loss))
         self.loss_scaler.scale_loss(loss).backward()
         return loss.detach()
 
-    def prepare_gradients(self) -> float:
+    def _model_loss(self, inputs: Batch) -> torch.Tensor:
+        return self.forward(**inputs).loss
+
+    def finish_step(self, step: int | None = None) -> StepResult:
         """The engine's part of every optimizer step, before `optimizer.step()`: unscale the accumulated
         gradients, clip them to `max_grad_norm`, and drop them if they overflowed.
 
-        Returns the gradient norm before clipping (`inf` or NaN on an overflow: the step is then skipped,
-        `last_step_skipped`). Dropped gradients (`None`) make any torch optimizer's `step()` leave those
-        parameters and their state untouched.
+        Args:
+            step (`int`, *optional*): the number of the optimizer step being finished, as logs count it (a resumed
+                run's `global_step + 1`); defaults to one past the last finished step.
+
+        Returns:
+            `StepResult`: no loss beyond what `micro_batch` returned, and the gradient norm before clipping (`inf`
+            or NaN on an overflow: the step is then skipped, `last_step_skipped`). Dropped gradients (`None`) make
+            any torch optimizer's `step()` leave those parameters and their state untouched.
         """
+        self.optimizer_steps = self.optimizer_steps + 1 if step is None else step
         params = [p for p in self.model.parameters() if p.grad is not None]
         self.loss_scaler.unscale_(params)
         # One norm for clipping and for overflow detection: a single host sync per step.
@@ -172,18 +147,7 @@ class Engine:
         if self.last_step_skipped:
             for p in params:
                 p.grad = None
-        return self.last_grad_norm
-
-    def optimizer_step(self) -> None:
-        """`prepare_gradients`, then step the optimizer and the LR schedule unless the gradients overflowed, and
-        zero the gradients. (`IPUTrainer` runs `prepare_gradients` and leaves the rest to `Trainer`'s loop.)"""
-        self.prepare_gradients()
-        if not self.last_step_skipped:
-            self.optimizer.step()
-            if self.lr_scheduler is not None:
-                self.lr_scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.optimizer_steps += 1
+        return StepResult(torch.zeros((), device=self.device), self.last_grad_norm)
 
     # ----------------------------------------------------------------- inference
     @torch.no_grad()

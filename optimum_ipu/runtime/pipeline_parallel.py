@@ -12,7 +12,7 @@ every stage computes) has them summed over the stages.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -25,10 +25,10 @@ from torch.distributed.tensor import DTensor
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..topology import SCHEDULE_NAMES, check_processes, check_schedule
-from .engine import split_batch
 from .fsdp import shard_stages, stage_mesh
 from .stage_cut import StageCut, StageModule, stage_ranges
 from .stage_hold import StageHold, stage_hold
+from .step import ComputeLoss, StepResult
 
 SCHEDULES = dict(zip(SCHEDULE_NAMES, (Schedule1F1B, ScheduleGPipe), strict=True))
 
@@ -37,10 +37,11 @@ class PipelineEngine:
     """Training steps of a model pipelined over `torch.distributed` processes: one stage per process, and as
     many pipelines as data-parallel replicas (a 2-D mesh, replica x stage; rank = replica x stages + stage).
 
-    Every process of a pipeline is fed the same micro-batches (the replica's); only activations travel between
-    stages. `forward_backward(micro_batches)` runs one optimizer step's schedule and leaves this stage's
-    gradients averaged over the replicas; `clip_grad_norm_` clips with the norm over the whole model;
-    `train_step(batch)` is the whole host call with its own optimizer, with the single-process `Engine`'s meaning.
+    It speaks the step protocol of `optimum_ipu.runtime.step`, as the single-process `Engine` does: `micro_batch`
+    queues an optimizer step's micro-batches (every process of a pipeline is fed the same ones, the replica's), and
+    `finish_step` runs the schedule over them (only activations travel between stages), sums the gradients of
+    parameters that several stages use, averages them over the replicas, clips them with the norm over the whole
+    model, and drops them if that norm is not finite (the step is skipped, as `Engine` skips it).
 
     Given a whole model, every process keeps it: its own stage's parameters are the ones it updates.
     `synchronize()` copies each parameter (and its optimizer state) from the stage that owns it to all processes,
@@ -57,10 +58,10 @@ class PipelineEngine:
         model (`nn.Module`): the stock model, already parallelized (recompute, serialization).
         ipu_config (`IPUConfig`): its `layers_per_ipu`, `replication_factor` and `gradient_accumulation_steps`.
         cut (`StageCut`): the layers and encoder-decoder split (`PipelinedModel.stage_cut()`).
-        keys (`Sequence[str]`): the batch's tensor names (including labels), in a fixed order.
+        keys (`Sequence[str]`, *optional*): the batch's tensor names (including labels), in a fixed order; by
+            default those of the first micro-batch.
         counts (`Sequence[int]`): layers of each stage, wildcards resolved
             (`optimum_ipu.models.layout.layers_per_stage(ipu_config, len(cut.layer_paths), inference=False)`).
-        make_optimizer (`Callable`, *optional*): builds the optimizer from the parameters (for `train_step`).
         schedule (`str`, *optional*, defaults to `"1F1B"`): `"1F1B"` or `"GPipe"`.
         max_grad_norm (`float`, *optional*): clip to this global norm (over every stage).
         precision (`str`, *optional*, defaults to `"fp32"`): `"fp32"` or `"bf16"`.
@@ -74,8 +75,7 @@ class PipelineEngine:
         model: nn.Module,
         ipu_config: IPUConfig,
         cut: StageCut,
-        keys: Sequence[str],
-        make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None = None,
+        keys: Sequence[str] | None = None,
         *,
         counts: Sequence[int],
         schedule: str = "1F1B",
@@ -108,24 +108,38 @@ class PipelineEngine:
         self.stage_group, self.replica_group = mesh.get_group("pp"), mesh.get_group("dp")
         self.stage, self.replicas, self.num_stages = mesh.get_local_rank("pp"), replicas, stages
         self.ipu_config, self.max_grad_norm = ipu_config, max_grad_norm
-        root = self.shards.gate if self.shards is not None else None
-        self.stage_module = StageModule(
-            model, cut, stage_ranges(counts)[self.stage], self.stage, stages, keys, precision, root=root
-        )
+        self._root = self.shards.gate if self.shards is not None else None
+        self._cut, self._layers = cut, stage_ranges(counts)[self.stage]
+        self._micro, self._schedule_name, self.precision = micro, schedule, precision
         if self.shards is None:  # held or sharded: on its device already, other stages' parameters on the meta device
-            self.stage_module.to(self.device)
-        self.model, self.keys = model, list(keys)
+            model.to(self.device)
+        self.model = model
         self.is_last = self.stage == stages - 1
         # The same names, in the same order, on every stage (other stages' parameters included): owners are found by
         # gathering one flag per name. Resolved at each use: sharding and freeing replace parameter objects.
         self._names = [n for n, _ in model.named_parameters()]
-        trainable = [p for p in self.params if p.requires_grad]
-        self.optimizer = make_optimizer(trainable) if make_optimizer else None
         self._owner: list[int] | None = None  # stage that updates each parameter, known after the first step
         self._shared: list[int] = []  # parameters with gradients on several stages (tied embeddings, tables)
-        stage = PipelineStage(self.stage_module, self.stage, stages, self.device, group=self.stage_group)
-        self._steps_run = 0
-        self.schedule = SCHEDULES[schedule](stage, micro, loss_fn=lambda output, target: output.sum())
+        self._queued: list[tuple[dict[str, torch.Tensor], torch.Tensor]] = []  # this step's (micro-batch, weight)
+        self.keys: list[str] | None = None
+        self.schedule: Any = None
+        self.steps_run = 0
+        self.optimizer_steps = 0
+        self.last_step_skipped = False
+        self.last_grad_norm = math.nan  # of the last optimizer step, before clipping
+        if keys is not None:
+            self._build_schedule(list(keys))
+
+    def _build_schedule(self, keys: list[str]) -> None:
+        """The stage module and its schedule, for batches of these tensors (stage 0 receives them in this order)."""
+        self.keys = keys
+        self.stage_module = StageModule(
+            self.model, self._cut, self._layers, self.stage, self.num_stages, keys, self.precision, root=self._root
+        )
+        stage = PipelineStage(self.stage_module, self.stage, self.num_stages, self.device, group=self.stage_group)
+        # Each micro-batch's target is its weight: the step's loss is the weighted sum of the micro-batches' mean
+        # losses, as in one process (so gradients are not scaled again by the micro-batch count).
+        self.schedule = SCHEDULES[self._schedule_name](stage, self._micro, loss_fn=_weighted_loss, scale_grads=False)
 
     @property
     def params(self) -> list[nn.Parameter]:
@@ -135,29 +149,81 @@ class PipelineEngine:
     def _stage_rank(self, stage: int) -> int:
         return dist.get_global_rank(self.stage_group, stage)
 
-    def forward_backward(self, micro_batches: list[dict[str, torch.Tensor]]) -> torch.Tensor:
-        """One optimizer step's schedule over `micro_batches`; returns their mean loss (on every process).
+    # ------------------------------------------------------------- step protocol
+    def micro_batch(
+        self, inputs: Mapping[str, Any], weight: float | torch.Tensor, compute_loss: ComputeLoss | None = None
+    ) -> torch.Tensor:
+        """Queue one micro-batch of the current optimizer step (its tensors; the schedule runs in `finish_step`).
 
-        Leaves this stage's gradients summed with those of the other stages that use the same parameter (tied
-        embeddings, position tables) and averaged over replicas.
+        Args:
+            inputs (`Mapping[str, Any]`): the micro-batch, the same on every stage of the replica.
+            weight (`float` or `torch.Tensor`): its share of the step's loss, as for `Engine.micro_batch`.
+            compute_loss (`Callable`, *optional*): not supported: the last stage trains on the model's own loss
+                (`IPUTrainer` refuses a `compute_loss_func` with stages on separate processes).
+
+        Returns:
+            `torch.Tensor`: 0: the step's loss is known once the schedule has run (`StepResult.loss`).
         """
-        micro_batches = [{k: b[k].to(self.device) for k in self.keys} for b in micro_batches]
+        tensors = {k: v.to(self.device) for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+        weight = torch.as_tensor(weight, dtype=torch.float32, device=self.device).reshape(1)
+        self._queued.append((tensors, weight))
+        return torch.zeros((), device=self.device)
+
+    def finish_step(self, step: int | None = None) -> StepResult:
+        """Run the schedule over the queued micro-batches, then make the gradients ready for `optimizer.step()`:
+        summed over the stages that share a parameter, averaged over the replicas, clipped to `max_grad_norm` with
+        the norm over the whole model, and dropped if that norm is not finite (the step is skipped).
+
+        Args:
+            step (`int`, *optional*): the number of the optimizer step being finished, as logs count it.
+
+        Returns:
+            `StepResult`: the step's loss (the weighted sum of its micro-batches' losses, on every process) and the
+            gradient norm before clipping.
+        """
+        queued, self._queued = self._queued, []
+        if len(queued) != self._micro:
+            raise ValueError(
+                f"an optimizer step of pipeline stages on separate processes takes gradient_accumulation_steps="
+                f"{self._micro} micro-batches (the schedule's); got {len(queued)}"
+            )
+        self.optimizer_steps = self.optimizer_steps + 1 if step is None else step
+        loss = self._run_schedule([batch for batch, _ in queued], torch.cat([weight for _, weight in queued]))
+        self._reduce_gradients()
+        self.last_grad_norm = float(self._clip_grad_norm(self.max_grad_norm))
+        self.last_step_skipped = not math.isfinite(self.last_grad_norm)
+        if self.last_step_skipped:  # as Engine: dropped gradients leave the parameters and their state untouched
+            for param in self.params:
+                param.grad = None
+        return StepResult(loss, self.last_grad_norm)
+
+    def _run_schedule(self, micro_batches: list[dict[str, torch.Tensor]], weights: torch.Tensor) -> torch.Tensor:
+        """One optimizer step's schedule over `micro_batches`; returns the step's loss (on every process)."""
+        if self.schedule is None:
+            self._build_schedule(list(micro_batches[0]))
+        micro_batches = [{k: b[k] for k in self.keys} for b in micro_batches]
         # Stage 0 is handed views of one tensor by the schedule and finds its micro-batch by their storage.
         first = torch.cat([b[self.keys[0]] for b in micro_batches])
         for batch, view in zip(micro_batches, first.chunk(len(micro_batches)), strict=True):
             batch[self.keys[0]] = view
-        self.stage_module.reset(micro_batches, first_step=not self._steps_run)
-        self._steps_run += 1
+        self.stage_module.reset(micro_batches, first_step=not self.steps_run)
+        self.steps_run += 1
         losses: list[torch.Tensor] = []
         if self.stage == 0:
             # its rows set the micro-batch split; the values come from reset()
             self.schedule.step(first)
         elif self.is_last:
-            self.schedule.step(target=torch.zeros(len(micro_batches), device=self.device), losses=losses)
+            self.schedule.step(target=weights, losses=losses)
         else:
             self.schedule.step()
         if self._owner is None:
             self._owner, self._shared = self._find_owners()
+        loss = torch.stack(losses).sum().detach() if losses else torch.zeros((), device=self.device)
+        dist.broadcast(loss, src=self._stage_rank(self.num_stages - 1), group=self.stage_group)
+        return loss
+
+    def _reduce_gradients(self) -> None:
+        """Sum the gradients of parameters used on several stages; average over the replicas."""
         params = self.params
         with torch.no_grad():
             for i in self._shared:
@@ -169,9 +235,6 @@ class PipelineEngine:
                 param.grad = grad
         if self.replicas > 1 and not self.sharded:
             self._average_over_replicas(params)
-        loss = torch.stack(losses).mean() if losses else torch.zeros((), device=self.device)
-        dist.broadcast(loss, src=self._stage_rank(self.num_stages - 1), group=self.stage_group)
-        return loss
 
     def _average_over_replicas(self, params: list[nn.Parameter]) -> None:
         # Ours, not DDP's: each process keeps the whole model here, so DDP would bucket every stage's parameters (a
@@ -183,7 +246,7 @@ class PipelineEngine:
         for grad, synced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
             grad.copy_(synced)
 
-    def clip_grad_norm_(self, max_norm: float | None) -> torch.Tensor:
+    def _clip_grad_norm(self, max_norm: float | None) -> torch.Tensor:
         """Clip this stage's gradients with the norm over the whole model's; returns that norm."""
         shared, params = set(self._shared), self.params
         # a parameter shared by stages counts once, on the stage that owns it
@@ -241,19 +304,11 @@ class PipelineEngine:
                     k: v.to(param.device) if torch.is_tensor(v) and v.dim() else v for k, v in state.items()
                 }
 
-    def train_step(self, host_batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """One host call (this replica's batch); returns the mean loss of its last optimizer step."""
-        if self.optimizer is None:
-            raise RuntimeError("train_step needs make_optimizer")
-        micro = self.ipu_config.gradient_accumulation_steps
-        batch = {k: host_batch[k].to(self.device) for k in self.keys}
-        loss = torch.zeros((), device=self.device)
-        for step in split_batch(batch, self.ipu_config.device_iterations):
-            loss = self.forward_backward(split_batch(step, micro))
-            self.clip_grad_norm_(self.max_grad_norm)
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-        return loss
+
+def _weighted_loss(output: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The last stage's loss of one micro-batch: its mean loss times its weight (a micro-batch with no labelled item
+    has weight 0 and a NaN mean: it adds nothing, as in `Engine.micro_batch`)."""
+    return torch.where(weight > 0, output * weight, torch.zeros_like(output)).sum()
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:

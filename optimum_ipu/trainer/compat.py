@@ -6,7 +6,7 @@
 
 - `_prepare_inputs`: flex-attention packed rows get their `BlockMask` on the device;
 - `_wrap_model`: no DDP around sharded (`--fsdp`) models or around stages on separate processes;
-- `_clip_grad_norm`: the engine has clipped already; stages apart clip with the norm over every stage;
+- `_clip_grad_norm`: the training engine has clipped already (`finish_step`, with the norm over every stage);
 - `_maybe_log_save_evaluate`: a NaN loss does not poison every later logged loss;
 - `_save` (through `save_state_dict`), `_save_checkpoint`, `_save_optimizer_and_scheduler`,
   `_load_from_checkpoint`, `_load_optimizer_and_scheduler`: checkpoints marked complete only once whole, old
@@ -16,7 +16,7 @@ Where `Trainer` reads a value from `self.args` that must differ for one call (th
 micro-batches of replicas run in turn, no rotation before a checkpoint is marked), `_scoped_args` gives it a copy of
 the arguments for that call: the user's object is never written.
 
-The mixin reads the attributes `IPUTrainer.__init__` sets: `engine`, `process_pipeline`, `fsdp`,
+The mixin reads the attributes `IPUTrainer.__init__` sets: `engine`, `training_engine`, `process_pipeline`, `fsdp`,
 `pending_rotation`.
 """
 
@@ -93,9 +93,7 @@ class TrainerPrivateHooks(Trainer):
         return super()._wrap_model(model, training, dataloader)
 
     def _clip_grad_norm(self, model: nn.Module) -> Any:
-        if self.process_pipeline is not None:
-            return self.process_pipeline.clip_grad_norm(self.args.max_grad_norm)  # the norm over every stage
-        return self.engine.last_grad_norm  # clipped by Engine.prepare_gradients at the end of training_step
+        return self.training_engine.last_grad_norm  # clipped by finish_step at the end of training_step
 
     def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         logged = self._globalstep_last_logged

@@ -8,9 +8,9 @@ over the replicas of each stage only. `ProcessPipeline` does that through the tr
 - `wrap` returns the model in a plain container, so accelerate does not wrap it in DDP over all processes;
 - `shard_loader` makes the training loader shard the data by replica (rank // stages), not by process, so the
   stages of one replica see the same batches and an epoch has the single-process number of steps;
-- `training_step` collects the micro-batches of a step and runs the schedule on the last one
-  (`PipelineEngine.forward_backward`), whose mean loss it returns (0 for the others: their sum is the mean);
-- `clip_grad_norm` clips with the norm over every stage;
+- `make_engine` builds the `PipelineEngine` that `IPUTrainer.training_step` drives through the step protocol
+  (`optimum_ipu.runtime.step`), as it drives the single-process `Engine`: micro-batches are queued, and the
+  schedule runs, and the gradients are reduced and clipped with the norm over every stage, at `finish_step`;
 - `synchronize` brings every stage's weights (and, for checkpoints, optimizer state) to every process, so
   saves are the stock model of a single-process run and evaluation runs the whole model on every process;
 - when each process holds its stage only (`stage_hold`: loaded stage-local, or `--fsdp`), evaluation instead runs
@@ -87,9 +87,8 @@ class ProcessPipeline:
         self.trainer, self.schedule = trainer, schedule
         self.stages = config.value("ipus_per_replica")
         self.engine: PipelineEngine | None = None
-        self._pending: list[dict[str, torch.Tensor]] = []
         self._forward: PipelinedForward | None = None
-        self._stale = False  # other stages' weights changed since the last synchronize()
+        self._synchronized_at = 0  # the engine's steps when every process last got every stage's weights
         logger.info(
             "pipeline of %d stages on separate processes x %d replicas, %s schedule",
             self.stages,
@@ -121,32 +120,21 @@ class ProcessPipeline:
             batch_sampler.even_batches = False
         return loader
 
-    def training_step(self, inputs: dict[str, Any], last_of_step: bool) -> torch.Tensor:
-        self._pending.append({k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)})
-        if not last_of_step:
-            return torch.zeros((), device=self.trainer.args.device)
-        if self.engine is None:
-            trainer = self.trainer
-            cut = trainer.pipelined.stage_cut()
-            self.engine = PipelineEngine(
-                trainer.pipelined.model,
-                trainer.ipu_config,
-                cut,
-                list(self._pending[0]),
-                counts=layers_per_stage(trainer.ipu_config, len(cut.layer_paths), inference=False),
-                schedule=self.schedule,
-                precision=trainer.engine.precision,
-                device=trainer.args.device,
-            )
-        micro_batches, self._pending = self._pending, []
-        loss = self.engine.forward_backward(micro_batches)
-        self._stale = True
-        return loss.detach()
-
-    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
-        if self.engine is None:
-            raise RuntimeError("clip_grad_norm before the first pipeline step")
-        return self.engine.clip_grad_norm_(max_norm)
+    def make_engine(self) -> PipelineEngine:
+        """The training engine of this process's stage (after any sharding: it keeps the model as it finds it)."""
+        trainer = self.trainer
+        cut = trainer.pipelined.stage_cut()
+        self.engine = PipelineEngine(
+            trainer.pipelined.model,
+            trainer.ipu_config,
+            cut,
+            counts=layers_per_stage(trainer.ipu_config, len(cut.layer_paths), inference=False),
+            schedule=self.schedule,
+            max_grad_norm=trainer.args.max_grad_norm,
+            precision=trainer.engine.precision,
+            device=trainer.args.device,
+        )
+        return self.engine
 
     # ---------------------------------------------------------------- evaluation
     def forward_module(self) -> PipelinedForward:
@@ -183,7 +171,7 @@ class ProcessPipeline:
         """Every stage's current weights (and optimizer state, when given) on every process of the pipeline."""
         if self.engine is None:
             return
-        if self._stale or optimizer is not None:
+        if self.engine.steps_run != self._synchronized_at or optimizer is not None:
             inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper keeps the torch optimizer
             self.engine.synchronize(inner)
-            self._stale = False
+            self._synchronized_at = self.engine.steps_run

@@ -46,6 +46,7 @@ from ..runtime.process_flags import configure_compile_cache
 from ..runtime.sharding import ShardedOptimizer
 from ..runtime.stage_checkpoint import save_stage_shards
 from ..runtime.stage_hold import stage_hold
+from ..runtime.step import TrainingStep
 from .checkpoints import (
     MarkCheckpointComplete,
     check_run_identity,
@@ -66,7 +67,7 @@ LOSS_SCALER_FILE = "loss_scaler.json"
 class _SkipOnOverflow:
     """An LR scheduler that does not advance on optimizer steps skipped for an fp16 overflow."""
 
-    def __init__(self, scheduler: Any, engine: Engine) -> None:
+    def __init__(self, scheduler: Any, engine: TrainingStep) -> None:
         self.scheduler, self.engine = scheduler, engine
 
     def step(self, *args: Any, **kwargs: Any) -> None:
@@ -211,6 +212,10 @@ class IPUTrainer(TrainerPrivateHooks):
             ProcessPipeline(self, args.pipeline_schedule) if ProcessPipeline.wanted(self.ipu_config) else None
         )
         self.fsdp = self._shard_parameters(args)
+        # What training_step drives (the step protocol): stages on separate processes have their own engine.
+        self.training_engine: TrainingStep = (
+            self.process_pipeline.make_engine() if self.process_pipeline is not None else self.engine
+        )
         self.sharded_optimizer = self.ipu_config.value("replicated_tensor_sharding") and world_size() > 1
         self.sharded_optimizer = self.sharded_optimizer and not self.fsdp  # FSDP shards the state already
         if self.sharded_optimizer:
@@ -231,6 +236,12 @@ class IPUTrainer(TrainerPrivateHooks):
                 logger.warning("--compile_only without --torch_compile: there is nothing to compile; one step runs")
             self.add_callback(_CompileOnly(model))
         logger.info("IPUTrainer: %s, precision %s", self.pipelined.describe_layout(), self.engine.precision)
+        if self.ipu_config.output_mode not in ("final", "default"):
+            logger.warning(
+                "output_mode=%r has no effect here: it chose what an IPU host call returned of its iterations' losses; "
+                "IPUTrainer logs each optimizer step's loss, as Trainer does",
+                self.ipu_config.output_mode,
+            )
         if self.args.torch_compile:
             configure_compile_cache(self.ipu_config.executable_cache_dir)
 
@@ -266,9 +277,10 @@ class IPUTrainer(TrainerPrivateHooks):
     def training_step(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None = None
     ) -> torch.Tensor:
-        """One micro-batch through `Engine.micro_batch_step` (autocast, weighted loss, scaled backward), the step
-        `Engine.train_step` runs too. After the last micro-batch of an optimizer step, `Engine.prepare_gradients`
-        unscales, clips and checks the gradients (an fp16 overflow drops them: the step is skipped); `Trainer`'s
+        """One micro-batch through the training engine's step protocol (`optimum_ipu.runtime.step`), whichever
+        engine it is: `micro_batch` (autocast, weighted loss, scaled backward; queued, with stages on separate
+        processes), and after the last micro-batch of an optimizer step `finish_step` (the pipeline schedule runs;
+        gradients are unscaled, clipped and checked: an overflow drops them and the step is skipped). `Trainer`'s
         loop then steps the optimizer and the LR schedule.
 
         With `num_items_in_batch` (`Trainer`'s count of labelled items over the step's micro-batches), each
@@ -278,24 +290,19 @@ class IPUTrainer(TrainerPrivateHooks):
         """
         model.train()
         inputs = self._prepare_inputs(inputs)
-        if self.process_pipeline is not None:
-            loss = self.process_pipeline.training_step(inputs, last_of_step=self.accelerator.sync_gradients)
-            if self.accelerator.sync_gradients:
-                self._check_finite_loss(~torch.isfinite(loss))
-            return loss
         # In one process, run the pipelined wrapper: with projection_serialization_factor its output projection
         # and loss run in chunks (full logits never built). Under DDP the wrapped stock model must run, for
         # DDP's gradient hooks: the projection is then serialized but its logits are built whole.
         runner = self.pipelined.train() if model is self.model or self.fsdp else model
         weight = self._micro_batch_weight(inputs, num_items_in_batch)  # before compute_loss, which may pop labels
-        loss = self.engine.micro_batch_step(lambda: self.compute_loss(runner, inputs), weight)
+        engine = self.training_engine
+        loss = engine.micro_batch(inputs, weight, lambda batch: self.compute_loss(runner, batch))
         # Kept on the device and checked once per optimizer step: no host sync per micro-batch.
         self._nonfinite_loss = self._nonfinite_loss | ~torch.isfinite(loss)
         if self.accelerator.sync_gradients:
-            self._check_finite_loss(self._nonfinite_loss)
+            loss = loss + engine.finish_step(step=self.state.global_step + 1).loss  # numbered as logs count
+            self._check_finite_loss(self._nonfinite_loss | ~torch.isfinite(loss))
             self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=loss.device)
-            self.engine.optimizer_steps = self.state.global_step + 1  # the step being taken, as logs count
-            self.engine.prepare_gradients()
         return loss
 
     def _micro_batch_weight(self, inputs: dict[str, Any], num_items_in_batch: Any) -> float | torch.Tensor:
@@ -381,7 +388,7 @@ class IPUTrainer(TrainerPrivateHooks):
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
         scheduler = super().create_scheduler(num_training_steps, optimizer)
         if not isinstance(scheduler, _SkipOnOverflow):
-            self.lr_scheduler = _SkipOnOverflow(scheduler, self.engine)
+            self.lr_scheduler = _SkipOnOverflow(scheduler, self.training_engine)
         return self.lr_scheduler
 
     def get_train_dataloader(self) -> torch.utils.data.DataLoader:

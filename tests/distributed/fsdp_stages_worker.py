@@ -22,6 +22,7 @@ from optimum_ipu.errors import IncompatibleIPUConfigError
 from optimum_ipu.runtime.fsdp import full_state_dict, local_parameter_bytes
 from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
 from tests.distributed.pipeline_worker import tiny_for, write_results
+from tests.step_loop import run_steps
 
 
 def main() -> None:
@@ -40,13 +41,14 @@ def main() -> None:
         batch = tiny_inputs(class_name, batch=rows * replicas, seed=seed)
         return {k: v[replica * rows : (replica + 1) * rows] for k, v in batch.items()}
 
-    sgd = lambda params: torch.optim.SGD(params, lr=0.1)  # noqa: E731
     counts = [len(stage.layers) for stage in pipelined.stage_layout(inference=False)]
-    engine = PipelineEngine(model, config, pipelined.stage_cut(), list(host_batch(0)), sgd, counts=counts, fsdp=True)
+    engine = PipelineEngine(model, config, pipelined.stage_cut(), list(host_batch(0)), counts=counts, fsdp=True)
+    sgd = torch.optim.SGD([p for p in engine.params if p.requires_grad], lr=0.1)
     held = local_parameter_bytes(model.parameters())
     losses = []
     for step in range(steps):
-        loss = engine.train_step(host_batch(step))
+        micro, iterations = config.gradient_accumulation_steps, config.device_iterations
+        loss = run_steps(engine, sgd, host_batch(step), micro, iterations)[-1]
         dist.all_reduce(loss)  # every stage of a replica has its loss: the mean over the processes is the replicas'
         losses.append(float(loss.detach()) / dist.get_world_size())
     state = full_state_dict(model)

@@ -21,6 +21,7 @@ from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.models.layout import layers_per_stage
 from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
 from tests import tiny_models, tiny_models_vision_speech
+from tests.step_loop import run_steps
 
 CLASS = "BertForQuestionAnswering"
 
@@ -59,11 +60,13 @@ def main() -> None:
         config,
         cut,
         keys,
-        lambda params: torch.optim.SGD(params, lr=0.1),
         counts=layers_per_stage(config, len(cut.layer_paths), inference=False),
         schedule=schedule,
     )
-    losses = [float(engine.train_step(tiny_inputs(class_name, batch=rows, seed=step))) for step in range(steps)]
+    sgd = torch.optim.SGD([p for p in engine.params if p.requires_grad], lr=0.1)
+    micro, iterations = config.gradient_accumulation_steps, config.device_iterations
+    batches = [tiny_inputs(class_name, batch=rows, seed=step) for step in range(steps)]
+    losses = [float(run_steps(engine, sgd, batch, micro, iterations)[-1]) for batch in batches]
     changed = {
         k: v.clone()
         for k, v in pipelined.model.state_dict().items()  # clone: tied weights saved apart

@@ -26,6 +26,7 @@ from optimum_ipu.runtime.fsdp import full_state_dict, local_parameter_bytes, sta
 from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
 from optimum_ipu.runtime.stage_hold import hold_stage
 from tests.distributed.pipeline_worker import tiny_for, write_results
+from tests.step_loop import run_steps
 
 
 def main() -> None:
@@ -52,11 +53,12 @@ def main() -> None:
         return {k: v[replica * rows : (replica + 1) * rows] for k, v in batch.items()}
 
     counts = layers_per_stage(config, pipelined.num_layers, inference=False)
-    sgd = lambda params: torch.optim.SGD(params, lr=0.1)  # noqa: E731
-    engine = PipelineEngine(model, config, pipelined.stage_cut(), list(host_batch(0)), sgd, counts=counts)
+    engine = PipelineEngine(model, config, pipelined.stage_cut(), list(host_batch(0)), counts=counts)
+    sgd = torch.optim.SGD([p for p in engine.params if p.requires_grad], lr=0.1)
     losses = []
     for step in range(int(steps)):
-        loss = engine.train_step(host_batch(step))
+        micro, iterations = config.gradient_accumulation_steps, config.device_iterations
+        loss = run_steps(engine, sgd, host_batch(step), micro, iterations)[-1]
         dist.all_reduce(loss)
         losses.append(float(loss) / dist.get_world_size())
     state = full_state_dict(model)

@@ -17,6 +17,7 @@ from optimum_ipu.runtime.stage_hold import held_parameter_names
 
 from ..conftest import REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch, saved_weights
+from ..step_loop import run_steps
 from .pipeline_worker import tiny_for
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "fsdp_stages_worker.py")
@@ -28,9 +29,11 @@ def one_process(config: dict, class_name: str) -> tuple[list[float], dict[str, t
     tiny = tiny_for(class_name)
     ipu_config = IPUConfig.from_dict(config)
     pipelined = to_pipelined(tiny.tiny_model(class_name).train(), ipu_config, parallelize=True)
-    engine = Engine(pipelined, ipu_config, torch.optim.SGD(pipelined.parameters(), lr=0.1))
-    rows = 2 * ipu_config.gradient_accumulation_steps * ipu_config.device_iterations * ipu_config.replication_factor
-    losses = [float(engine.train_step(tiny.tiny_inputs(class_name, batch=rows, seed=step))) for step in range(STEPS)]
+    engine, sgd = Engine(pipelined, ipu_config), torch.optim.SGD(pipelined.parameters(), lr=0.1)
+    micro = ipu_config.gradient_accumulation_steps * ipu_config.replication_factor  # the replicas run in turn
+    iterations = ipu_config.device_iterations
+    batches = [tiny.tiny_inputs(class_name, batch=2 * micro * iterations, seed=step) for step in range(STEPS)]
+    losses = [float(run_steps(engine, sgd, batch, micro, iterations)[-1]) for batch in batches]
     return losses, pipelined.model.state_dict()
 
 

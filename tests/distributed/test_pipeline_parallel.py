@@ -16,6 +16,7 @@ from optimum_ipu.runtime.engine import Engine
 
 from ..conftest import PYTHON, REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch
+from ..step_loop import run_steps
 from .pipeline_worker import tiny_for
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "pipeline_worker.py")
@@ -29,9 +30,10 @@ def single_process(config: dict, class_name: str = CLASS) -> tuple[list[float], 
     ipu_config = IPUConfig.from_dict(config)
     pipelined = to_pipelined(tiny_model(class_name).train(), ipu_config, parallelize=True)
     initial = {k: v.clone() for k, v in pipelined.model.state_dict().items()}
-    engine = Engine(pipelined, ipu_config, torch.optim.SGD(pipelined.parameters(), lr=0.1))
-    rows = 2 * ipu_config.gradient_accumulation_steps * ipu_config.device_iterations
-    losses = [float(engine.train_step(tiny_inputs(class_name, batch=rows, seed=step))) for step in range(STEPS)]
+    engine, sgd = Engine(pipelined, ipu_config), torch.optim.SGD(pipelined.parameters(), lr=0.1)
+    micro, iterations = ipu_config.gradient_accumulation_steps, ipu_config.device_iterations
+    batches = [tiny_inputs(class_name, batch=2 * micro * iterations, seed=step) for step in range(STEPS)]
+    losses = [float(run_steps(engine, sgd, batch, micro, iterations)[-1]) for batch in batches]
     changed = {k: v for k, v in pipelined.model.state_dict().items() if not torch.equal(v, initial[k])}
     return losses, changed
 
