@@ -86,10 +86,14 @@ def worker(model_dir: str, scenario: str, out: str) -> None:
     whole = sum(p.numel() * p.element_size() for p in model.parameters())
     counts = layers_per_stage(config, pipelined.num_layers, inference=False)
     keys = ["input_ids", "attention_mask", "labels"]
-    adamw = lambda params: torch.optim.AdamW(params, lr=1e-4, fused=True)  # noqa: E731  (Trainer's default)
-    engine = PipelineEngine(model, config, pipelined.stage_cut(), keys, adamw, counts=counts, fsdp=fsdp)
+    engine = PipelineEngine(model, config, pipelined.stage_cut(), keys, counts=counts, fsdp=fsdp)
+    trained = [p for p in engine.params if p.requires_grad]
+    adamw = torch.optim.AdamW(trained, lr=1e-4, fused=True)  # Trainer's default
     ids = torch.randint(0, model.config.vocab_size, (stages, SEQ), generator=torch.Generator().manual_seed(0))
-    engine.train_step({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids})
+    for row in ids.split(1):  # one optimizer step of `stages` micro-batches, through the step protocol
+        engine.micro_batch({"input_ids": row, "attention_mask": torch.ones_like(row), "labels": row}, 1 / stages)
+    engine.finish_step()
+    adamw.step()
     held = local_parameter_bytes(p for p in model.parameters())
     report = {"bare": bare, "peak": peak_rss_bytes(), "held": held, "share": 4 * held, "whole": whole}
     with open(os.path.join(out, f"{scenario}-rank{dist.get_rank()}.json"), "w") as f:
