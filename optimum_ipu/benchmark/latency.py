@@ -2,8 +2,8 @@
 
 Every runner answers the same requests, real SQuAD question/context pairs, and is timed from the strings in to the
 answer out (tokenization, forward, span selection), in one process, one runner at a time in rounds of
-alternating order (runners taking turns request by request slow each other: see `measure_in_rounds`); the runners are
-`qa_runners`', the requests `squad`'s, the report `latency_report`'s:
+alternating order (runners taking turns request by request slow each other: see `measure_in_rounds`). The runners
+are built in `qa_runners`, the requests drawn in `squad`, the report written by `latency_report`:
 
 - ours: `optimum_ipu.pipelines.pipeline("question-answering", ...)` with its default backend (`--backends` adds
   others: `eager`, `compile`, `onnxruntime`, `onnxruntime-int8`);

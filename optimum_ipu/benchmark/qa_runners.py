@@ -73,6 +73,7 @@ def run_qa_spans(encoded: Any, start: np.ndarray, end: np.ndarray, contexts: lis
 
 
 def _inputs(encoded: Any, names: list[str]) -> dict[str, np.ndarray]:
+    """The encoded arrays a model takes, by name."""
     return {name: encoded[name] for name in names}
 
 

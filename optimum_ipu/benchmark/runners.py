@@ -147,6 +147,7 @@ def _timed_steps(batches: list[dict], bar: tqdm, step: Callable[[dict], Any]) ->
 
 
 def _synchronize() -> None:
+    """Wait for the GPU's queued work, if there is a GPU."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
 
