@@ -4,8 +4,9 @@ Most Hub architectures keep their transformer layers in one `nn.ModuleList` of i
 model (`model.layers`, `encoder.layer`, `h`, `blocks`), or an encoder and a decoder list. That list is all a
 plan needs: everything before the first layer runs with stage 0 and everything after the last with the last
 stage, and `optimum_ipu.runtime.stage_cut` cuts the stock forward there. A derived plan declares no chunked
-vocabulary loss and no packing (facts that need checking per family); `projection_serialization_factor` still
-computes the logits in chunks. When stages run apart, the first forward checks what a pass-through cannot stand
+vocabulary loss, no packing and no ONNX Runtime fusion under another family's name (facts that need checking
+per family); `projection_serialization_factor` still computes the logits in chunks. Its input kind follows the
+model's `main_input_name`. When stages run apart, the first forward checks what a pass-through cannot stand
 in for (a layer run twice, state handed between layers besides the hidden states) and refuses it clearly.
 
 How many architectures this covers, measured over every class that `transformers` registers for four auto
@@ -20,7 +21,7 @@ from typing import Any
 from torch import nn
 
 from ..errors import IncompatibleIPUConfigError
-from .plans import StagePlan
+from .stage_plan import StagePlan
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,16 @@ def _relative_path(base: nn.Module, module: nn.Module) -> str:
     raise IncompatibleIPUConfigError(f"{type(module).__name__} is not a submodule of {type(base).__name__}")
 
 
+def _input_kind(model: Any) -> str:
+    """A derived plan's `input_kind`, from the model's `main_input_name` (`transformers`' own attribute):
+    `input_ids` are tokens, `pixel_values` pixels, and any other main input (`input_features`, `input_values`)
+    is taken for audio features."""
+    name = getattr(model, "main_input_name", "input_ids")
+    if name == "input_ids":
+        return "tokens"
+    return "pixels" if name.startswith("pixel") else "audio"
+
+
 def derive_plan(model: Any) -> StagePlan:
     """A plan for `model`'s class from its structure (memoised per class; said once, as a warning).
 
@@ -108,11 +119,14 @@ def derive_plan(model: Any) -> StagePlan:
             f"{decoder_path}.{_main_list(decoder, f'{name} decoder', getattr(config, 'decoder_layers', None))}",
         )
         counts = tuple(f for f in ("encoder_layers", "decoder_layers") if hasattr(config, f)) or ("num_hidden_layers",)
-        plan = StagePlan(family, (name,), (), layers, counts, encoder=encoder_path, derived=True)
+        plan = StagePlan(
+            family, (name,), (), layers, counts, encoder=encoder_path, input_kind=_input_kind(model), derived=True
+        )
     else:
         embeddings = tuple(child for child, _ in base.named_children() if "emb" in child)
         depth = getattr(config, "num_hidden_layers", None)
-        plan = StagePlan(family, (name,), embeddings, (_main_list(base, name, depth),), derived=True)
+        layers = (_main_list(base, name, depth),)
+        plan = StagePlan(family, (name,), embeddings, layers, input_kind=_input_kind(model), derived=True)
     logger.warning(
         "%s has no registered stage plan; derived one from its structure: pipeline layers %s. Check it with "
         "tests like tests/test_pipelined.py, or register a plan (docs/adding_a_family.md).",

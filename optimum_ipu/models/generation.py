@@ -14,10 +14,47 @@ import torch
 from torch import nn
 
 from ..config import IPUConfig
-from .pipelined import PipelinedModel
+from .plans import plan_for_model
+from .stage_plan import StagePlan
 
 if TYPE_CHECKING:
     from transformers.utils import ModelOutput
+
+
+class StaticGeneration:
+    """`generate()` at static shapes for a wrapper of a `transformers` model: `PipelinedModel` inherits it, and
+    `generate_static` reads the wrapper's model, config and plan.
+
+    Attributes:
+        model (`transformers.PreTrainedModel`): the stock model that generates.
+        ipu_config (`IPUConfig`): the config whose `inference_parallelize_kwargs` give the defaults.
+        plan (`StagePlan`): the model's stage plan (its `input_kind`).
+    """
+
+    model: nn.Module
+    ipu_config: IPUConfig
+    plan: StagePlan
+
+    def generate(
+        self, inputs: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None, **kwargs: Any
+    ) -> Any:
+        """`generate()` of the stock model at static shapes, as Optimum Graphcore's pipelined models generate: the
+        KV cache allocated once (`generate_static`), with the config's `inference_parallelize_kwargs`
+        (`use_cache`, `max_num_beams`, `max_length`, ...) as defaults.
+
+        Args:
+            inputs (`torch.Tensor`): the prompts (`input_ids`; for speech models `input_features`), also accepted
+                by those keyword names.
+            attention_mask (`torch.Tensor`, *optional*): 1 for tokens, 0 for padding.
+            kwargs: `generate()`'s arguments (`max_new_tokens`, `num_beams`, ...) and `generate_static`'s
+                (`batch_size`, `prompt_length`).
+        """
+        for name in ("input_ids", "input_features"):
+            if inputs is None and name in kwargs:
+                inputs = kwargs.pop(name)
+        if inputs is None:
+            raise ValueError("generate: give the prompts as `input_ids` (or `input_features` for a speech model)")
+        return generate_static(self, inputs, attention_mask, **kwargs)
 
 
 def generate_static(
@@ -34,7 +71,7 @@ def generate_static(
 
     Args:
         model (`transformers.PreTrainedModel` or `PipelinedModel`): a model with `generate()` (a pipelined model
-            generates through its stock model).
+            generates through its stock model); its stage plan's `input_kind` says whether prompts are tokens.
         input_ids (`torch.Tensor` of shape `(batch, length)`): prompts, right-padded for encoder-decoder
             models and left-padded for decoder-only ones (as their tokenizers do for generation).
         attention_mask (`torch.Tensor`, *optional*): 1 for tokens, 0 for padding.
@@ -63,12 +100,14 @@ def generate_static(
     >>> tokenizer.batch_decode(ids, skip_special_tokens=True)
     ```
     """
-    if ipu_config is None and isinstance(model, PipelinedModel):
-        ipu_config = model.ipu_config
+    if isinstance(model, StaticGeneration):
+        ipu_config = model.ipu_config if ipu_config is None else ipu_config
+        plan, model = model.plan, model.model
+    else:
+        plan = plan_for_model(model)
     if ipu_config is not None:
         batch_size = _apply_parallelize_kwargs(ipu_config, batch_size, generate_kwargs)
-    model = model.model if isinstance(model, PipelinedModel) else model
-    if main_input_name(model) != "input_ids":  # speech (Whisper's input_features): fixed-size inputs, rows padded
+    if plan.input_kind != "tokens":  # speech (Whisper's input_features): fixed-size inputs, rows padded
         return _generate_from_features(model, input_ids, attention_mask, batch_size, generate_kwargs)
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids: expected a (batch, length) tensor, got shape {tuple(input_ids.shape)}")
@@ -128,7 +167,7 @@ def _apply_parallelize_kwargs(
 
 def main_input_name(model: nn.Module) -> str:
     """The input `generate()` starts from: `"input_ids"`, or e.g. Whisper's `"input_features"`."""
-    model = model.model if isinstance(model, PipelinedModel) else model
+    model = model.model if isinstance(model, StaticGeneration) else model
     return getattr(model, "main_input_name", "input_ids")
 
 

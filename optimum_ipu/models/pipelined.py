@@ -12,16 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from torch import nn
 from transformers.utils.logging import get_logger
 
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
-from ..runtime.serialization import chunked_cross_entropy
+from ..runtime.serialization import chunked_cross_entropy, swap_serialized
 from ..runtime.stage_cut import EncoderSplit, StageCut
+from .generation import StaticGeneration
 from .layout import StageSpec, format_layout, stage_layout
-from .plans import StagePlan, plan_for_model
+from .plans import plan_for_model
+from .stage_plan import StagePlan
 
 logger = get_logger(__name__)
 
@@ -34,12 +35,13 @@ def _report_ipu_only_knobs(ipu_config: IPUConfig) -> None:
         )
 
 
-class PipelinedModel(nn.Module):
+class PipelinedModel(StaticGeneration, nn.Module):
     """A `transformers` model laid out in pipeline stages as an `IPUConfig` says.
 
     Calling it runs the stock model's `forward` (same arguments, same outputs). Use `to_pipelined()` to
     build one, `parallelize()` to apply the layout and execution features, `deparallelize()` to get the
-    stock model back exactly (same modules, same `state_dict`).
+    stock model back exactly (same modules, same `state_dict`). `generate()` runs at static shapes
+    (`optimum_ipu.models.generation.StaticGeneration`).
 
     Args:
         model (`transformers.PreTrainedModel`): a model of a registered class (see `registered_classes()`), or
@@ -184,8 +186,6 @@ class PipelinedModel(nn.Module):
         emb = max(cfg.value("embedding_serialization_factor", inference=i) for i in (False, True))
         proj = max(cfg.value("projection_serialization_factor", inference=i) for i in (False, True))
         if emb > 1 or proj > 1:
-            from ..runtime.serialization import swap_serialized
-
             self._undo.append(swap_serialized(self.model, embedding_factor=emb, projection_factor=proj))
         self._parallelized = True
         return self
@@ -228,29 +228,6 @@ class PipelinedModel(nn.Module):
         )
         fields = {k: v for k, v in output.items() if k not in ("loss", "logits")}
         return type(output)(loss=loss, **fields)
-
-    def generate(
-        self, inputs: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None, **kwargs: Any
-    ) -> Any:
-        """`generate()` of the stock model at static shapes, as Optimum Graphcore's pipelined models generate: the
-        KV cache allocated once (`optimum_ipu.models.generation.generate_static`), with the config's
-        `inference_parallelize_kwargs` (`use_cache`, `max_num_beams`, `max_length`, ...) as defaults.
-
-        Args:
-            inputs (`torch.Tensor`): the prompts (`input_ids`; for speech models `input_features`), also accepted
-                by those keyword names.
-            attention_mask (`torch.Tensor`, *optional*): 1 for tokens, 0 for padding.
-            kwargs: `generate()`'s arguments (`max_new_tokens`, `num_beams`, ...) and `generate_static`'s
-                (`batch_size`, `prompt_length`).
-        """
-        from .generation import generate_static  # generation builds on this module
-
-        for name in ("input_ids", "input_features"):
-            if inputs is None and name in kwargs:
-                inputs = kwargs.pop(name)
-        if inputs is None:
-            raise ValueError("generate: give the prompts as `input_ids` (or `input_features` for a speech model)")
-        return generate_static(self, inputs, attention_mask, **kwargs)
 
     def save_pretrained(self, save_directory: str, **kwargs: Any) -> None:
         """Save the stock model (`transformers` layout, safetensors) and `ipu_config.json` beside it."""

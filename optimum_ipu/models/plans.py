@@ -1,134 +1,30 @@
-"""Stage plans: everything optimum-ipu knows about a `transformers` model family, in one declarative record.
+"""The stage plan registry: `transformers` class -> `StagePlan` (`optimum_ipu.models.stage_plan`).
 
-A plan is applied to the unmodified `transformers` model. Paths are relative to `model.base_model` (HF's own
-accessor: `model.bert` for `BertForQuestionAnswering`, the model itself for `BertModel` or T5). The input and
-output embeddings come from HF's own `get_input_embeddings()` / `get_output_embeddings()`, so heads need no
-paths. Nothing outside `optimum_ipu/models/` branches on a family or a class name: it asks the plan.
-
-The built-in plans live in `optimum_ipu/models/families/` (one module per domain) and are registered on first
+Nothing outside `optimum_ipu/models/` branches on a family or a class name: it asks the plan found here. The
+built-in plans are declared in `optimum_ipu/models/families/` (one module per domain) and registered on first
 lookup; a user adds a family with `register_stage_plan(StagePlan(...))` (see `docs/adding_a_family.md`). A class
 without a plan gets a derived one (`optimum_ipu.models.derived`) when its base model holds one list of
 identical layers, or an encoder and a decoder list.
 
-This module imports no torch: `optimum_ipu` imports it eagerly.
+This module imports no torch (the families and the derived plans do, so they are loaded on first lookup):
+`optimum_ipu` imports it eagerly.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 from ..errors import IncompatibleIPUConfigError
+from .stage_plan import (
+    INPUT_KINDS,
+    VOCABULARY_LOSS_KINDS,
+    StagePlan,
+    no_position_offset,
+    position_offset_after_padding,
+)
 
 logger = logging.getLogger(__name__)
-
-INPUT_KINDS = ("tokens", "pixels", "audio")
-VOCABULARY_LOSS_KINDS = ("masked", "causal")
-
-
-def no_position_offset(config: Any) -> int:
-    """Positions numbered from 0 (most families)."""
-    return 0
-
-
-def position_offset_after_padding(config: Any) -> int:
-    """RoBERTa's numbering: positions start after the padding index, at `pad_token_id + 1`."""
-    return (config.pad_token_id or 0) + 1
-
-
-@dataclass(frozen=True, eq=False)  # compared and hashed by identity: a plan is registered once
-class StagePlan:
-    """How one model family is cut into pipeline stages, and every other fact the library needs about it.
-
-    Args:
-        family (`str`): the `model_type` of the family's configs (`"bert"`, `"gpt2"`, ...).
-        classes (`tuple[str, ...]`): the `transformers` class names this plan supports.
-        embeddings (`tuple[str, ...]`): the modules whose output becomes the first layer's hidden states (placed
-            with stage 0). With stages on separate processes, only a stage that makes the hidden states holds them;
-            another runs them for their output's shape only (`runtime.stage_cut.ShapeOnly`). Modules without
-            parameters (rotary tables) run on every stage.
-        layers (`tuple[str, ...]`): `nn.ModuleList`s of the layers, counted together in `layers_per_ipu` in this
-            order (encoder-decoder: encoder list then decoder list). `"a|b"`: the first that exists (renames
-            across `transformers` versions); a trailing `"?"`: optional (T5's decoder, absent in `T5EncoderModel`).
-        layer_count_fields (`tuple[str, ...]`): config attributes whose sum is the number of layers (read before
-            a model is built, by `optimum-ipu config check --model`).
-        encoder (`str`, *optional*): encoder-decoder families: the encoder stack, whose output travels with every
-            decoder stage (`layers[0]` is its layer list). `None` for encoders and decoders alone.
-        input_kind (`str`, *optional*, defaults to `"tokens"`): `"tokens"`, `"pixels"` or `"audio"`.
-        vocabulary_loss (`Mapping[str, str]`, *optional*): classes whose loss is a cross-entropy over the vocabulary
-            from the output projection, so that `projection_serialization_factor` may compute both in chunks:
-            `"masked"` (labels aligned with positions) or `"causal"` (position t predicts token t + 1).
-        tied_embeddings (`bool`, *optional*, defaults to `True`): the output projection may share the input
-            embedding's weight (the runtime checks the model itself; `False` says it never does).
-        position_offset (`Callable[[config], int]`, *optional*): the first position id (RoBERTa: `pad_token_id + 1`),
-            for packed rows that restart positions.
-        packing (`bool`, *optional*, defaults to `False`): its forward takes `position_ids` and a ready 4-D mask, so
-            sequences can be packed into one row (checked against running each alone in `tests/test_packing.py`).
-        attention_dropout_field (`str`, *optional*): the config field of its attention dropout.
-        sequence_head (`Callable`, *optional*): `(model, first_token_states) -> logits` of its
-            `...ForSequenceClassification` head applied to each packed sequence's first token (packing only).
-        embeddings_feed_hidden_states_only (`bool`, *optional*, defaults to `True`): the embeddings' output reaches
-            the rest of the model only as the first layer's hidden states, so a stage that receives those may run them
-            for their shape only and not hold them. `False` where the output carries an embedding's output too
-            (Wav2Vec2's `extract_features`): every stage then holds and runs them.
-        layer_stand_in (`Callable`, *optional*): `(layer) -> nn.Module` standing in for a layer of another stage
-            when the stages run apart, where a bare pass-through would change the numbers (T5's first block
-            computes the position bias that the others share); its `borrowed_parameters()`, if any, are held by
-            every stage that runs it.
-        process_stages (`bool`, *optional*, defaults to `True`): stages may run on separate processes.
-        process_stages_reason (`str`, *optional*): why not, when they may not.
-        derived (`bool`, *optional*, defaults to `False`): derived from the model's structure, not registered.
-    """
-
-    family: str
-    classes: tuple[str, ...]
-    embeddings: tuple[str, ...]
-    layers: tuple[str, ...]
-    layer_count_fields: tuple[str, ...] = ("num_hidden_layers",)
-    encoder: str | None = None
-    input_kind: str = "tokens"
-    vocabulary_loss: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    tied_embeddings: bool = True
-    position_offset: Callable[[Any], int] = no_position_offset
-    packing: bool = False
-    attention_dropout_field: str = "attention_dropout"
-    sequence_head: Callable[[Any, Any], Any] | None = None
-    embeddings_feed_hidden_states_only: bool = True
-    layer_stand_in: Callable[[Any], Any] | None = None
-    process_stages: bool = True
-    process_stages_reason: str = ""
-    derived: bool = False
-
-    def __post_init__(self) -> None:
-        if self.input_kind not in INPUT_KINDS:
-            raise ValueError(f"StagePlan {self.family}: input_kind {self.input_kind!r}; expected one of {INPUT_KINDS}")
-        if not self.layers:
-            raise ValueError(f"StagePlan {self.family}: layers is empty; name the model's layer list(s)")
-        if self.encoder is not None and len(self.layers) != 2:
-            raise ValueError(f"StagePlan {self.family}: an encoder-decoder plan names 2 layer lists (encoder, decoder)")
-        unknown = {k: v for k, v in self.vocabulary_loss.items() if v not in VOCABULARY_LOSS_KINDS}
-        if unknown:
-            raise ValueError(f"StagePlan {self.family}: vocabulary_loss {unknown}; kinds are {VOCABULARY_LOSS_KINDS}")
-        object.__setattr__(self, "vocabulary_loss", MappingProxyType(dict(self.vocabulary_loss)))
-
-    def num_layers(self, config: Any) -> int:
-        """Number of pipeline layers of a model with this `transformers` config (before it is built)."""
-        total = 0
-        for name in self.layer_count_fields:
-            value = getattr(config, name, None)
-            if name == "num_decoder_layers" and value is None:
-                value = getattr(config, "num_layers", 0)  # T5: decoder depth defaults to encoder depth
-            total += int(value or 0)
-        return total
-
-    def loss_kind(self, class_name: str) -> str | None:
-        """`"masked"` / `"causal"` when the class's loss is a vocabulary cross-entropy, else `None`."""
-        return self.vocabulary_loss.get(class_name)
-
 
 _PLAN_BY_CLASS: dict[str, StagePlan] = {}
 _builtin_loaded = False
@@ -165,8 +61,9 @@ def _load_builtin() -> None:
     if _builtin_loaded:
         return
     _builtin_loaded = True
-    families = importlib.import_module(".families", __package__)
-    for plan in families.BUILTIN_PLANS:
+    from .families import BUILTIN_PLANS  # torch: on first lookup, so that `import optimum_ipu` stays torch-free
+
+    for plan in BUILTIN_PLANS:
         for class_name in plan.classes:
             _PLAN_BY_CLASS.setdefault(class_name, plan)
 
@@ -245,3 +142,20 @@ AUTO_CLASSES = (
     "AutoModelForCTC",
     "AutoModelForSpeechSeq2Seq",
 )
+
+
+__all__ = [
+    "AUTO_CLASSES",
+    "INPUT_KINDS",
+    "VOCABULARY_LOSS_KINDS",
+    "StagePlan",
+    "no_position_offset",
+    "position_offset",
+    "position_offset_after_padding",
+    "plan_for_class",
+    "plan_for_config",
+    "plan_for_model",
+    "register_stage_plan",
+    "registered_classes",
+    "registered_plans",
+]

@@ -190,6 +190,7 @@ class StaticBatchingPipeline(Pipeline):
             input_names=_token_inputs(pipelined.model, kwargs.get("tokenizer")) if self.bucketed else None,
             supported=self.backends,
             quantize=quantize,
+            fusion_model_type=pipelined.plan.onnx_model_type,
         )
         self.engine = self.runner.engine
         self._forward_parameters: Any = None

@@ -246,6 +246,8 @@ class InferenceRunner:
         supported (`Sequence[str]`, *optional*): the backends the caller can feed (see `resolve_backend`).
         quantize (`bool`, *optional*, defaults to `False`): int8 weights for ONNX Runtime (not exact).
         threads (`int`, *optional*): ONNX Runtime's intra-op threads (default: this process's cores).
+        fusion_model_type (`str`, *optional*): the model type whose fusions ONNX Runtime applies (the model's
+            `StagePlan.onnx_model_type`); the config's `model_type` when not given.
     """
 
     def __init__(
@@ -262,6 +264,7 @@ class InferenceRunner:
         supported: Sequence[str] = BACKENDS,
         quantize: bool = False,
         threads: int | None = None,
+        fusion_model_type: str | None = None,
     ) -> None:
         device = device or default_device()
         requested = backend
@@ -283,7 +286,7 @@ class InferenceRunner:
         if quantize and self.backend != "onnxruntime":
             raise ValueError(f"quantize=True: int8 weights run on backend='onnxruntime', not {self.backend!r}")
         if self.backend == "onnxruntime":
-            self.onnx = self._export(model, ipu_config, input_names, requested, quantize, threads)
+            self.onnx = self._export(model, ipu_config, input_names, requested, quantize, threads, fusion_model_type)
         if self.backend == "compile":
             configure_compile_cache(ipu_config.executable_cache_dir)
             self.engine.forward = torch.compile(model, **compile_options(self.engine.device))
@@ -296,6 +299,7 @@ class InferenceRunner:
         requested: str,
         quantize: bool,
         threads: int | None,
+        fusion_model_type: str | None,
     ) -> Any:
         from .inference_onnx import OnnxRuntimeModel
 
@@ -308,6 +312,7 @@ class InferenceRunner:
                 threads=threads,
                 quantize=quantize,
                 device=self.engine.device,
+                fusion_model_type=fusion_model_type,
             )
         except Exception as err:  # the exporter's failures have no common type
             if requested == "onnxruntime":

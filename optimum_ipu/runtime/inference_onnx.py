@@ -36,14 +36,6 @@ logger = logging.getLogger(__name__)
 OPSET = 17
 # How far the fused graph's outputs may be from the model's on the check batch before the unfused one is used.
 FUSION_TOLERANCE = 1e-3
-# Families whose encoder ONNX Runtime fuses with its BERT fusions (not named in its MODEL_TYPES).
-_FUSION_ALIASES = {
-    "distilbert": "bert",
-    "roberta": "bert",
-    "xlm-roberta": "bert",
-    "electra": "bert",
-    "camembert": "bert",
-}
 
 
 def _threads() -> int:
@@ -118,6 +110,9 @@ class OnnxRuntimeModel:
         optimize (`bool`, *optional*, defaults to `True`): fuse the graph with ONNX Runtime's transformer optimizer.
         quantize (`bool`, *optional*, defaults to `False`): int8 weights (dynamic quantization); not exact.
         device (`torch.device`, *optional*): `cuda` runs on ONNX Runtime's CUDA provider (which must be installed).
+        fusion_model_type (`str`, *optional*): the model type whose fusions ONNX Runtime's transformer optimizer
+            applies (the model's stage plan says it: `StagePlan.onnx_model_type`, `"bert"` for RoBERTa); the
+            config's `model_type` when not given. A type the optimizer does not name is not fused.
     """
 
     def __init__(
@@ -130,6 +125,7 @@ class OnnxRuntimeModel:
         optimize: bool = True,
         quantize: bool = False,
         device: torch.device | None = None,
+        fusion_model_type: str | None = None,
     ) -> None:
         import onnxruntime
 
@@ -140,6 +136,7 @@ class OnnxRuntimeModel:
             raise ValueError(f"input_names: {unknown} are not inputs of {type(model).__name__}.forward")
         self.input_names = sorted(input_names, key=order.index)
         self.quantize, self.threads = quantize, threads or _threads()
+        self.fusion_model_type = fusion_model_type or model.config.model_type
         self.providers = ["CPUExecutionProvider"]
         if device is not None and device.type == "cuda":
             if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
@@ -153,7 +150,8 @@ class OnnxRuntimeModel:
         with torch.no_grad():
             reference = model(**sample)
         self.output_names = [k for k, v in reference.items() if isinstance(v, torch.Tensor)]
-        key = _weights_key(model, {"inputs": self.input_names, "optimize": optimize, "quantize": quantize})
+        options = {"inputs": self.input_names, "optimize": optimize, "quantize": quantize}
+        key = _weights_key(model, {**options, "fusion": self.fusion_model_type})
         self._tmp = None if cache_dir else tempfile.TemporaryDirectory(prefix="optimum-ipu-onnx-")
         folder = os.path.join(cache_dir, "onnx", key) if cache_dir else self._tmp.name
         os.makedirs(folder, exist_ok=True)
@@ -183,7 +181,7 @@ class OnnxRuntimeModel:
             raise RuntimeError(f"the ONNX export of {type(model).__name__} does not give the model's outputs")
         chosen = exported
         if optimize:
-            fused = self._fuse(model, exported, os.path.join(folder, "fused.onnx"))
+            fused = self._fuse(model.config, self.fusion_model_type, exported, os.path.join(folder, "fused.onnx"))
             if fused is not None and self._matches(fused, sample, reference):
                 chosen = fused
             elif fused is not None:
@@ -200,12 +198,11 @@ class OnnxRuntimeModel:
         os.replace(chosen, self.path)  # last: a folder holding model.onnx is complete
 
     @staticmethod
-    def _fuse(model: nn.Module, path: str, out: str) -> str | None:
-        """ONNX Runtime's transformer fusions for the families it knows (the BERT-like encoders); `None` for others."""
+    def _fuse(config: Any, model_type: str, path: str, out: str) -> str | None:
+        """ONNX Runtime's transformer fusions of `model_type` (one of the optimizer's `MODEL_TYPES`, e.g. the BERT
+        encoder's); `None` for a type it does not name."""
         from onnxruntime.transformers.optimizer import MODEL_TYPES, optimize_model
 
-        config = model.config
-        model_type = _FUSION_ALIASES.get(config.model_type, config.model_type)
         if model_type not in MODEL_TYPES:
             return None
         heads = getattr(config, "num_attention_heads", 0) or getattr(config, "n_heads", 0)

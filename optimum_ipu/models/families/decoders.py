@@ -6,7 +6,7 @@ stage computes them for itself; grouped-query attention lives inside the layers.
 
 from __future__ import annotations
 
-from ..plans import StagePlan
+from ..stage_plan import StagePlan
 
 _OPEN_DECODER_TASKS = ("ForCausalLM", "ForSequenceClassification")
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..plans import StagePlan, position_offset_after_padding
+from ..stage_plan import StagePlan, position_offset_after_padding
 
 _ENCODER_TASKS = (
     "ForMaskedLM",
@@ -58,6 +58,7 @@ PLANS: tuple[StagePlan, ...] = (
         packing=True,
         attention_dropout_field="attention_probs_dropout_prob",
         sequence_head=_roberta_head,
+        onnx_fusion_model_type="bert",  # BERT's encoder: ONNX Runtime's BERT fusions apply
     ),
     StagePlan(
         family="distilbert",
@@ -68,6 +69,7 @@ PLANS: tuple[StagePlan, ...] = (
         vocabulary_loss={"DistilBertForMaskedLM": "masked"},
         packing=True,
         sequence_head=_distilbert_head,
+        onnx_fusion_model_type="bert",
     ),
     StagePlan(
         family="deberta",

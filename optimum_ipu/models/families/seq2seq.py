@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..plans import StagePlan
+from ..stage_plan import StagePlan
 
 
 class T5BlockStandIn(nn.Module):
@@ -55,45 +55,34 @@ class T5BlockStandIn(nn.Module):
         return hidden_states, position_bias, encoder_decoder_position_bias
 
 
-_T5_LOSS = {"T5ForConditionalGeneration": "masked", "MT5ForConditionalGeneration": "masked"}
+_T5_CLASSES = (
+    "ForConditionalGeneration",
+    "Model",
+    "EncoderModel",
+    "ForSequenceClassification",
+    "ForTokenClassification",
+    "ForQuestionAnswering",
+)
+
+
+def _t5_plan(prefix: str) -> StagePlan:
+    """The plan of T5 (`prefix="T5"`) or of MT5 (`"MT5"`): MT5's modeling code is T5's under its own names."""
+    return StagePlan(
+        family=prefix.lower(),
+        classes=tuple(f"{prefix}{suffix}" for suffix in _T5_CLASSES),
+        embeddings=("shared",),
+        layers=("encoder.block", "decoder.block?"),
+        layer_count_fields=("num_layers", "num_decoder_layers"),
+        encoder="encoder",
+        vocabulary_loss={f"{prefix}ForConditionalGeneration": "masked"},
+        attention_dropout_field="dropout_rate",
+        layer_stand_in=T5BlockStandIn,
+    )
+
 
 PLANS: tuple[StagePlan, ...] = (
-    StagePlan(
-        family="t5",
-        classes=(
-            "T5ForConditionalGeneration",
-            "T5Model",
-            "T5EncoderModel",
-            "T5ForSequenceClassification",
-            "T5ForTokenClassification",
-            "T5ForQuestionAnswering",
-        ),
-        embeddings=("shared",),
-        layers=("encoder.block", "decoder.block?"),
-        layer_count_fields=("num_layers", "num_decoder_layers"),
-        encoder="encoder",
-        vocabulary_loss=_T5_LOSS,
-        attention_dropout_field="dropout_rate",
-        layer_stand_in=T5BlockStandIn,
-    ),
-    StagePlan(
-        family="mt5",
-        classes=(
-            "MT5ForConditionalGeneration",
-            "MT5Model",
-            "MT5EncoderModel",
-            "MT5ForSequenceClassification",
-            "MT5ForTokenClassification",
-            "MT5ForQuestionAnswering",
-        ),
-        embeddings=("shared",),
-        layers=("encoder.block", "decoder.block?"),
-        layer_count_fields=("num_layers", "num_decoder_layers"),
-        encoder="encoder",
-        vocabulary_loss=_T5_LOSS,
-        attention_dropout_field="dropout_rate",
-        layer_stand_in=T5BlockStandIn,
-    ),
+    _t5_plan("T5"),
+    _t5_plan("MT5"),
     StagePlan(
         family="bart",
         classes=(

@@ -16,7 +16,7 @@ Whisper lacks (it shifts its labels inside `forward`).
 
 from __future__ import annotations
 
-from ..plans import StagePlan
+from ..stage_plan import StagePlan
 
 _CTC_AND_CLASSIFICATION = ("ForCTC", "ForSequenceClassification")
 _WAV2VEC2_EMBEDDINGS = ("feature_extractor", "feature_projection", "encoder.pos_conv_embed", "encoder.layer_norm")
@@ -24,7 +24,6 @@ _WAV2VEC2_LIKE = {
     "embeddings": _WAV2VEC2_EMBEDDINGS,
     "layers": ("encoder.layers",),
     "input_kind": "audio",
-    "tied_embeddings": False,
     "embeddings_feed_hidden_states_only": False,  # the output carries the feature encoder's (extract_features)
 }
 

@@ -9,7 +9,7 @@ is a clear error for it (raised by `parallelize()`).
 
 from __future__ import annotations
 
-from ..plans import StagePlan
+from ..stage_plan import StagePlan
 
 PLANS: tuple[StagePlan, ...] = (
     StagePlan(
@@ -19,6 +19,5 @@ PLANS: tuple[StagePlan, ...] = (
         layers=("encoder.stages",),
         layer_count_fields=("num_stages",),
         input_kind="pixels",
-        tied_embeddings=False,
     ),
 )
