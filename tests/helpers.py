@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 
 import datasets
@@ -13,39 +12,34 @@ import transformers
 from optimum_ipu import IPUTrainingArguments
 
 from .conftest import PYTHON, REPO_ROOT
+from .processes import free_port, run_python, run_torchrun  # noqa: F401  (free_port: the tests' import site)
 from .tiny_models import VOCAB, tiny_config, tiny_inputs
 
 # ------------------------------------------------------------------ processes (torchrun, scripts)
 TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **extra}
+    # HF_DATASETS_OFFLINE too: the suite is offline, and one environment lets the test zygote serve every process
+    offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), **offline, "OMP_NUM_THREADS": "1", **extra}
 
 
 def launch(*args: str, extra_env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        list(args), capture_output=True, text=True, env=env(**(extra_env or {})), timeout=timeout, cwd=REPO_ROOT
-    )
+    """`args` run from the repository root: `python ...` and `torchrun` jobs start from the test zygote
+    (`tests/processes.py`: same meaning, no import time), anything else as a subprocess."""
+    command, environment = list(args), env(**(extra_env or {}))
+    if command[: len(TORCHRUN)] == TORCHRUN:
+        return run_torchrun(command[len(TORCHRUN) :], cwd=REPO_ROOT, env=environment, timeout=timeout)
+    if command[0] == PYTHON:
+        return run_python(command[1:], cwd=REPO_ROOT, env=environment, timeout=timeout)
+    return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=timeout, cwd=REPO_ROOT)
 
 
 def run_example(folder, script: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """An example script run in its own folder (it reads `./ipu_config.json` there), offline, with one intra-op
     thread: tiny models gain nothing from two, and spin-waiting threads crawl on a shared CPU."""
-    return subprocess.run(
-        [PYTHON, script, *args],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        env=env(HF_DATASETS_OFFLINE="1"),
-        timeout=timeout,
-    )
+    return run_python([script, *args], cwd=folder, env=env(HF_DATASETS_OFFLINE="1"), timeout=timeout)
 
 
 # ------------------------------------------------------------------ packing: features of known lengths

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from functools import partial
 
 import pytest
@@ -11,7 +10,8 @@ import pytest
 from optimum_ipu.benchmark import ARCHITECTURES, flops_per_sample, format_report, run_benchmark
 from optimum_ipu.benchmark.packing import build_workload, load_feature_lengths, sample_feature_lengths
 
-from .conftest import PYTHON, REPO_ROOT
+from .conftest import REPO_ROOT
+from .helpers import env, run_python
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 RUNNERS = {
@@ -26,12 +26,8 @@ def _run(tmp_path, mode: str) -> tuple[str, dict]:
     out = tmp_path / mode
     args = ["--model", "tiny-bert-config", "--seq-len", "32", "--batch-size", "4", "--steps", "4", "--warmup", "1"]
     if mode == "train":
-        result = subprocess.run(
-            [PYTHON, "-m", "optimum_ipu.cli", "benchmark", "--mode", mode, *args, "--output-dir", str(out)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        command = ["-m", "optimum_ipu.cli", "benchmark", "--mode", mode, *args, "--output-dir", str(out)]
+        result = run_python(command, env=env(), timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
         stdout = result.stdout
     else:

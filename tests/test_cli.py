@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 
-from .conftest import PYTHON
+from .helpers import env, run_python
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-m", "optimum_ipu.cli", *args], capture_output=True, text=True, timeout=300)
+    return run_python(["-m", "optimum_ipu.cli", *args], env=env(), timeout=300)
 
 
 def test_env_lists_versions_devices_and_slots():

@@ -11,6 +11,7 @@ import pytest
 from optimum_ipu.cli.plot import curves_from_log_history, find_trainer_state, plot_training_curves
 
 from .conftest import PYTHON
+from .helpers import env, run_python
 
 HISTORY = [
     {"epoch": 0.5, "step": 5, "loss": 2.5, "learning_rate": 1e-4, "grad_norm": 3.0},
@@ -72,15 +73,11 @@ def test_nothing_to_draw_and_bad_sources(tmp_path):
 
 def test_optimum_ipu_plot_command(tmp_path):
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": HISTORY}))
-    run = subprocess.run(
-        [PYTHON, "-m", "optimum_ipu.cli", "plot", str(tmp_path)], capture_output=True, text=True, timeout=300
-    )
+    run = run_python(["-m", "optimum_ipu.cli", "plot", str(tmp_path)], env=env(), timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == f"wrote {tmp_path / 'training_curves.png'}"
     png_size(tmp_path / "training_curves.png")
-    missing = subprocess.run(
-        [PYTHON, "-m", "optimum_ipu.cli", "plot", str(tmp_path / "none")], capture_output=True, text=True, timeout=300
-    )
+    missing = run_python(["-m", "optimum_ipu.cli", "plot", str(tmp_path / "none")], env=env(), timeout=300)
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
     assert "no trainer_state.json" in missing.stderr
 

@@ -6,23 +6,20 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 import subprocess
 import sys
 
 import pytest
 
-from ..conftest import PYTHON, REPO_ROOT
+from ..conftest import REPO_ROOT
+from ..helpers import run_example
 
 GLUE_DIR = REPO_ROOT / "examples" / "text-classification"
 TRAIN_KEYS = {"epoch", "train_loss", "train_runtime", "train_samples", "train_samples_per_second"}
 
 
 def run_glue(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run(
-        [PYTHON, "run_glue.py", *args], cwd=GLUE_DIR, capture_output=True, text=True, env=env, timeout=600
-    )
+    return run_example(GLUE_DIR, "run_glue.py", *args, timeout=600)
 
 
 def logged_losses(out) -> list[float]:

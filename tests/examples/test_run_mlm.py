@@ -5,32 +5,18 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 
 import pytest
 
-from ..conftest import PYTHON, REPO_ROOT
+from ..conftest import REPO_ROOT
+from ..helpers import run_example
 
 LM_DIR = REPO_ROOT / "examples" / "language-modeling"
 
 
-def start_script(script: str, *args: str) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "PYTHONPATH": str(REPO_ROOT),
-        "OMP_NUM_THREADS": "1",
-    }
-    return subprocess.Popen(
-        [PYTHON, script, *args], cwd=LM_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
-    )
-
-
-def finish(process: subprocess.Popen) -> None:
-    _, stderr = process.communicate(timeout=600)
-    assert process.returncode == 0, stderr[-3000:]
+def run_script(script: str, *args: str) -> None:
+    run = run_example(LM_DIR, script, *args)
+    assert run.returncode == 0, run.stderr[-3000:]
 
 
 def check_results(out, steps: int, train_samples: int, eval_samples: int) -> dict:
@@ -85,8 +71,7 @@ def test_roberta_blocks_and_bert_line_by_line_train_on_wikitext(tmp_path, shared
         "none",
     ]
     roberta_out, bert_out = tmp_path / "roberta", tmp_path / "bert"
-    # Both runs at once: each is mostly start-up (imports, tokenization) on one thread.
-    roberta = start_script(
+    run_script(
         "run_mlm.py",
         "--model_name_or_path",
         str(tiny_pretrained("RobertaForMaskedLM")),
@@ -102,7 +87,7 @@ def test_roberta_blocks_and_bert_line_by_line_train_on_wikitext(tmp_path, shared
         str(roberta_out),
         *common,
     )
-    bert = start_script(
+    run_script(
         "run_mlm.py",
         "--model_name_or_path",
         str(tiny_pretrained("BertForMaskedLM")),
@@ -120,8 +105,6 @@ def test_roberta_blocks_and_bert_line_by_line_train_on_wikitext(tmp_path, shared
         str(bert_out),
         *common,
     )
-    finish(roberta)
-    finish(bert)
 
     check_results(roberta_out, steps=32, train_samples=128, eval_samples=24)
     saved = json.loads((roberta_out / "ipu_config.json").read_text())

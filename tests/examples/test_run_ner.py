@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 
@@ -12,16 +11,14 @@ import numpy as np
 import pytest
 from transformers import EvalPrediction
 
-from ..conftest import PYTHON, REPO_ROOT
+from ..conftest import REPO_ROOT
+from ..helpers import run_example
 
 NER_DIR = REPO_ROOT / "examples" / "token-classification"
 
 
 def run_ner(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run(
-        [PYTHON, "run_ner.py", *args], cwd=NER_DIR, capture_output=True, text=True, env=env, timeout=600
-    )
+    return run_example(NER_DIR, "run_ner.py", *args, timeout=600)
 
 
 def test_conll_fixture_with_bert(tmp_path, shared_data, tiny_pretrained):

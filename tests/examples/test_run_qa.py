@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from ..conftest import PYTHON, REPO_ROOT
-from ..distributed.test_data_parallel import free_port
+from ..conftest import REPO_ROOT
+from ..helpers import env, free_port, run_example, run_torchrun
 
 QA_DIR = REPO_ROOT / "examples" / "question-answering"
 sys.path.insert(0, str(QA_DIR))
@@ -36,22 +35,11 @@ REFERENCE_KEYS = {
 }
 
 
-def run_qa(*args: str, launcher: list[str] | None = None) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "PYTHONPATH": str(REPO_ROOT),
-        "OMP_NUM_THREADS": "1",
-    }
-    return subprocess.run(
-        [PYTHON, *(launcher or ["run_qa.py"]), *args],
-        cwd=QA_DIR,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-    )
+def run_qa(*args: str, torchrun: list[str] | None = None) -> subprocess.CompletedProcess:
+    """`run_qa.py ARGS` in its folder; with `torchrun` (its options), under torchrun."""
+    if torchrun is None:
+        return run_example(QA_DIR, "run_qa.py", *args, timeout=900)
+    return run_torchrun([*torchrun, "run_qa.py", *args], cwd=QA_DIR, env=env(), timeout=900)
 
 
 def squad_files(shared_data) -> list[str]:
@@ -270,9 +258,8 @@ def test_torchrun_pipeline_stages_give_the_single_process_results(tmp_path, shar
     ]
     single = run_qa(*flags, "--output_dir", str(tmp_path / "one"))
     assert single.returncode == 0, single.stderr[-3000:]
-    port = free_port()
-    launcher = ["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}", "run_qa.py"]
-    pipelined = run_qa(*flags, "--output_dir", str(tmp_path / "two"), launcher=launcher)
+    torchrun = ["--nproc_per_node=2", f"--master_port={free_port()}"]
+    pipelined = run_qa(*flags, "--output_dir", str(tmp_path / "two"), torchrun=torchrun)
     assert pipelined.returncode == 0, pipelined.stderr[-3000:]
     one, two = (json.loads((tmp_path / d / "all_results.json").read_text()) for d in ("one", "two"))
     assert two["train_samples_per_second"] > 0

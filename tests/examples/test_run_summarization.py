@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from ..conftest import PYTHON, REPO_ROOT
+from ..conftest import REPO_ROOT
+from ..helpers import run_example
 
 SUMMARIZATION_DIR = REPO_ROOT / "examples" / "summarization"
 sys.path.insert(0, str(SUMMARIZATION_DIR))
@@ -17,15 +17,7 @@ from run_summarization import pick_column, rouge  # noqa: E402
 
 
 def run_summarization(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run(
-        [PYTHON, "run_summarization.py", *args],
-        cwd=SUMMARIZATION_DIR,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    return run_example(SUMMARIZATION_DIR, "run_summarization.py", *args, timeout=600)
 
 
 def test_train_evaluate_predict_on_the_xsum_sample(tmp_path, shared_data, tiny_pretrained):

@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from ..conftest import PYTHON, REPO_ROOT
+from ..conftest import REPO_ROOT
+from ..helpers import run_example
 
 SWAG_DIR = REPO_ROOT / "examples" / "multiple-choice"
 
 
 def run_swag(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run(
-        [PYTHON, "run_swag.py", *args], cwd=SWAG_DIR, capture_output=True, text=True, env=env, timeout=600
-    )
+    return run_example(SWAG_DIR, "run_swag.py", *args, timeout=600)
 
 
 def test_swag_fixture_with_bert(tmp_path, shared_data, tiny_pretrained):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from ..conftest import PYTHON, REPO_ROOT
+from ..conftest import REPO_ROOT
+from ..helpers import run_example
 
 TRANSLATION_DIR = REPO_ROOT / "examples" / "translation"
 sys.path.insert(0, str(TRANSLATION_DIR))
@@ -18,10 +18,7 @@ from run_translation import load_translation_file  # noqa: E402
 
 
 def run_translation(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run(
-        [PYTHON, "run_translation.py", *args], cwd=TRANSLATION_DIR, capture_output=True, text=True, env=env, timeout=600
-    )
+    return run_example(TRANSLATION_DIR, "run_translation.py", *args, timeout=600)
 
 
 def test_train_evaluate_predict_on_fixture_and_aligned_files(tmp_path, shared_data, tiny_pretrained):

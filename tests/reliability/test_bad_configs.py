@@ -22,6 +22,7 @@ from optimum_ipu.models.layout import layers_per_stage
 from optimum_ipu.topology import check_processes, replication_for_devices
 
 from ..conftest import PYTHON
+from ..helpers import env, run_python
 from .config_strategies import MODE_MANAGED_FIELDS, bad_override_strings, malformed_configs, valid_config_dicts
 
 # Bounded for a small shared CI machine; each example is pure Python (no torch) and takes milliseconds.
@@ -201,9 +202,7 @@ def test_config_check_subprocess_exits_2_with_one_line(tmp_path, reliability):
         ([str(tmp_path), "--nproc-per-node", "2"], ("`gradient_accumulation_steps`", "2 pipeline stages")),
         ([str(tmp_path / "binary.json")], ("binary.json", "not valid JSON")),
     ):
-        run = subprocess.run(
-            [PYTHON, "-m", "optimum_ipu.cli", "config", "check", *argv], capture_output=True, text=True, timeout=120
-        )
+        run = run_python(["-m", "optimum_ipu.cli", "config", "check", *argv], env=env(), timeout=120)
         clear = run.returncode == 2 and run.stderr.count("\n") == 1 and all(n in run.stderr for n in names)
         reliability.bad_input(clear)
         assert clear and "Traceback" not in run.stdout + run.stderr, (run.returncode, run.stderr)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 
@@ -14,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ..conftest import PYTHON, REPO_ROOT
+from ..conftest import REPO_ROOT
+from ..helpers import run_example
 
 QA_DIR = REPO_ROOT / "examples" / "question-answering"
 sys.path.insert(0, str(QA_DIR))
@@ -143,16 +143,7 @@ def test_file_that_is_not_utf8_names_the_file(tmp_path, reliability):
 
 
 def run_qa(*args: str) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "PYTHONPATH": str(REPO_ROOT),
-        "OMP_NUM_THREADS": "1",
-    }
-    return subprocess.run(
-        [PYTHON, "run_qa.py", *args], cwd=QA_DIR, capture_output=True, text=True, env=env, timeout=900
-    )
+    return run_example(QA_DIR, "run_qa.py", *args, timeout=900)
 
 
 def snapshot(folder) -> dict[str, str]:

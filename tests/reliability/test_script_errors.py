@@ -12,8 +12,6 @@ import contextlib
 import importlib.util
 import io
 import math
-import os
-import subprocess
 import sys
 
 import pytest
@@ -23,7 +21,8 @@ from hypothesis import strategies as st
 from optimum_ipu.cli import main as cli_main
 from optimum_ipu.errors import run_script
 
-from ..conftest import PYTHON, REPO_ROOT, SHARED_DATA
+from ..conftest import REPO_ROOT, SHARED_DATA
+from ..helpers import env, run_python
 
 QA_DIR = REPO_ROOT / "examples" / "question-answering"
 GLUE_DIR = REPO_ROOT / "examples" / "text-classification"
@@ -242,13 +241,10 @@ def test_benchmark_arguments(argv, names, reliability):
 
 def test_the_real_entry_point_and_the_debug_switch(tmp_path, reliability):
     """`python run_qa.py` itself: one line and exit 2; with OPTIMUM_IPU_DEBUG=1 the traceback is there."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
-    argv = [PYTHON, "run_qa.py", *qa_argv(tmp_path, "--doc_stride=-5")]
-    run = subprocess.run(argv, cwd=QA_DIR, capture_output=True, text=True, env=env, timeout=600)
+    argv = ["run_qa.py", *qa_argv(tmp_path, "--doc_stride=-5")]
+    run = run_python(argv, cwd=QA_DIR, env=env(), timeout=600)
     one_clear_line(reliability, run.returncode, run.stderr, ("run_qa.py: error: --doc_stride -5",))
-    debug = subprocess.run(
-        argv, cwd=QA_DIR, capture_output=True, text=True, timeout=600, env={**env, "OPTIMUM_IPU_DEBUG": "1"}
-    )
+    debug = run_python(argv, cwd=QA_DIR, env=env(OPTIMUM_IPU_DEBUG="1"), timeout=600)
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "--doc_stride -5" in debug.stderr
 
 
@@ -317,25 +313,9 @@ def test_a_bare_debug_flag_shows_the_traceback_and_is_not_passed_on(monkeypatch)
 @pytest.mark.parametrize("script", ["summarization/run_summarization.py", "translation/run_translation.py"])
 def test_seq2seq_scripts_end_a_bad_argument_in_one_line(script, tmp_path):
     """The seq2seq scripts go through run_script too: a bad flag value is one line, exit 2, no traceback."""
-    run = subprocess.run(
-        [
-            PYTHON,
-            str(REPO_ROOT / "examples" / script),
-            "--model_name_or_path",
-            str(tmp_path / "no-such-model"),
-            "--output_dir",
-            str(tmp_path / "out"),
-            "--do_train",
-            "--gradient_accumulation_steps",
-            "0",
-            "--train_file",
-            str(tmp_path / "missing.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+    argv = [str(REPO_ROOT / "examples" / script), "--model_name_or_path", str(tmp_path / "no-such-model")]
+    argv += ["--output_dir", str(tmp_path / "out"), "--do_train", "--gradient_accumulation_steps", "0"]
+    run = run_python([*argv, "--train_file", str(tmp_path / "missing.json")], env=env(), timeout=300)
     assert run.returncode == 2, run.stderr[-2000:]
     lines = [line for line in run.stderr.splitlines() if line.strip() and "warn" not in line.lower()]
     assert "Traceback" not in run.stderr and len(lines) == 1 and "error" in lines[0], run.stderr[-2000:]
