@@ -277,7 +277,7 @@ def whole_on_cpu(value: Any) -> Any:
     return value.detach().cpu() if torch.is_tensor(value) else value
 
 
-def _like(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+def held_like(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
     """`full` (a whole tensor of `param`'s shape) as this process holds `param`: its shard of a `DTensor`."""
     full = full.to(device=param.device)
     if isinstance(param, DTensor):  # every process has the whole tensor: each takes its shard, nothing is sent
@@ -302,7 +302,7 @@ def _load_stage(model: nn.Module, state_dict: dict[str, torch.Tensor], shards: S
             if key is None:
                 missing.append(name)
                 continue
-            value = _like(state_dict[key].to(param.dtype), param)
+            value = held_like(state_dict[key].to(param.dtype), param)
             target = param.to_local() if isinstance(param, DTensor) else param
             target.copy_(value.to_local() if isinstance(value, DTensor) else value)
         for name, buffer in model.named_buffers():
@@ -386,7 +386,8 @@ def _load_stage_optimizer(
         param = params[names[int(i)]]
         if param in held:
             optimizer.state[param] = {
-                k: _like(v, param) if torch.is_tensor(v) and v.shape == param.shape else v for k, v in values.items()
+                k: held_like(v, param) if torch.is_tensor(v) and v.shape == param.shape else v
+                for k, v in values.items()
             }
     for group, saved in zip(optimizer.param_groups, state["param_groups"], strict=True):
         group.update({k: v for k, v in saved.items() if k != "params"})

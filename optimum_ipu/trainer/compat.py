@@ -8,9 +8,10 @@
 - `_wrap_model`: no DDP around sharded (`--fsdp`) models or around stages on separate processes;
 - `_clip_grad_norm`: the training engine has clipped already (`finish_step`, with the norm over every stage);
 - `_maybe_log_save_evaluate`: a NaN loss does not poison every later logged loss;
-- `_save` (through `save_state_dict`), `_save_checkpoint`, `_save_optimizer_and_scheduler`,
-  `_load_from_checkpoint`, `_load_optimizer_and_scheduler`: checkpoints marked complete only once whole, old
-  ones rotated after, FSDP state gathered in the one-process layout.
+- `_save` (through `save_state_dict`), `_save_checkpoint`, `_save_optimizer_and_scheduler`, `_load_from_checkpoint`,
+  `_load_best_model`, `_load_optimizer_and_scheduler`: checkpoints marked complete only once whole, old ones rotated
+  after; FSDP state gathered in the one-process layout; a model held stage by stage saves and loads
+  its optimizer state per stage (`runtime/stage_optimizer.py`), and any layout resumes from either.
 
 Where `Trainer` reads a value from `self.args` that must differ for one call (the static evaluation batch, the
 micro-batches of replicas run in turn, no rotation before a checkpoint is marked), `_scoped_args` gives it a copy of
@@ -41,6 +42,12 @@ from ..runtime import fsdp
 from ..runtime.fsdp import ShardedModel
 from ..runtime.stage_checkpoint import read_held_state_dict
 from ..runtime.stage_hold import stage_hold
+from ..runtime.stage_optimizer import (
+    has_stage_optimizer,
+    load_stage_optimizer,
+    save_stage_optimizer,
+    stage_optimizer_as_one,
+)
 from .checkpoints import discard_checkpoint
 
 
@@ -124,12 +131,17 @@ class TrainerPrivateHooks(Trainer):
             super()._move_model_to_device(model, device)
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        if not (self.fsdp or stage_hold(self.model) is not None):
+        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate's wrapper keeps the torch one
+        if stage_hold(self.model) is not None:
+            save_stage_optimizer(self.model, optimizer, output_dir)  # each stage writes its part: nothing gathered
+        elif self.fsdp:
+            # The whole state, gathered by every process, written by one, in the one-process layout.
+            state = fsdp.full_optimizer_state_dict(self.model, optimizer)
+            if self.args.should_save:
+                torch.save(state, os.path.join(output_dir, OPTIMIZER_NAME))
+        else:
             return super()._save_optimizer_and_scheduler(output_dir)
-        # The whole state, gathered by every process, written by one, in the one-process layout.
-        state = fsdp.full_optimizer_state_dict(self.model, getattr(self.optimizer, "optimizer", self.optimizer))
         if self.args.should_save:
-            torch.save(state, os.path.join(output_dir, OPTIMIZER_NAME))
             torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
@@ -141,14 +153,34 @@ class TrainerPrivateHooks(Trainer):
             weights = load_file(os.path.join(resume_from_checkpoint, SAFE_WEIGHTS_NAME))
         fsdp.load_full_state_dict(self.model, weights)  # each process keeps its shards
 
+    def _load_best_model(self) -> None:
+        if not (self.fsdp or stage_hold(self.model) is not None):
+            return super()._load_best_model()
+        # Trainer's would load the whole state_dict into this process's model: each process reads what it holds
+        self._load_from_checkpoint(self.state.best_model_checkpoint)
+
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         held = self.fsdp or stage_hold(self.model) is not None
-        if not held or checkpoint is None or not os.path.isfile(os.path.join(checkpoint, OPTIMIZER_NAME)):
+        per_stage = checkpoint is not None and has_stage_optimizer(checkpoint)
+        if not per_stage and not (held and checkpoint and os.path.isfile(os.path.join(checkpoint, OPTIMIZER_NAME))):
             return super()._load_optimizer_and_scheduler(checkpoint)
-        load = functools.partial(torch.load, map_location="cpu", weights_only=True)
         optimizer = getattr(self.optimizer, "optimizer", self.optimizer)
-        fsdp.load_full_optimizer_state_dict(self.model, optimizer, load(os.path.join(checkpoint, OPTIMIZER_NAME)))
-        self.lr_scheduler.load_state_dict(load(os.path.join(checkpoint, SCHEDULER_NAME)))
+        if per_stage and stage_hold(self.model) is not None:
+            load_stage_optimizer(self.model, optimizer, checkpoint)  # only the files that hold this stage's state
+        else:
+            # one layout or another into a process that holds the whole model (or its FSDP shards)
+            load = functools.partial(torch.load, map_location="cpu", weights_only=True)
+            whole = (
+                stage_optimizer_as_one(self.model, optimizer, checkpoint)
+                if per_stage
+                else load(os.path.join(checkpoint, OPTIMIZER_NAME))
+            )
+            if held:
+                fsdp.load_full_optimizer_state_dict(self.model, optimizer, whole)
+            else:
+                optimizer.load_state_dict(whole)
+        scheduler = torch.load(os.path.join(checkpoint, SCHEDULER_NAME), map_location="cpu", weights_only=True)
+        self.lr_scheduler.load_state_dict(scheduler)
 
     def save_state_dict(self, output_dir: str | None, state_dict: dict[str, torch.Tensor]) -> None:
         """Write a model `state_dict` as `Trainer` writes the model (`_save`: safetensors, config, processor)."""
