@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +242,37 @@ def validate(v: dict[str, Any]) -> None:
             splits_field = f"{prefix}serialized_{kind}_splits_per_ipu"
             if v[splits_field] is not None:
                 _check_per_ipu_list(splits_field, v[splits_field], ipus, ipus_field, minimum=0)
+
+
+# Sequence-length buckets (`inference_parallelize_kwargs["sequence_buckets"]`, `pipeline(buckets=...)`): one compiled
+# graph each. torch.compile(dynamic=False) keeps one graph per input shape, up to dynamo's recompile limit (8 by
+# default): the buckets are at most that many, so every bucket keeps its graph.
+MAX_BUCKETS = 8
+
+
+def sorted_lengths(buckets: Any, name: str) -> list[int]:
+    """`buckets` sorted without repeats, checked to be a non-empty list of positive numbers of tokens."""
+    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
+        raise ValueError(f"{name}: got {buckets!r}; expected a list of sequence lengths, e.g. [64, 128, 256, 384]")
+    if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
+        raise ValueError(f"{name}: got {list(buckets)!r}; every bucket must be a positive number of tokens")
+    return sorted(set(buckets))
+
+
+def check_sequence_buckets(buckets: Any, name: str = "buckets") -> list[int]:
+    """`buckets` (a list of sequence lengths, as `inference_parallelize_kwargs["sequence_buckets"]`) sorted and
+    checked: positive numbers of tokens, at most `MAX_BUCKETS` of them. Unlike `runtime.inference.check_buckets`,
+    the longest need not be a static length: `runtime.inference.buckets_within` adds the width of each batch.
+
+    Args:
+        buckets (`Sequence[int]`): the lengths.
+        name (`str`, *optional*, defaults to `"buckets"`): the field named in the error (e.g.
+            `"inference_parallelize_kwargs.sequence_buckets"`).
+    """
+    ordered = sorted_lengths(buckets, name)
+    if len(ordered) > MAX_BUCKETS:
+        raise ValueError(f"{name}: {len(ordered)} given; at most {MAX_BUCKETS} (one compiled graph each)")
+    return ordered
 
 
 def read_json(path: str | os.PathLike) -> Any:

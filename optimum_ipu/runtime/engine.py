@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -54,8 +54,12 @@ class Engine:
         max_grad_norm (`float`, *optional*): clip gradients to this norm (the norm is always computed, to
             detect overflows).
         device (`torch.device`, *optional*): defaults to this process's GPU, else the CPU.
-        compile (`bool`, *optional*, defaults to `False`): run the model through `torch.compile`, with graphs
-            cached in the config's `executable_cache_dir`.
+        compile (`bool` or `Mapping[str, Any]`, *optional*, defaults to `False`): run the model's forward through
+            `torch.compile` (`True`, or the keyword arguments of `torch.compile`), with graphs cached in the config's
+            `executable_cache_dir` (see `compile`).
+
+    The engine is the one place that configures `torch.compile` and its cache (`compile`,
+    `cache_compiled_graphs`).
     """
 
     def __init__(
@@ -67,7 +71,7 @@ class Engine:
         loss_scaling: float | None = None,
         max_grad_norm: float | None = None,
         device: torch.device | None = None,
-        compile: bool = False,
+        compile: bool | Mapping[str, Any] = False,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision: got {precision!r}; expected one of {', '.join(PRECISIONS)}")
@@ -80,13 +84,29 @@ class Engine:
         set_half_partials(self.device, self.ipu_config.enable_half_partials)
         dynamic = self.ipu_config.auto_loss_scaling or loss_scaling is None
         self.loss_scaler = LossScaler(loss_scaling or 2.0**16, dynamic=dynamic, enabled=precision == "fp16")
-        self.forward = self.model
+        self.forward: Callable[..., Any] = self.model
         if compile:
-            configure_compile_cache(self.ipu_config.executable_cache_dir)
-            self.forward = torch.compile(self.model)
+            self.compile(**({} if compile is True else compile))
         self.optimizer_steps = 0
         self.last_step_skipped = False
         self.last_grad_norm = math.nan  # of the last optimizer step, before clipping
+
+    def compile(self, **options: Any) -> None:
+        """Run the model's forward through `torch.compile` from now on (`micro_batch` without a `compute_loss`, and
+        `eval_step`), with its graphs cached in the config's `executable_cache_dir` (`cache_compiled_graphs`).
+
+        Args:
+            options: keyword arguments of `torch.compile` (e.g. `dynamic=False`, `mode="reduce-overhead"`).
+        """
+        self.cache_compiled_graphs()
+        self.forward = torch.compile(self.model, **options)
+
+    def cache_compiled_graphs(self) -> None:
+        """Keep the graphs `torch.compile` builds in this process in the config's `executable_cache_dir`, so that a
+        second run starts warm (a process-wide setting: `process_flags.configure_compile_cache`). `compile` calls
+        it; `IPUTrainer` calls it under `--torch_compile`, where `transformers.Trainer` compiles the model it runs
+        (through accelerate) and the engine's own forward stays as it is."""
+        configure_compile_cache(self.ipu_config.executable_cache_dir)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The autocast context of this engine's precision (nothing for fp32)."""

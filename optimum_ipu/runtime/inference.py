@@ -29,16 +29,13 @@ import torch
 from torch import nn
 
 from ..config import IPUConfig
+from ..config_validation import MAX_BUCKETS, check_sequence_buckets, sorted_lengths
 from .devices import default_device
 from .engine import Engine
-from .process_flags import configure_compile_cache
 
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "eager", "compile", "onnxruntime")
-# torch.compile(dynamic=False) keeps one graph per input shape, up to dynamo's recompile limit (8 by default):
-# the buckets are at most that many, so every bucket keeps its graph.
-MAX_BUCKETS = 8
 
 
 def default_buckets(max_seq_length: int, count: int = 6) -> list[int]:
@@ -57,18 +54,9 @@ def default_buckets(max_seq_length: int, count: int = 6) -> list[int]:
     return [*buckets, max_seq_length]
 
 
-def _sorted_lengths(buckets: Any, name: str) -> list[int]:
-    """`buckets` sorted without repeats, checked to be a non-empty list of positive numbers of tokens."""
-    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets:
-        raise ValueError(f"{name}: got {buckets!r}; expected a list of sequence lengths, e.g. [64, 128, 256, 384]")
-    if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
-        raise ValueError(f"{name}: got {list(buckets)!r}; every bucket must be a positive number of tokens")
-    return sorted(set(buckets))
-
-
 def check_buckets(buckets: Sequence[int], max_seq_length: int) -> list[int]:
     """`buckets` sorted, checked against `max_seq_length` (the longest must be it, so that every input fits)."""
-    ordered = _sorted_lengths(buckets, "buckets")
+    ordered = sorted_lengths(buckets, "buckets")
     if ordered[-1] != max_seq_length:
         raise ValueError(
             f"buckets: the longest is {ordered[-1]} but max_seq_length is {max_seq_length}; end the list with "
@@ -96,22 +84,6 @@ TOKEN_KEYS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "
 # Labels that index sequence positions (question answering's span ends): their loss is a softmax over every column,
 # padding included, so cutting columns would change the evaluation loss.
 POSITION_LABELS = ("start_positions", "end_positions")
-
-
-def check_sequence_buckets(buckets: Any, name: str = "buckets") -> list[int]:
-    """`buckets` (a list of sequence lengths, as `inference_parallelize_kwargs["sequence_buckets"]`) sorted and
-    checked: positive numbers of tokens, at most `MAX_BUCKETS` of them. Unlike `check_buckets`, the longest need not
-    be a static length: `buckets_within` adds the width of each batch.
-
-    Args:
-        buckets (`Sequence[int]`): the lengths.
-        name (`str`, *optional*, defaults to `"buckets"`): the field named in the error (e.g.
-            `"inference_parallelize_kwargs.sequence_buckets"`).
-    """
-    ordered = _sorted_lengths(buckets, name)
-    if len(ordered) > MAX_BUCKETS:
-        raise ValueError(f"{name}: {len(ordered)} given; at most {MAX_BUCKETS} (one compiled graph each)")
-    return ordered
 
 
 def buckets_within(width: int, buckets: Sequence[int] | None = None) -> list[int]:
@@ -281,15 +253,13 @@ class InferenceRunner:
                     f"backend='onnxruntime' runs the fp32 graph; precision={self.precision!r} is not served"
                 )
             self.backend = "eager"  # auto: the half precision asked for
-        self.engine = Engine(model, ipu_config, precision=self.precision, device=device)
+        compile_ = compile_options(device) if self.backend == "compile" else False
+        self.engine = Engine(model, ipu_config, precision=self.precision, device=device, compile=compile_)
         self.onnx = None
         if quantize and self.backend != "onnxruntime":
             raise ValueError(f"quantize=True: int8 weights run on backend='onnxruntime', not {self.backend!r}")
         if self.backend == "onnxruntime":
             self.onnx = self._export(model, ipu_config, input_names, requested, quantize, threads, fusion_model_type)
-        if self.backend == "compile":
-            configure_compile_cache(ipu_config.executable_cache_dir)
-            self.engine.forward = torch.compile(model, **compile_options(self.engine.device))
 
     def _export(
         self,

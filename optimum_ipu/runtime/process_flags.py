@@ -7,8 +7,9 @@ Two `IPUConfig` fields have no other handle than process-wide state:
 - `executable_cache_dir`: inductor keeps its compiled graphs in `TORCHINDUCTOR_CACHE_DIR` (an environment
   variable inductor reads, and writes its default into on first use) with its FX graph cache on.
 
-Nothing else in `optimum_ipu` writes to `torch.backends`, inductor's config or the environment. Both are set when
-an `Engine` is built (the engine is what runs the model) and stay for the process, as the user's own
+Nothing else in `optimum_ipu` writes to `torch.backends`, inductor's config or the environment. Both are set by
+an `Engine` (the engine is what runs the model): the half partials when it is built, the compile cache when it
+compiles (`Engine.compile`, `Engine.cache_compiled_graphs`); they stay for the process, as the user's own
 `torch.backends` settings would; `half_partials(...)` also serves as a context manager that puts the flags back.
 """
 
