@@ -32,6 +32,7 @@ from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.utils.deprecation import deprecate_kwarg
 
 from ..config import IPUConfig
+from ..config_validation import check_sequence_buckets
 from ..errors import SkippedStepsError
 from ..files import write_text_atomic
 from ..models.pipelined import to_pipelined
@@ -39,10 +40,9 @@ from ..runtime.devices import default_device
 from ..runtime.distributed import check_ranks_agree, release_process_group_at_exit, replicas_per_process, world_size
 from ..runtime.engine import Engine
 from ..runtime.fsdp import full_state_dict, reshard, shard_model, shard_pipeline
-from ..runtime.inference import buckets_within, check_sequence_buckets, trim_to_bucket
+from ..runtime.inference import buckets_within, trim_to_bucket
 from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
-from ..runtime.process_flags import configure_compile_cache
 from ..runtime.sharding import ShardedOptimizer
 from ..runtime.stage_checkpoint import save_stage_shards
 from ..runtime.stage_hold import stage_hold
@@ -173,6 +173,38 @@ class IPUTrainer(TrainerPrivateHooks):
         eval_data_collator: Callable[[list[Any]], dict[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
+        # The order matters: Trainer is built around the pipelined model; the processes agree before any collective;
+        # a process pipeline keeps its stage before sharding; the training engine drives the sharded model.
+        args = self._checked_arguments(ipu_config, args)
+        self.ipu_config = args.load_ipu_config(ipu_config)
+        self.pipelined = to_pipelined(model, self.ipu_config, parallelize=True)
+        self.eval_buckets, self._buckets_said = self._configured_eval_buckets(), False
+        self.eval_data_collator = eval_data_collator
+        super().__init__(model=model, args=args, **kwargs)
+        self.engine = self._build_engine()
+        self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=self.engine.device)
+        self._loss_shifts_labels_here = self._shifts_labels(model)
+        self.run_record: dict[str, Any] | None = None  # the run id and identity written into checkpoint markers
+        self._check_processes_agree()
+        self.process_pipeline = (
+            ProcessPipeline(self, args.pipeline_schedule) if ProcessPipeline.wanted(self.ipu_config) else None
+        )
+        self.fsdp = self._shard_parameters(args)
+        # What training_step drives (the step protocol): stages on separate processes have their own engine.
+        self.training_engine: TrainingStep = (
+            self.process_pipeline.make_engine() if self.process_pipeline is not None else self.engine
+        )
+        self.sharded_optimizer, self.offload_optimizer = self._optimizer_placement()
+        self.step_timer = StepTimer()
+        self.pending_rotation: tuple[str, int] | None = None  # (run folder, save_total_limit): rotated on marking
+        self._add_callbacks(model)
+        self._report_setup()
+
+    # ------------------------------------------------------------------ set-up (in the order __init__ runs it)
+    @staticmethod
+    def _checked_arguments(ipu_config: Any, args: IPUTrainingArguments | None) -> IPUTrainingArguments:
+        """The training arguments, `IPUTrainingArguments(output_dir="trainer_output")` when not given; a
+        `TypeError` for arguments given in the place of the config, or of `transformers.TrainingArguments`."""
         if isinstance(ipu_config, TrainingArguments):
             raise TypeError(
                 "IPUTrainer(model, ipu_config, args, ...): training arguments were given as `ipu_config`; "
@@ -182,59 +214,75 @@ class IPUTrainer(TrainerPrivateHooks):
             args = IPUTrainingArguments(output_dir="trainer_output")
         if not isinstance(args, IPUTrainingArguments):
             raise TypeError(f"IPUTrainer needs IPUTrainingArguments, got {type(args).__name__}")
-        self.ipu_config = args.load_ipu_config(ipu_config)
-        self.pipelined = to_pipelined(model, self.ipu_config, parallelize=True)
+        return args
+
+    def _configured_eval_buckets(self) -> list[int] | None:
+        """The config's `inference_parallelize_kwargs["sequence_buckets"]`, sorted and checked (None when not set:
+        `default_buckets` of each batch's width)."""
         buckets = self.ipu_config.value("parallelize_kwargs", inference=True).get("sequence_buckets")
         name = "inference_parallelize_kwargs.sequence_buckets"
-        self.eval_buckets = None if buckets is None else check_sequence_buckets(buckets, name)
-        self._buckets_said = False
-        self.eval_data_collator = eval_data_collator
-        super().__init__(model=model, args=args, **kwargs)
-        self.engine = Engine(
+        return None if buckets is None else check_sequence_buckets(buckets, name)
+
+    def _build_engine(self) -> Engine:
+        """The single-process engine: the arguments' precision, loss scaling and clipping. Under `--torch_compile`
+        it keeps the compiled graphs in the config's `executable_cache_dir`; `Trainer` compiles the model it runs
+        (through accelerate), the engine's own forward stays eager."""
+        args = self.args
+        engine = Engine(
             self.pipelined,
             self.ipu_config,
-            precision=args.precision(self.args.device.type),
+            precision=args.precision(args.device.type),
             loss_scaling=args.loss_scaling,
             max_grad_norm=args.max_grad_norm,
-            device=self.args.device,
+            device=args.device,
         )
-        self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=self.engine.device)
-        # A causal LM's loss averages labels[..., 1:] (position t predicts t + 1). Trainer knows it for classes named
-        # ...ForCausalLM only; the stage plan knows it for GPT-2's head too. Read before any sharding renames the class.
-        causal = self.pipelined.plan.loss_kind(type(model).__name__) == "causal"
-        self._loss_shifts_labels_here = self._loss_shifts_labels or causal
-        self.engine.loss_scaler.max_consecutive_overflows = args.max_consecutive_skipped_steps
-        self.run_record: dict[str, Any] | None = None  # the run id and identity written into checkpoint markers
+        engine.loss_scaler.max_consecutive_overflows = args.max_consecutive_skipped_steps
+        if args.torch_compile:
+            engine.cache_compiled_graphs()
+        return engine
+
+    def _shifts_labels(self, model: nn.Module) -> bool:
+        """Whether the loss averages `labels[..., 1:]` (a causal LM: position t predicts t + 1). `Trainer` knows it
+        for classes named ...ForCausalLM only; the stage plan knows it for GPT-2's head too. Read before any
+        sharding renames the class."""
+        return self._loss_shifts_labels or self.pipelined.plan.loss_kind(type(model).__name__) == "causal"
+
+    def _check_processes_agree(self) -> None:
+        """Under torchrun: the process group is released at exit, and every process must have been given the same
+        config and run (the same identity), checked before any other collective."""
         if world_size() > 1:
             release_process_group_at_exit()
             check_ranks_agree(self.ipu_config.to_json_string() + json.dumps(self._run_identity(), sort_keys=True))
-        self.process_pipeline = (
-            ProcessPipeline(self, args.pipeline_schedule) if ProcessPipeline.wanted(self.ipu_config) else None
-        )
-        self.fsdp = self._shard_parameters(args)
-        # What training_step drives (the step protocol): stages on separate processes have their own engine.
-        self.training_engine: TrainingStep = (
-            self.process_pipeline.make_engine() if self.process_pipeline is not None else self.engine
-        )
-        self.sharded_optimizer = self.ipu_config.value("replicated_tensor_sharding") and world_size() > 1
-        self.sharded_optimizer = self.sharded_optimizer and not self.fsdp  # FSDP shards the state already
+
+    def _optimizer_placement(self) -> tuple[bool, bool]:
+        """Where the optimizer state lives: sharded over the replicas (`replicated_tensor_sharding`, ZeRO-1; not
+        under `--fsdp`, which shards it already), and/or in host memory (`optimizer_state_offchip`, on an
+        accelerator and unsharded only). Returns `(sharded, offloaded)`."""
+        sharded = self.ipu_config.value("replicated_tensor_sharding") and world_size() > 1
+        sharded = sharded and not self.fsdp  # FSDP shards the state already
+        offload = bool(self.ipu_config.value("optimizer_state_offchip"))
+        if offload and self.args.device.type == "cpu":
+            logger.info("optimizer_state_offchip: on a CPU the optimizer state is in host memory already")
+            offload = False
+        if offload and sharded:
+            logger.warning("optimizer_state_offchip with replicated_tensor_sharding: the state is sharded, on device")
+            offload = False
+        return sharded, offload
+
+    def _add_callbacks(self, model: nn.Module) -> None:
+        """The callbacks of the set-up, in this order: the sharded optimizer's gather before a save, the step timer,
+        the checkpoint marker, and `--compile_only`'s stop after the first step."""
         if self.sharded_optimizer:
             self.add_callback(_GatherShardedOptimizer(self))
-        self.offload_optimizer = bool(self.ipu_config.value("optimizer_state_offchip"))
-        if self.offload_optimizer and self.args.device.type == "cpu":
-            logger.info("optimizer_state_offchip: on a CPU the optimizer state is in host memory already")
-            self.offload_optimizer = False
-        if self.offload_optimizer and self.sharded_optimizer:
-            logger.warning("optimizer_state_offchip with replicated_tensor_sharding: the state is sharded, on device")
-            self.offload_optimizer = False
-        self.step_timer = StepTimer()
         self.add_callback(self.step_timer)
-        self.pending_rotation: tuple[str, int] | None = None
         self.add_callback(MarkCheckpointComplete(self))
-        if args.compile_only:
-            if not args.torch_compile:
+        if self.args.compile_only:
+            if not self.args.torch_compile:
                 logger.warning("--compile_only without --torch_compile: there is nothing to compile; one step runs")
             self.add_callback(_CompileOnly(model))
+
+    def _report_setup(self) -> None:
+        """The layout and precision, said once; `output_mode`, which has no effect here, named."""
         logger.info("IPUTrainer: %s, precision %s", self.pipelined.describe_layout(), self.engine.precision)
         if self.ipu_config.output_mode not in ("final", "default"):
             logger.warning(
@@ -242,8 +290,6 @@ class IPUTrainer(TrainerPrivateHooks):
                 "IPUTrainer logs each optimizer step's loss, as Trainer does",
                 self.ipu_config.output_mode,
             )
-        if self.args.torch_compile:
-            configure_compile_cache(self.ipu_config.executable_cache_dir)
 
     @property
     def eval_batch_per_call(self) -> int:
