@@ -42,7 +42,7 @@ demo: $(STAMP)
 		--num_train_epochs 1 --max_seq_length 256 --doc_stride 128 --seed 1984 --lr_scheduler_type linear \
 		--weight_decay 0.01 --warmup_ratio 0.1 --max_train_samples $(DEMO_TRAIN_SAMPLES) --report_to none \
 		--save_strategy no --logging_steps 5
-	PYTHONPATH=examples $(BIN)/python -m example_utils $(DEMO_OUT)
+	$(BIN)/python -m example_utils $(DEMO_OUT)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests

@@ -24,7 +24,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import datasets
@@ -46,12 +45,14 @@ from utils_qa import (
     squad_v2_metrics,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
-import example_utils  # noqa: E402
+from optimum_ipu import IPUTrainingArguments
+from optimum_ipu.errors import run_script
+from optimum_ipu.packing import packed_question_answering_loss, prepare_packed_training
 
-from optimum_ipu import IPUTrainingArguments  # noqa: E402
-from optimum_ipu.errors import run_script  # noqa: E402
-from optimum_ipu.packing import packed_question_answering_loss, prepare_packed_training  # noqa: E402
+try:
+    import example_utils
+except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
+    sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,6 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import datasets
@@ -47,12 +46,14 @@ from transformers import (
     set_seed,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
-import example_utils  # noqa: E402
-
-from optimum_ipu import IPUTrainer, IPUTrainingArguments  # noqa: E402
-from optimum_ipu.errors import run_script  # noqa: E402
+from optimum_ipu import IPUTrainer, IPUTrainingArguments
+from optimum_ipu.errors import run_script
 from optimum_ipu.pipelines.audio import load_audio, read_audio_folder
+
+try:
+    import example_utils
+except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
+    sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
 logger = logging.getLogger(__name__)
 

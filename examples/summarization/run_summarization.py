@@ -26,18 +26,19 @@ import functools
 import logging
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import datasets
 from rouge_score import rouge_scorer, scoring
 from transformers import set_seed
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
-import example_utils  # noqa: E402
-from example_utils import seq2seq  # noqa: E402
+from optimum_ipu import IPUSeq2SeqTrainingArguments
+from optimum_ipu.errors import run_script
 
-from optimum_ipu import IPUSeq2SeqTrainingArguments  # noqa: E402
-from optimum_ipu.errors import run_script  # noqa: E402
+try:
+    import example_utils
+    from example_utils import seq2seq
+except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
+    sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
 logger = logging.getLogger(__name__)
 

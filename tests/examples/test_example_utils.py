@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import datasets
+import example_utils  # installed with the package (`pip install -e ".[examples]"`), as the scripts import it
 import pytest
 
-from ..conftest import PYTHON, REPO_ROOT
-
-sys.path.insert(0, str(REPO_ROOT / "examples"))
-import example_utils  # noqa: E402
+from ..conftest import PYTHON
 
 
 def raising(error: BaseException):
@@ -75,7 +72,7 @@ def test_closing_summary(tmp_path):
         [PYTHON, "-m", "example_utils", str(tmp_path / "missing")],
         capture_output=True,
         text=True,
-        env={"PYTHONPATH": str(REPO_ROOT / "examples"), "PATH": ""},
+        env={"PATH": ""},  # no PYTHONPATH: the installed module
         timeout=120,
     )
     assert run.returncode == 1 and "no all_results.json; the run did not finish" in run.stderr

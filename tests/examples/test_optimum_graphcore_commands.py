@@ -17,14 +17,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import example_utils  # installed with the package (`pip install -e ".[examples]"`), as the scripts import it
 import pytest
 
 from ..conftest import REPO_ROOT
 from .optimum_graphcore_commands import COMMANDS, Command
 
 EXAMPLES = REPO_ROOT / "examples"
-sys.path.insert(0, str(EXAMPLES))
-import example_utils  # noqa: E402
 
 # Optimum Graphcore's scripts that have no counterpart here (the README's "Moving from Optimum Graphcore" says so).
 WITHOUT_SCRIPT = {
