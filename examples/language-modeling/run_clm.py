@@ -22,31 +22,18 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass, field
-from itertools import chain
-from pathlib import Path
 from typing import Any
 
 from transformers import AutoModelForCausalLM, default_data_collator, set_seed
-from utils_lm import (
-    ModelArguments,
-    check_data_arguments,
-    load_config_and_tokenizer,
-    load_model,
-    load_raw_datasets,
-    perplexity,
-    preprocess_logits_for_metrics,
-    select_splits,
-    sequence_length,
-    setup_logging,
-    text_column,
-    token_accuracy,
-)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
-import example_utils  # noqa: E402
+from optimum_ipu import IPUTrainer, IPUTrainingArguments
+from optimum_ipu.errors import run_script
 
-from optimum_ipu import IPUTrainer, IPUTrainingArguments  # noqa: E402
-from optimum_ipu.errors import run_script  # noqa: E402
+try:
+    import example_utils
+    from example_utils import language_modeling as lm
+except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
+    sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
 logger = logging.getLogger(__name__)
 
@@ -76,67 +63,33 @@ class DataTrainingArguments:
     keep_linebreaks: bool = field(default=True, metadata={"help": "Keep line breaks of text files."})
 
     def __post_init__(self) -> None:
-        check_data_arguments(self)
-
-
-def group_texts(examples: dict[str, list[list[Any]]], block_size: int) -> dict[str, list[list[Any]]]:
-    """Concatenate the tokenized texts and cut them into full blocks of `block_size`; labels are the inputs (the
-    model shifts them). The remainder is dropped, so every block has the same length."""
-    concatenated = {k: list(chain(*examples[k])) for k in examples}
-    total_length = (len(concatenated["input_ids"]) // block_size) * block_size
-    result = {k: [t[i : i + block_size] for i in range(0, total_length, block_size)] for k, t in concatenated.items()}
-    result["labels"] = result["input_ids"].copy()
-    return result
+        lm.check_data_arguments(self)
 
 
 def main() -> None:
     model_args, data_args, training_args = example_utils.parse_args(
-        ModelArguments, DataTrainingArguments, IPUTrainingArguments
+        lm.ModelArguments, DataTrainingArguments, IPUTrainingArguments
     )
-    setup_logging(logger, training_args)
+    example_utils.setup_logging(training_args, logger)
 
     last_checkpoint = example_utils.start_run(training_args)
 
     set_seed(training_args.seed)
-    raw = load_raw_datasets(data_args, model_args)
-    config, tokenizer = load_config_and_tokenizer(model_args)
-    model = load_model(AutoModelForCausalLM, model_args, config, tokenizer)
+    raw = lm.load_raw_datasets(data_args, model_args)
+    config, tokenizer = lm.load_config_and_tokenizer(model_args)
+    model = lm.load_model(AutoModelForCausalLM, model_args, config, tokenizer)
 
-    split = "train" if training_args.do_train else "validation"
-    if split not in raw:
-        raise ValueError(f"--do_{'train' if split == 'train' else 'eval'} requires a {split} dataset")
-    column_names = list(raw[split].features)
-    text = text_column(raw[split])
+    text, _ = lm.raw_text_columns(raw, training_args)
 
     def tokenize(examples: dict[str, list[str]]) -> Any:
         return tokenizer(examples[text])
 
-    with training_args.main_process_first(desc="dataset map tokenization"):
-        tokenized = raw.map(
-            tokenize,
-            batched=True,
-            num_proc=data_args.preprocessing_num_workers,
-            remove_columns=column_names,
-            load_from_cache_file=not data_args.overwrite_cache,
-            desc="Running tokenizer on dataset",
-        )
-    block_size = sequence_length(data_args.block_size, "block_size", tokenizer, model.config)
-    with training_args.main_process_first(desc="grouping texts together"):
-        lm_datasets = tokenized.map(
-            group_texts,
-            fn_kwargs={"block_size": block_size},
-            batched=True,
-            num_proc=data_args.preprocessing_num_workers,
-            load_from_cache_file=not data_args.overwrite_cache,
-            desc=f"Grouping texts in chunks of {block_size}",
-        )
-
-    train_dataset, eval_dataset = select_splits(lm_datasets, data_args, training_args)
-    for name, dataset in (("training", train_dataset), ("evaluation", eval_dataset)):
-        if dataset is not None and len(dataset) == 0:
-            raise ValueError(
-                f"the {name} text gives no full block of {block_size} tokens; lower --block_size or give more text"
-            )
+    block_size = lm.sequence_length(data_args.block_size, "block_size", tokenizer, model.config)
+    lm_datasets = lm.tokenize_in_blocks(
+        raw, tokenize, block_size, data_args, training_args, "Running tokenizer on dataset", labels=True
+    )
+    too_short = f"the {{name}} text gives no full block of {block_size} tokens; lower --block_size or give more text"
+    train_dataset, eval_dataset = lm.select_splits(lm_datasets, data_args, training_args, too_short)
 
     trainer = IPUTrainer(
         model=model,
@@ -146,8 +99,7 @@ def main() -> None:
         processing_class=tokenizer,
         # Every block has the same length: no padding to do (the default collator would pad).
         data_collator=default_data_collator,
-        compute_metrics=token_accuracy(model.config.vocab_size, causal=True) if training_args.do_eval else None,
-        preprocess_logits_for_metrics=preprocess_logits_for_metrics if training_args.do_eval else None,
+        **lm.metric_kwargs(model.config, training_args, causal=True),
     )
 
     if training_args.do_train:
@@ -155,9 +107,7 @@ def main() -> None:
             return
 
     if training_args.do_eval:
-        example_utils.evaluate(
-            trainer, len(eval_dataset), lambda metrics: {"perplexity": perplexity(metrics["eval_loss"])}
-        )
+        lm.evaluate(trainer, len(eval_dataset))
     example_utils.finish(trainer, training_args, model_args, data_args)
 
 

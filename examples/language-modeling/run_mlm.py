@@ -24,31 +24,18 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass, field
-from itertools import chain
-from pathlib import Path
 from typing import Any
 
 from transformers import AutoModelForMaskedLM, DataCollatorForLanguageModeling, set_seed
-from utils_lm import (
-    ModelArguments,
-    check_data_arguments,
-    load_config_and_tokenizer,
-    load_model,
-    load_raw_datasets,
-    perplexity,
-    preprocess_logits_for_metrics,
-    select_splits,
-    sequence_length,
-    setup_logging,
-    text_column,
-    token_accuracy,
-)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
-import example_utils  # noqa: E402
+from optimum_ipu import IPUTrainer, IPUTrainingArguments
+from optimum_ipu.errors import run_script
 
-from optimum_ipu import IPUTrainer, IPUTrainingArguments  # noqa: E402
-from optimum_ipu.errors import run_script  # noqa: E402
+try:
+    import example_utils
+    from example_utils import language_modeling as lm
+except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
+    sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
 logger = logging.getLogger(__name__)
 
@@ -88,99 +75,60 @@ class DataTrainingArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep this many evaluation sequences."})
 
     def __post_init__(self) -> None:
-        check_data_arguments(self)
+        lm.check_data_arguments(self)
         if not 0.0 < self.mlm_probability < 1.0:
             raise ValueError(f"--mlm_probability {self.mlm_probability}: expected a share in (0, 1), e.g. 0.15")
 
 
-def group_texts(examples: dict[str, list[list[Any]]], max_seq_length: int) -> dict[str, list[list[Any]]]:
-    """Concatenate the tokenized texts and cut them into full blocks of `max_seq_length` (the remainder is
-    dropped, so every block has the same length); the collator adds the masked labels."""
-    concatenated = {k: list(chain(*examples[k])) for k in examples}
-    total_length = (len(concatenated["input_ids"]) // max_seq_length) * max_seq_length
-    return {
-        k: [t[i : i + max_seq_length] for i in range(0, total_length, max_seq_length)] for k, t in concatenated.items()
-    }
-
-
 def tokenize_texts(raw: Any, tokenizer: Any, max_seq_length: int, data_args: Any, training_args: Any) -> Any:
     """Every line a sequence (`--line_by_line`), or the texts tokenized and cut into blocks of `max_seq_length`."""
-    split = "train" if training_args.do_train else "validation"
-    if split not in raw:
-        raise ValueError(f"--do_{'train' if split == 'train' else 'eval'} requires a {split} dataset")
-    column_names = list(raw[split].features)
-    text = text_column(raw[split])
+    text, column_names = lm.raw_text_columns(raw, training_args)
     if data_args.line_by_line:
         padding = "max_length" if data_args.pad_to_max_length else False
 
-        def tokenize(examples: dict[str, list[str]]) -> Any:
+        def tokenize_lines(examples: dict[str, list[str]]) -> Any:
             lines = [line for line in examples[text] if len(line) > 0 and not line.isspace()]  # drop blank lines
             return tokenizer(
                 lines, padding=padding, truncation=True, max_length=max_seq_length, return_special_tokens_mask=True
             )
 
-        with training_args.main_process_first(desc="dataset map tokenization"):
-            return raw.map(
-                tokenize,
-                batched=True,
-                num_proc=data_args.preprocessing_num_workers,
-                remove_columns=column_names,
-                load_from_cache_file=not data_args.overwrite_cache,
-                desc="Running tokenizer on dataset line_by_line",
-            )
-    else:
-        # Special tokens are marked, so the collator never masks them.
-        def tokenize(examples: dict[str, list[str]]) -> Any:
-            return tokenizer(examples[text], return_special_tokens_mask=True)
+        desc = "Running tokenizer on dataset line_by_line"
+        return lm.map_texts(raw, tokenize_lines, data_args, training_args, desc, remove_columns=column_names)
 
-        with training_args.main_process_first(desc="dataset map tokenization"):
-            tokenized = raw.map(
-                tokenize,
-                batched=True,
-                num_proc=data_args.preprocessing_num_workers,
-                remove_columns=column_names,
-                load_from_cache_file=not data_args.overwrite_cache,
-                desc="Running tokenizer on every text in dataset",
-            )
-        with training_args.main_process_first(desc="grouping texts together"):
-            return tokenized.map(
-                group_texts,
-                fn_kwargs={"max_seq_length": max_seq_length},
-                batched=True,
-                num_proc=data_args.preprocessing_num_workers,
-                load_from_cache_file=not data_args.overwrite_cache,
-                desc=f"Grouping texts in chunks of {max_seq_length}",
-            )
+    # Special tokens are marked, so the collator never masks them.
+    def tokenize(examples: dict[str, list[str]]) -> Any:
+        return tokenizer(examples[text], return_special_tokens_mask=True)
+
+    desc = "Running tokenizer on every text in dataset"
+    return lm.tokenize_in_blocks(raw, tokenize, max_seq_length, data_args, training_args, desc)
 
 
 def main() -> None:
     model_args, data_args, training_args = example_utils.parse_args(
-        ModelArguments, DataTrainingArguments, IPUTrainingArguments
+        lm.ModelArguments, DataTrainingArguments, IPUTrainingArguments
     )
-    setup_logging(logger, training_args)
+    example_utils.setup_logging(training_args, logger)
 
     last_checkpoint = example_utils.start_run(training_args)
 
     set_seed(training_args.seed)
-    raw = load_raw_datasets(data_args, model_args)
-    config, tokenizer = load_config_and_tokenizer(model_args)
+    raw = lm.load_raw_datasets(data_args, model_args)
+    config, tokenizer = lm.load_config_and_tokenizer(model_args)
     if tokenizer.mask_token is None:
         raise ValueError(
             f"{type(tokenizer).__name__} has no mask token, which masked language modeling needs; use a BERT or "
             "RoBERTa tokenizer (train_tokenizer.py --family roberta builds one), or run_clm.py for causal LM"
         )
-    model = load_model(AutoModelForMaskedLM, model_args, config, tokenizer)
+    model = lm.load_model(AutoModelForMaskedLM, model_args, config, tokenizer)
 
-    max_seq_length = sequence_length(data_args.max_seq_length, "max_seq_length", tokenizer, model.config)
+    max_seq_length = lm.sequence_length(data_args.max_seq_length, "max_seq_length", tokenizer, model.config)
 
     lm_datasets = tokenize_texts(raw, tokenizer, max_seq_length, data_args, training_args)
-    train_dataset, eval_dataset = select_splits(lm_datasets, data_args, training_args)
-    for name, dataset in (("training", train_dataset), ("evaluation", eval_dataset)):
-        if dataset is not None and len(dataset) == 0:
-            raise ValueError(
-                f"the {name} text gives no sequence of {max_seq_length} tokens; lower --max_seq_length, use "
-                "--line_by_line, or give more text"
-            )
+    too_short = (
+        f"the {{name}} text gives no sequence of {max_seq_length} tokens; lower --max_seq_length, use "
+        "--line_by_line, or give more text"
+    )
+    train_dataset, eval_dataset = lm.select_splits(lm_datasets, data_args, training_args, too_short)
 
     # Padding to a multiple of 8 only helps fp16 kernels, and only when sequences are not padded already.
     pad_to_multiple_of_8 = data_args.line_by_line and training_args.fp16 and not data_args.pad_to_max_length
@@ -197,8 +145,7 @@ def main() -> None:
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
         data_collator=data_collator,
-        compute_metrics=token_accuracy(model.config.vocab_size, causal=False) if training_args.do_eval else None,
-        preprocess_logits_for_metrics=preprocess_logits_for_metrics if training_args.do_eval else None,
+        **lm.metric_kwargs(model.config, training_args, causal=False),
     )
 
     if training_args.do_train:
@@ -206,9 +153,7 @@ def main() -> None:
             return
 
     if training_args.do_eval:
-        example_utils.evaluate(
-            trainer, len(eval_dataset), lambda metrics: {"perplexity": perplexity(metrics["eval_loss"])}
-        )
+        lm.evaluate(trainer, len(eval_dataset))
     example_utils.finish(trainer, training_args, model_args, data_args)
 
 

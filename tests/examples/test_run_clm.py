@@ -9,14 +9,14 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from example_utils.language_modeling import ModelArguments, check_data_arguments, load_raw_datasets, sequence_length
 from safetensors import safe_open
 
 from ..conftest import REPO_ROOT
 from ..helpers import run_example
 
 LM_DIR = REPO_ROOT / "examples" / "language-modeling"
-sys.path.insert(0, str(LM_DIR))
-from utils_lm import ModelArguments, check_data_arguments, load_raw_datasets, sequence_length  # noqa: E402
+sys.path.insert(0, str(LM_DIR))  # the scripts import as modules (their dataclasses), as upstream's tests do
 
 
 def run_script(script: str, *args: str) -> subprocess.CompletedProcess:

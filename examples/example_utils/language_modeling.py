@@ -1,4 +1,5 @@
-"""What `run_clm.py` and `run_mlm.py` share: model arguments, raw text loading, model/tokenizer set-up, metrics.
+"""What `run_clm.py` and `run_mlm.py` share: model arguments, raw text loading, model/tokenizer set-up, tokenizing
+the texts and cutting them into blocks, the splits trained and evaluated on, and the metrics.
 
 The behaviour is that of the `transformers` v4 examples (`examples/pytorch/language-modeling`): the same flags,
 the same split of a lone training set into train / validation (`--validation_split_percentage`), the same
@@ -10,10 +11,9 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from itertools import chain
 from typing import Any
 
 import datasets
@@ -22,8 +22,7 @@ import torch
 from torchmetrics.functional import accuracy
 from transformers import CONFIG_MAPPING, AutoConfig, AutoTokenizer, EvalPrediction
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: the shared example_utils package
-import example_utils  # noqa: E402
+import example_utils
 
 logger = logging.getLogger(__name__)
 
@@ -85,11 +84,6 @@ class ModelArguments:
             raise ValueError(
                 "give --model_name_or_path, or --model_type (e.g. gpt2) / --config_name to train from scratch"
             )
-
-
-def setup_logging(logger_: logging.Logger, training_args: Any) -> None:
-    """Log to stdout at the process's level (the main process logs, the others warn), as the HF examples do."""
-    example_utils.setup_logging(training_args, logger_, logger)
 
 
 def file_builder(path: str, flag: str) -> str:
@@ -259,6 +253,73 @@ def text_column(dataset: Any) -> str:
     return "text" if "text" in names else names[0]
 
 
+def raw_text_columns(raw: datasets.DatasetDict, training_args: Any) -> tuple[str, list[str]]:
+    """The column of the texts and every column (dropped once tokenized), read from the split the run starts with
+    (`train`, else `validation`); a clear error when that split is missing."""
+    split = "train" if training_args.do_train else "validation"
+    if split not in raw:
+        raise ValueError(f"--do_{'train' if split == 'train' else 'eval'} requires a {split} dataset")
+    return text_column(raw[split]), list(raw[split].features)
+
+
+def map_texts(
+    dataset: datasets.DatasetDict,
+    function: Callable[..., dict],
+    data_args: Any,
+    training_args: Any,
+    desc: str,
+    process_desc: str = "dataset map tokenization",
+    **kwargs: Any,
+) -> datasets.DatasetDict:
+    """A batched `dataset.map(function, **kwargs)` on the main process first (the others read its cache), with the
+    script's `--preprocessing_num_workers` and `--overwrite_cache`."""
+    with training_args.main_process_first(desc=process_desc):
+        return dataset.map(
+            function,
+            batched=True,
+            num_proc=data_args.preprocessing_num_workers,
+            load_from_cache_file=not data_args.overwrite_cache,
+            desc=desc,
+            **kwargs,
+        )
+
+
+def group_texts(examples: dict[str, list[list[Any]]], block_size: int, labels: bool = False) -> dict[str, list[list]]:
+    """Concatenate the tokenized texts and cut them into full blocks of `block_size` (the remainder is dropped, so
+    every block has the same length). With `labels`, the labels are the inputs (a causal model shifts them); else
+    the collator adds them (masked LM)."""
+    concatenated = {k: list(chain(*examples[k])) for k in examples}
+    total_length = (len(concatenated["input_ids"]) // block_size) * block_size
+    result = {k: [t[i : i + block_size] for i in range(0, total_length, block_size)] for k, t in concatenated.items()}
+    if labels:
+        result["labels"] = result["input_ids"].copy()
+    return result
+
+
+def tokenize_in_blocks(
+    raw: datasets.DatasetDict,
+    tokenize: Callable[[dict[str, list[str]]], Any],
+    block_size: int,
+    data_args: Any,
+    training_args: Any,
+    desc: str,
+    labels: bool = False,
+) -> datasets.DatasetDict:
+    """Every split tokenized by `tokenize` (its `desc` shown), then cut into full blocks of `block_size` tokens
+    ([`group_texts`])."""
+    _, column_names = raw_text_columns(raw, training_args)
+    tokenized = map_texts(raw, tokenize, data_args, training_args, desc, remove_columns=column_names)
+    return map_texts(
+        tokenized,
+        group_texts,
+        data_args,
+        training_args,
+        f"Grouping texts in chunks of {block_size}",
+        "grouping texts together",
+        fn_kwargs={"block_size": block_size, "labels": labels},
+    )
+
+
 def perplexity(eval_loss: float) -> float:
     """`exp(eval_loss)`, `inf` on overflow, exactly as the `transformers` examples report it."""
     try:
@@ -297,8 +358,13 @@ def token_accuracy(num_classes: int, causal: bool) -> Callable[[EvalPrediction],
     return compute
 
 
-def select_splits(lm_datasets: Any, data_args: Any, training_args: Any) -> tuple[Any, Any]:
-    """The training and evaluation sets the run needs, cut to `--max_train_samples` / `--max_eval_samples`."""
+def select_splits(lm_datasets: Any, data_args: Any, training_args: Any, too_short: str) -> tuple[Any, Any]:
+    """The training and evaluation sets the run needs, cut to `--max_train_samples` / `--max_eval_samples`.
+
+    Raises:
+        `ValueError`: a split the run needs is missing, or holds no sequence (`too_short`, with `{name}` the
+            split's: `training` or `evaluation`).
+    """
     train_dataset = eval_dataset = None
     if training_args.do_train:
         train_dataset = lm_datasets["train"]
@@ -310,4 +376,23 @@ def select_splits(lm_datasets: Any, data_args: Any, training_args: Any) -> tuple
         eval_dataset = lm_datasets["validation"]
         if data_args.max_eval_samples is not None:
             eval_dataset = eval_dataset.select(range(min(len(eval_dataset), data_args.max_eval_samples)))
+    for name, dataset in (("training", train_dataset), ("evaluation", eval_dataset)):
+        if dataset is not None and len(dataset) == 0:
+            raise ValueError(too_short.format(name=name))
     return train_dataset, eval_dataset
+
+
+def metric_kwargs(config: Any, training_args: Any, causal: bool) -> dict[str, Any]:
+    """`IPUTrainer`'s `compute_metrics` (token accuracy) and `preprocess_logits_for_metrics` (the predicted ids),
+    when the run evaluates."""
+    if not training_args.do_eval:
+        return {"compute_metrics": None, "preprocess_logits_for_metrics": None}
+    return {
+        "compute_metrics": token_accuracy(config.vocab_size, causal=causal),
+        "preprocess_logits_for_metrics": preprocess_logits_for_metrics,
+    }
+
+
+def evaluate(trainer: Any, num_samples: int) -> dict[str, Any]:
+    """[`example_utils.evaluate`] with `perplexity = exp(eval_loss)` among the metrics."""
+    return example_utils.evaluate(trainer, num_samples, lambda m: {"perplexity": perplexity(m["eval_loss"])})
