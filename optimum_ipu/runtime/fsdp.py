@@ -67,6 +67,14 @@ def shard_model(model: nn.Module, layer_paths: Iterable[str]) -> nn.Module:
     return model
 
 
+def sync_gradients_at(model: nn.Module, last_micro_batch: bool) -> None:
+    """A model sharded by `shard_model` reduce-scatters its gradients in the backward of an optimizer step's last
+    micro-batch only: the earlier ones accumulate unsharded (less traffic, as DDP's `no_sync`; the unsharded
+    gradients are held meanwhile). Nothing for any other model (stages apart: `PipelineEngine` does it per step)."""
+    if isinstance(model, FSDPModule):
+        model.set_requires_gradient_sync(last_micro_batch)
+
+
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The whole, unsharded `state_dict` of a sharded model, on the CPU of rank 0 (empty on the others).
 

@@ -11,8 +11,9 @@ every stage computes) has them summed over the stages.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -209,18 +210,35 @@ class PipelineEngine:
         self.stage_module.reset(micro_batches, first_step=not self.steps_run)
         self.steps_run += 1
         losses: list[torch.Tensor] = []
-        if self.stage == 0:
-            # its rows set the micro-batch split; the values come from reset()
-            self.schedule.step(first)
-        elif self.is_last:
-            self.schedule.step(target=weights, losses=losses)
-        else:
-            self.schedule.step()
+        with self._gradient_sync_once():
+            if self.stage == 0:
+                # its rows set the micro-batch split; the values come from reset()
+                self.schedule.step(first)
+            elif self.is_last:
+                self.schedule.step(target=weights, losses=losses)
+            else:
+                self.schedule.step()
         if self._owner is None:
             self._owner, self._shared = self._find_owners()
         loss = torch.stack(losses).sum().detach() if losses else torch.zeros((), device=self.device)
         dist.broadcast(loss, src=self._stage_rank(self.num_stages - 1), group=self.stage_group)
         return loss
+
+    @contextlib.contextmanager
+    def _gradient_sync_once(self) -> Iterator[None]:
+        """Sharded (FSDP), the stage's gradients are reduce-scattered over its replicas once per optimizer step, in the
+        backward of its last micro-batch, not after every micro-batch: the earlier ones accumulate unsharded."""
+        root = self._root if self.sharded and self._micro > 1 else None
+        if root is None:
+            yield
+            return
+        root.set_requires_gradient_sync(False)
+        self.stage_module.on_last_backward = lambda: root.set_requires_gradient_sync(True)
+        try:
+            yield
+        finally:
+            self.stage_module.on_last_backward = None
+            root.set_requires_gradient_sync(True)
 
     def _reduce_gradients(self) -> None:
         """Sum the gradients of parameters used on several stages; average over the replicas."""

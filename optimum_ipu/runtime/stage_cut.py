@@ -180,6 +180,20 @@ def default_objective(output: Any) -> torch.Tensor:
     return output.loss.float().reshape(1)
 
 
+class _OnBackward(torch.autograd.Function):
+    """A copy whose backward first calls `hook()`."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, hook: Callable[[], None]) -> torch.Tensor:
+        ctx.hook = hook
+        return tensor.clone()  # not a view: the schedule may write into what a stage returns
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        ctx.hook()
+        return grad, None
+
+
 class StageModule(nn.Module):
     """One pipeline stage of a `transformers` model (see the module docstring).
 
@@ -219,7 +233,11 @@ class StageModule(nn.Module):
         # An empty stage between two others only passes its input on.
         self.identity = not len(layers) and not self.is_first and not self.is_last
         self.last_output: Any = None  # the model's output at the last stage's latest forward
+        # run as the backward of a step's last micro-batch begins here (FSDP: reduce-scatter the gradients then only)
+        self.on_last_backward: Callable[[], None] | None = None
         self._micro_batches: deque[dict[str, torch.Tensor]] = deque()
+        self._last_batch: dict[str, torch.Tensor] | None = None
+        self._ran_last = False
         self._layers = [model.get_submodule(p) for p in cut.layer_paths]
         # A stage that receives the hidden states runs its embeddings for their output's shape only (`ShapeOnly`).
         whole = cut.makes_hidden_states(layers, self.is_first) or not cut.shape_only_embeddings
@@ -246,6 +264,7 @@ class StageModule(nn.Module):
         """
         extra = micro_batches[:1] if first_step and self.index > 0 else []
         self._micro_batches = deque(extra + micro_batches)
+        self._last_batch = micro_batches[-1]
 
     def _next_micro_batch(self, received: torch.Tensor) -> dict[str, torch.Tensor]:
         if self.index == 0:
@@ -276,10 +295,21 @@ class StageModule(nn.Module):
 
     # ------------------------------------------------------------------ running
     def forward(self, *tensors: torch.Tensor) -> Any:
-        return self._root(self._forward, *tensors) if self._root is not None else self._forward(*tensors)
+        output = self._root(self._forward, *tensors) if self._root is not None else self._forward(*tensors)
+        if self._ran_last and self.on_last_backward is not None and torch.is_grad_enabled():
+            # the backward of this output comes first among the last micro-batch's (the schedules run backwards in
+            # micro-batch order): the callback runs before any of its gradients reach a parameter
+            hook = self.on_last_backward
+            output = (
+                tuple(_OnBackward.apply(t, hook) for t in output)
+                if isinstance(output, tuple)
+                else _OnBackward.apply(output, hook)
+            )
+        return output
 
     def _forward(self, *tensors: torch.Tensor) -> Any:
         batch = self._next_micro_batch(tensors[0])
+        self._ran_last = batch is self._last_batch
         if self.identity:
             return tensors if len(tensors) > 1 else tensors[0]
         if self._stand_ins is None:

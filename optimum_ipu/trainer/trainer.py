@@ -39,7 +39,7 @@ from ..models.pipelined import to_pipelined
 from ..runtime.devices import default_device
 from ..runtime.distributed import check_ranks_agree, release_process_group_at_exit, replicas_per_process, world_size
 from ..runtime.engine import Engine
-from ..runtime.fsdp import full_state_dict, reshard, shard_model, shard_pipeline
+from ..runtime.fsdp import full_state_dict, reshard, shard_model, shard_pipeline, sync_gradients_at
 from ..runtime.inference import buckets_within, trim_to_bucket
 from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
@@ -342,6 +342,7 @@ class IPUTrainer(TrainerPrivateHooks):
         runner = self.pipelined.train() if model is self.model or self.fsdp else model
         weight = self._micro_batch_weight(inputs, num_items_in_batch)  # before compute_loss, which may pop labels
         engine = self.training_engine
+        sync_gradients_at(self.model, last_micro_batch=self.accelerator.sync_gradients)  # --fsdp: once per step
         loss = engine.micro_batch(inputs, weight, lambda batch: self.compute_loss(runner, batch))
         # Kept on the device and checked once per optimizer step: no host sync per micro-batch.
         self._nonfinite_loss = self._nonfinite_loss | ~torch.isfinite(loss)

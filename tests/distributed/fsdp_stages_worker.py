@@ -16,11 +16,13 @@ import sys
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
 
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.errors import IncompatibleIPUConfigError
 from optimum_ipu.runtime.fsdp import full_state_dict, local_parameter_bytes
 from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
+from tests.distributed.collectives import count_reduce_scatters
 from tests.distributed.pipeline_worker import tiny_for, write_results
 from tests.step_loop import run_steps
 
@@ -46,6 +48,7 @@ def main() -> None:
     sgd = torch.optim.SGD([p for p in engine.params if p.requires_grad], lr=0.1)
     held = local_parameter_bytes(model.parameters())
     losses = []
+    sent = count_reduce_scatters()
     for step in range(steps):
         micro, iterations = config.gradient_accumulation_steps, config.device_iterations
         loss = run_steps(engine, sgd, host_batch(step), micro, iterations)[-1]
@@ -58,6 +61,12 @@ def main() -> None:
     except IncompatibleIPUConfigError as error:
         refusal = str(error)
     record = {"whole_parameter_bytes": whole, "parameter_bytes": held, "whole_forward": refusal}
+    record |= {
+        "reduce_scatters_per_step": sent["calls"] / steps,
+        "reduce_scattered_bytes_per_step": sent["bytes"] / steps,
+    }
+    record["fsdp_units"] = sum(isinstance(m, FSDPModule) and any(True for _ in m.parameters()) for m in model.modules())
+    record["fsdp_units"] += 1  # the stage's root (fsdp.StageRoot: whatever the stage holds besides its layers)
     write_results(out, record, state, losses)
 
 

@@ -19,9 +19,11 @@ import sys
 import datasets
 import torch
 import transformers
+from torch.distributed.fsdp import FSDPModule
 
 from optimum_ipu import AutoModelForCausalLM, IPUConfig, IPUTrainer, IPUTrainingArguments
 from optimum_ipu.runtime.fsdp import local_parameter_bytes
+from tests.distributed.collectives import count_reduce_scatters
 
 
 def tiny_llama() -> transformers.LlamaForCausalLM:
@@ -98,6 +100,7 @@ def main() -> None:
         logits = trainer.predict(eval_dataset).predictions
         if trainer.args.process_index == 0:
             torch.save(torch.as_tensor(logits), os.path.join(out, "predictions_before.pt"))
+    sent = count_reduce_scatters()
     trainer.train(resume_from_checkpoint=os.environ.get("RESUME_FROM") or None)
     trainer.save_model(os.path.join(out, "final"))  # every process calls it: the shards are gathered
     rank = trainer.args.process_index
@@ -106,6 +109,9 @@ def main() -> None:
         "whole_parameter_bytes": whole,
         "sharded": trainer.fsdp,
         "peak_parameter_bytes": peak["bytes"],
+        "fsdp_units": sum(isinstance(m, FSDPModule) for m in trainer.model.modules()),
+        "reduce_scatters": sent["calls"],  # of FSDP's gradients, over the whole run (without evaluation)
+        "reduce_scattered_bytes": sent["bytes"],
     }
     if evaluate:
         result["eval"], result["eval_before"] = trainer.evaluate(), before

@@ -76,6 +76,8 @@ def test_sharded_parameters_give_one_process_numbers(tmp_path, replicas):
     # less than the whole model (one process holds all of it all the time).
     assert want["peak_parameter_bytes"] == whole
     assert all(r["parameter_bytes"] < r["peak_parameter_bytes"] < whole for r in got)
+    # The 2 micro-batches of a step accumulate unsharded: one reduce-scatter per FSDP unit a step, not a micro-batch.
+    assert all(r["fsdp_units"] > 1 and r["reduce_scatters"] == 4 * r["fsdp_units"] for r in got), got
 
     # Checkpoints (step 3) move both ways with the optimizer state: step 4 equals the uninterrupted run's.
     if replicas == 2:  # sharded checkpoint -> one process

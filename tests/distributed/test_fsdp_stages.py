@@ -84,6 +84,11 @@ def test_sharded_stages_equal_one_process(tmp_path, class_name, layout, replicas
         shards = held[stage::stages]  # rank = replica x stages + stage
         assert sum(shards) == want_bytes
         assert max(shards) <= want_bytes / replicas * 1.05
+    # Gradients are reduce-scattered once per optimizer step (its 2 micro-batches accumulate unsharded first): one
+    # reduce-scatter per FSDP unit a step, each sending the unit's unsharded gradients.
+    print({r["reduce_scatters_per_step"]: r["reduce_scattered_bytes_per_step"] for r in ranks})
+    for rank in ranks:
+        assert replicas == 1 or rank["reduce_scatters_per_step"] == rank["fsdp_units"], rank
 
 
 def bytes_per_stage(config: dict, class_name: str) -> tuple[int, list[int]]:
