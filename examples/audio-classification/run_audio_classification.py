@@ -31,23 +31,16 @@ import datasets
 import numpy as np
 import torch
 import transformers
-from torchmetrics.functional import accuracy
-from transformers import (
-    CONFIG_MAPPING,
-    AutoConfig,
-    AutoFeatureExtractor,
-    AutoModelForAudioClassification,
-    EvalPrediction,
-    set_seed,
-)
+from transformers import AutoFeatureExtractor, AutoModelForAudioClassification, set_seed
 from transformers.models.auto.feature_extraction_auto import feature_extractor_class_from_name
 
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
 from optimum_ipu.errors import run_script
-from optimum_ipu.pipelines.audio import load_audio, read_audio_folder
+from optimum_ipu.pipelines.audio import load_audio
 
 try:
     import example_utils
+    from example_utils import audio, classification
 except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
     sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
@@ -86,13 +79,7 @@ class ModelArguments:
     )
 
     def __post_init__(self) -> None:
-        if self.model_type is not None and self.model_type not in CONFIG_MAPPING:
-            raise ValueError(f"--model_type {self.model_type}: unknown to transformers; e.g. wav2vec2, hubert")
-        if self.config_overrides is not None and self.model_name_or_path is not None:
-            raise ValueError(
-                "--config_overrides changes the config of a model trained from scratch; leave out "
-                "--model_name_or_path, or use --config_name"
-            )
+        classification.check_model_arguments(self, "wav2vec2, hubert")
         if self.model_name_or_path is None and self.model_type is None and self.config_name is None:
             raise ValueError(
                 "give --model_name_or_path, or --model_type (e.g. wav2vec2) / --config_name to train from scratch"
@@ -127,8 +114,7 @@ class DataTrainingArguments:
 def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dict[str, datasets.Dataset]:
     """The train / eval splits, from audiofolder folders or the local `datasets` cache (audio left undecoded)."""
     if data.dataset_name is None:
-        dirs = {"train": data.train_dir, "eval": data.eval_dir}
-        return {split: read_audio_folder(path, data.audio_column_name) for split, path in dirs.items() if path}
+        return audio.read_audio_dirs(data)
     raw = example_utils.load_hub_dataset(
         data.dataset_name,
         data.dataset_config_name,
@@ -139,66 +125,19 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
         token=model.token,
     )
     splits = {"train": data.train_split_name, "eval": data.eval_split_name}
-    out = {}
-    for split, name in splits.items():
-        if name in raw:
-            dataset = raw[name]
-            if isinstance(dataset.features.get(data.audio_column_name), datasets.Audio):
-                # decoded by soundfile here: datasets' own decoding needs torchcodec and FFmpeg
-                dataset = dataset.cast_column(data.audio_column_name, datasets.Audio(decode=False))
-            out[split] = dataset
-    return out
-
-
-def label_names(raw: dict[str, datasets.Dataset], data: DataTrainingArguments) -> list[str]:
-    """The label names (a `ClassLabel`'s, else the sorted distinct values); a clear error for a missing column."""
-    for split, dataset in raw.items():
-        for flag, column in (
-            ("--audio_column_name", data.audio_column_name),
-            ("--label_column_name", data.label_column_name),
-        ):
-            if column not in dataset.column_names:
-                raise ValueError(
-                    f"{flag} {column}: the {split} data has no such column (columns: "
-                    f"{', '.join(dataset.column_names)}); name the right one"
-                )
-    feature = raw["train" if "train" in raw else "eval"].features[data.label_column_name]
-    if isinstance(feature, datasets.ClassLabel):
-        return list(feature.names)
-    values = {v for split in raw.values() for v in split.unique(data.label_column_name)}
-    return [str(v) for v in sorted(values)]
+    return {split: audio.undecoded(raw[name], data.audio_column_name) for split, name in splits.items() if name in raw}
 
 
 def build_model(
     model_args: ModelArguments, labels: list[str]
 ) -> tuple[transformers.PreTrainedModel, transformers.FeatureExtractionMixin]:
     """The classifier (pretrained, or new from `--model_type` / `--config_name`) and its feature extractor."""
-    hub = example_utils.hub_kwargs(model_args)
-    label_kwargs = {
-        "num_labels": len(labels),
-        "label2id": {n: i for i, n in enumerate(labels)},
-        "id2label": dict(enumerate(labels)),
-        "finetuning_task": "audio-classification",
-    }
-    if model_args.config_name or model_args.model_name_or_path:
-        config = AutoConfig.from_pretrained(
-            model_args.config_name or model_args.model_name_or_path, **label_kwargs, **hub
-        )
-    else:
-        config = example_utils.new_config(model_args.model_type, model_args.config_overrides)
-        config.update(label_kwargs)
-    if model_args.model_name_or_path:
-        model = AutoModelForAudioClassification.from_pretrained(
-            model_args.model_name_or_path,
-            config=config,
-            ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
-            **hub,
-        )
-    else:
-        logger.info("Training a new %s model from scratch", config.model_type)
-        model = AutoModelForAudioClassification.from_config(config, trust_remote_code=model_args.trust_remote_code)
+    model, config = classification.load_classifier(
+        AutoModelForAudioClassification, model_args, labels, "audio-classification"
+    )
     source = model_args.feature_extractor_name or model_args.model_name_or_path
     if source:
+        hub = example_utils.hub_kwargs(model_args)
         extractor = AutoFeatureExtractor.from_pretrained(source, return_attention_mask=model_args.attention_mask, **hub)
     else:
         extractor = family_feature_extractor(config)
@@ -230,19 +169,6 @@ def fixed_length(waveform: np.ndarray, length: int, rng: np.random.Generator | N
     return waveform[start : start + length]
 
 
-def accuracy_metric(num_labels: int):
-    """`compute_metrics`: top-1 accuracy (`accuracy`) by torchmetrics."""
-
-    def compute(p: EvalPrediction) -> dict[str, float]:
-        logits = p.predictions[0] if isinstance(p.predictions, tuple) else p.predictions
-        preds = torch.as_tensor(np.argmax(logits, axis=-1))
-        labels = torch.as_tensor(np.asarray(p.label_ids)).long()
-        classes = max(num_labels, 2)
-        return {"accuracy": float(accuracy(preds, labels, task="multiclass", num_classes=classes, average="micro"))}
-
-    return compute
-
-
 def collate_fn(examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     """Stack the fixed-length clips (and masks) and their labels."""
     batch = {key: torch.stack([torch.as_tensor(e[key]) for e in examples]) for key in examples[0] if key != "labels"}
@@ -260,13 +186,13 @@ def main() -> None:
     set_seed(training_args.seed)
 
     raw = load_raw_datasets(data_args, model_args)
-    labels = label_names(raw, data_args)
-    label_to_id = {name: i for i, name in enumerate(labels)}
+    audio_column, label_column = data_args.audio_column_name, data_args.label_column_name
+    example_utils.check_columns(raw, {"--audio_column_name": audio_column, "--label_column_name": label_column})
+    labels = classification.label_names(raw, label_column, "eval")
     model, feature_extractor = build_model(model_args, labels)
     rate = feature_extractor.sampling_rate
     length = int(round(data_args.max_length_seconds * rate))
-    audio_column, label_column = data_args.audio_column_name, data_args.label_column_name
-    is_class_label = isinstance(raw[next(iter(raw))].features[label_column], datasets.ClassLabel)
+    label_ids = classification.label_encoder(raw, label_column, labels)
     rng = np.random.default_rng(training_args.seed)
 
     def transform(batch: dict[str, list], train: bool) -> dict[str, list]:
@@ -276,16 +202,14 @@ def main() -> None:
             clips, sampling_rate=rate, padding="max_length", max_length=length, truncation=True, return_tensors="np"
         )
         out = {key: list(value) for key, value in features.items()}
-        out["labels"] = batch[label_column] if is_class_label else [label_to_id[str(v)] for v in batch[label_column]]
+        out["labels"] = label_ids(batch[label_column])
         return out
 
     def prepared(split: str, limit: int | None, flag: str) -> datasets.Dataset:
-        if split not in raw:
-            raise ValueError(f"{flag} needs a {split} dataset: give --{split}_dir (or --dataset_name with one)")
-        dataset = raw[split].shuffle(seed=training_args.seed) if limit is not None else raw[split]
-        if limit is not None:
-            dataset = dataset.select(range(min(limit, len(dataset))))
-        return dataset.with_transform(lambda batch: transform(batch, train=split == "train"))
+        train = split == "train"
+        return classification.transformed_split(
+            raw, split, limit, flag, training_args.seed, lambda batch: transform(batch, train=train)
+        )
 
     train_dataset = prepared("train", data_args.max_train_samples, "--do_train") if training_args.do_train else None
     eval_dataset = prepared("eval", data_args.max_eval_samples, "--do_eval") if training_args.do_eval else None
@@ -296,7 +220,7 @@ def main() -> None:
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        compute_metrics=accuracy_metric(len(labels)),
+        compute_metrics=classification.accuracy_metric(len(labels)),
         processing_class=feature_extractor,
         data_collator=collate_fn,
     )

@@ -2,9 +2,11 @@
 one clear message when the Hub cannot be reached), and the train / evaluate / predict tail that saves the metrics and
 draws `training_curves.png` beside `all_results.json`.
 
-The scripts put this folder (`examples/`) on `sys.path` and import it as `example_utils`; beside it they import only
-the public API of `optimum_ipu`. `example_utils.seq2seq` is the core that `run_translation.py` and
-`run_summarization.py` share.
+It is installed with the package (`pip install -e ".[examples]"` in a checkout, `pip install "optimum-ipu[examples]"`)
+and the scripts import it as `example_utils`; beside it they import only the public API of `optimum_ipu`. Its
+submodules hold what a few scripts share: `seq2seq` (`run_translation.py`, `run_summarization.py`),
+`language_modeling` (`run_clm.py`, `run_mlm.py`), `classification` (the image and audio classifiers) and `audio` (the
+speech scripts' data).
 """
 
 from __future__ import annotations
@@ -153,6 +155,22 @@ def start_run(training_args: Any) -> str | None:
     last_checkpoint = training_args.checkpoint_in_output_dir()
     training_args.load_ipu_config()  # a bad config or override: refused now, in one line
     return last_checkpoint
+
+
+def check_columns(raw: Mapping[str, datasets.Dataset], columns: Mapping[str, str]) -> None:
+    """
+    Every split has the columns the flags name (`{"--label_column_name": "label", ...}`).
+
+    Raises:
+        `ValueError`: one line naming the first missing column's flag, the split and the columns it has.
+    """
+    for split, dataset in raw.items():
+        for flag, column in columns.items():
+            if column not in dataset.column_names:
+                raise ValueError(
+                    f"{flag} {column}: the {split} data has no such column (columns: "
+                    f"{', '.join(dataset.column_names)}); name the right one"
+                )
 
 
 def _offline_errors() -> tuple[type[BaseException], ...]:

@@ -26,18 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import datasets
-import numpy as np
 import torch
 import transformers
-from torchmetrics.functional import accuracy
-from transformers import (
-    CONFIG_MAPPING,
-    AutoConfig,
-    AutoImageProcessor,
-    AutoModelForImageClassification,
-    EvalPrediction,
-    set_seed,
-)
+from transformers import AutoImageProcessor, AutoModelForImageClassification, set_seed
 from transformers.models.auto import image_processing_auto
 from transformers.utils import is_torchvision_available
 
@@ -46,6 +37,7 @@ from optimum_ipu.errors import run_script
 
 try:
     import example_utils
+    from example_utils import classification
 except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
     sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
@@ -80,13 +72,7 @@ class ModelArguments:
     )
 
     def __post_init__(self) -> None:
-        if self.model_type is not None and self.model_type not in CONFIG_MAPPING:
-            raise ValueError(f"--model_type {self.model_type}: unknown to transformers; e.g. vit, convnext")
-        if self.config_overrides is not None and self.model_name_or_path is not None:
-            raise ValueError(
-                "--config_overrides changes the config of a model trained from scratch; leave out "
-                "--model_name_or_path, or use --config_name"
-            )
+        classification.check_model_arguments(self, "vit, convnext")
         if self.model_name_or_path is None and self.model_type is None and self.config_name is None:
             # as Optimum Graphcore's (and transformers') script: its README's --train_dir command gives no model
             self.model_name_or_path = DEFAULT_MODEL
@@ -137,57 +123,17 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dat
     )
 
 
-def check_columns(raw: datasets.DatasetDict, data: DataTrainingArguments) -> list[str]:
-    """The label names (a `ClassLabel`'s names, else the sorted distinct values); a clear error for a missing
-    column."""
-    for split, dataset in raw.items():
-        for flag, column in (
-            ("--image_column_name", data.image_column_name),
-            ("--label_column_name", data.label_column_name),
-        ):
-            if column not in dataset.column_names:
-                raise ValueError(
-                    f"{flag} {column}: the {split} data has no such column (columns: "
-                    f"{', '.join(dataset.column_names)}); name the right one"
-                )
-    feature = raw["train" if "train" in raw else "validation"].features[data.label_column_name]
-    if isinstance(feature, datasets.ClassLabel):
-        return list(feature.names)
-    return [str(v) for v in sorted({v for split in raw.values() for v in split.unique(data.label_column_name)})]
-
-
 def build_model(
     model_args: ModelArguments, labels: list[str]
 ) -> tuple[transformers.PreTrainedModel, transformers.BaseImageProcessor]:
     """The classifier (pretrained, or new from `--model_type` / `--config_name`) with the data's labels, and its
     image processor."""
-    hub = example_utils.hub_kwargs(model_args)
-    label_kwargs = {
-        "num_labels": len(labels),
-        "label2id": {n: i for i, n in enumerate(labels)},
-        "id2label": dict(enumerate(labels)),
-        "finetuning_task": "image-classification",
-    }
-    if model_args.config_name or model_args.model_name_or_path:
-        config = AutoConfig.from_pretrained(
-            model_args.config_name or model_args.model_name_or_path, **label_kwargs, **hub
-        )
-    else:
-        config = example_utils.new_config(model_args.model_type, model_args.config_overrides)
-        config.update(label_kwargs)
-    if model_args.model_name_or_path:
-        model = AutoModelForImageClassification.from_pretrained(
-            model_args.model_name_or_path,
-            config=config,
-            ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
-            **hub,
-        )
-    else:
-        logger.info("Training a new %s model from scratch", config.model_type)
-        model = AutoModelForImageClassification.from_config(config, trust_remote_code=model_args.trust_remote_code)
+    model, config = classification.load_classifier(
+        AutoModelForImageClassification, model_args, labels, "image-classification"
+    )
     source = model_args.image_processor_name or model_args.model_name_or_path
     if source:
-        processor = AutoImageProcessor.from_pretrained(source, **hub)
+        processor = AutoImageProcessor.from_pretrained(source, **example_utils.hub_kwargs(model_args))
     else:
         processor = family_image_processor(config)
     return model, processor
@@ -214,19 +160,6 @@ def family_image_processor(config: transformers.PretrainedConfig) -> transformer
     return processor
 
 
-def accuracy_metric(num_labels: int):
-    """`compute_metrics`: top-1 accuracy (`accuracy`) by torchmetrics."""
-
-    def compute(p: EvalPrediction) -> dict[str, float]:
-        logits = p.predictions[0] if isinstance(p.predictions, tuple) else p.predictions
-        preds = torch.as_tensor(np.argmax(logits, axis=-1))
-        labels = torch.as_tensor(np.asarray(p.label_ids)).long()
-        classes = max(num_labels, 2)
-        return {"accuracy": float(accuracy(preds, labels, task="multiclass", num_classes=classes, average="micro"))}
-
-    return compute
-
-
 def collate_fn(examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     """Stack the processed images and their labels."""
     return {
@@ -248,27 +181,20 @@ def main() -> None:
     if "validation" not in raw and training_args.do_eval and data_args.train_val_split > 0:
         split = raw["train"].train_test_split(data_args.train_val_split, seed=training_args.seed)
         raw["train"], raw["validation"] = split["train"], split["test"]
-    labels = check_columns(raw, data_args)
-    label_to_id = {name: i for i, name in enumerate(labels)}
-    model, image_processor = build_model(model_args, labels)
-
     image_column, label_column = data_args.image_column_name, data_args.label_column_name
-    is_class_label = isinstance(raw[next(iter(raw))].features[label_column], datasets.ClassLabel)
+    example_utils.check_columns(raw, {"--image_column_name": image_column, "--label_column_name": label_column})
+    labels = classification.label_names(raw, label_column, "validation")
+    model, image_processor = build_model(model_args, labels)
+    label_ids = classification.label_encoder(raw, label_column, labels)
 
     def transform(batch: dict[str, list]) -> dict[str, list]:
         """The image processor on each image (as RGB); labels as class ids. Applied on the fly."""
         images = [image.convert("RGB") for image in batch[image_column]]
         pixels = image_processor(images, return_tensors="pt")["pixel_values"]
-        ids = batch[label_column] if is_class_label else [label_to_id[str(v)] for v in batch[label_column]]
-        return {"pixel_values": list(pixels), "labels": ids}
+        return {"pixel_values": list(pixels), "labels": label_ids(batch[label_column])}
 
     def prepared(split: str, limit: int | None, flag: str) -> datasets.Dataset:
-        if split not in raw:
-            raise ValueError(f"{flag} needs a {split} dataset: give --{split}_dir (or --dataset_name with one)")
-        dataset = raw[split].shuffle(seed=training_args.seed) if limit is not None else raw[split]
-        if limit is not None:
-            dataset = dataset.select(range(min(limit, len(dataset))))
-        return dataset.with_transform(transform)
+        return classification.transformed_split(raw, split, limit, flag, training_args.seed, transform)
 
     train_dataset = prepared("train", data_args.max_train_samples, "--do_train") if training_args.do_train else None
     eval_dataset = prepared("validation", data_args.max_eval_samples, "--do_eval") if training_args.do_eval else None
@@ -279,7 +205,7 @@ def main() -> None:
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        compute_metrics=accuracy_metric(len(labels)),
+        compute_metrics=classification.accuracy_metric(len(labels)),
         processing_class=image_processor,
         data_collator=collate_fn,
     )

@@ -48,10 +48,11 @@ from transformers import (
 
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
 from optimum_ipu.errors import run_script
-from optimum_ipu.pipelines.audio import load_audio, read_audio_folder
+from optimum_ipu.pipelines.audio import load_audio
 
 try:
     import example_utils
+    from example_utils import audio
 except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
     sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
@@ -153,29 +154,7 @@ class DataTrainingArguments:
 def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dict[str, datasets.Dataset]:
     """The train / eval splits, from audiofolder folders or the Hugging Face Hub or its local cache (audio left
     undecoded)."""
-    if data.dataset_name is None:
-        dirs = {"train": data.train_dir, "eval": data.eval_dir}
-        return {split: read_audio_folder(path, data.audio_column_name) for split, path in dirs.items() if path}
-    out = {}
-    for split, names in (("train", data.train_split_name), ("eval", data.eval_split_name)):
-        hint = "--train_dir train --eval_dir test --text_column_name transcription (audiofolder layout: audio files, "
-        hint += "metadata.csv with file_name and the transcription)"
-        parts = [
-            example_utils.load_hub_dataset(
-                data.dataset_name,
-                data.dataset_config_name,
-                local_files_hint=hint,
-                split=name,
-                cache_dir=model.cache_dir,
-                token=model.token,
-            )
-            for name in names.split("+")
-        ]
-        dataset = datasets.concatenate_datasets(parts)
-        if isinstance(dataset.features.get(data.audio_column_name), datasets.Audio):
-            dataset = dataset.cast_column(data.audio_column_name, datasets.Audio(decode=False))  # decoded here
-        out[split] = dataset
-    return out
+    return audio.load_transcribed_splits(data, model)
 
 
 def normalizer(chars_to_ignore: list[str] | None):
@@ -257,17 +236,6 @@ def error_rates(tokenizer: Wav2Vec2CTCTokenizer, metrics: list[str]):
     return compute
 
 
-def check_columns(raw: dict[str, datasets.Dataset], data_args: DataTrainingArguments) -> None:
-    for split, dataset in raw.items():
-        for flag in ("--audio_column_name", "--text_column_name"):
-            column = getattr(data_args, flag[2:])
-            if column not in dataset.column_names:
-                raise ValueError(
-                    f"{flag} {column}: the {split} data has no such column (columns: "
-                    f"{', '.join(dataset.column_names)}); name the right one"
-                )
-
-
 def make_tokenizer(
     model_args: ModelArguments, data_args: DataTrainingArguments, texts: dict[str, list[str]], output_dir: str
 ) -> Wav2Vec2CTCTokenizer:
@@ -344,7 +312,8 @@ def main() -> None:
     last_checkpoint = example_utils.start_run(training_args)
     set_seed(training_args.seed)
     raw = load_raw_datasets(data_args, model_args)
-    check_columns(raw, data_args)
+    columns = {"--audio_column_name": data_args.audio_column_name, "--text_column_name": data_args.text_column_name}
+    example_utils.check_columns(raw, columns)
     normalize = normalizer(data_args.chars_to_ignore)
     texts = {split: [normalize(str(t)) for t in dataset[data_args.text_column_name]] for split, dataset in raw.items()}
     tokenizer = make_tokenizer(model_args, data_args, texts, training_args.output_dir)

@@ -44,10 +44,11 @@ from transformers import (
 
 from optimum_ipu import IPUSeq2SeqTrainer, IPUSeq2SeqTrainingArguments
 from optimum_ipu.errors import run_script
-from optimum_ipu.pipelines.audio import load_audio, read_audio_folder
+from optimum_ipu.pipelines.audio import load_audio
 
 try:
     import example_utils
+    from example_utils import audio
 except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
     sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
@@ -102,40 +103,14 @@ class DataTrainingArguments:
 
 
 def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dict[str, datasets.Dataset]:
-    """The train / eval splits, from audiofolder folders or the local `datasets` cache (audio left undecoded)."""
-    if data.dataset_name is None:
-        dirs = {"train": data.train_dir, "eval": data.eval_dir}
-        return {split: read_audio_folder(path, data.audio_column_name) for split, path in dirs.items() if path}
-    out = {}
-    for split, names in (("train", data.train_split_name), ("eval", data.eval_split_name)):
-        hint = "--train_dir train --eval_dir test --text_column_name transcription (audiofolder layout: audio files, "
-        hint += "metadata.csv with file_name and the transcription)"
-        parts = [
-            example_utils.load_hub_dataset(
-                data.dataset_name,
-                data.dataset_config_name,
-                local_files_hint=hint,
-                split=name,
-                cache_dir=model.cache_dir,
-                token=model.token,
-            )
-            for name in names.split("+")
-        ]
-        dataset = datasets.concatenate_datasets(parts)
-        if isinstance(dataset.features.get(data.audio_column_name), datasets.Audio):
-            dataset = dataset.cast_column(data.audio_column_name, datasets.Audio(decode=False))  # decoded here
-        out[split] = dataset
-    return out
+    """The train / eval splits, from audiofolder folders or the Hugging Face Hub or its local cache (audio left
+    undecoded)."""
+    return audio.load_transcribed_splits(data, model)
 
 
 def load_model(model_args: ModelArguments, data_args: DataTrainingArguments) -> tuple[Any, Any, Any]:
     """The model, its feature extractor and tokenizer, with Whisper's language and task set."""
-    hub = {
-        "cache_dir": model_args.cache_dir,
-        "revision": model_args.model_revision,
-        "token": model_args.token,
-        "trust_remote_code": model_args.trust_remote_code,
-    }
+    hub = example_utils.hub_kwargs(model_args)
     config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path, **hub)
     if getattr(config, "model_type", None) == "whisper":
         config.apply_spec_augment = model_args.apply_spec_augment
@@ -208,16 +183,8 @@ def main() -> None:
     last_checkpoint = example_utils.start_run(training_args)
     set_seed(training_args.seed)
     raw = load_raw_datasets(data_args, model_args)
-    for split, dataset in raw.items():
-        for flag, column in (
-            ("--audio_column_name", data_args.audio_column_name),
-            ("--text_column_name", data_args.text_column_name),
-        ):
-            if column not in dataset.column_names:
-                raise ValueError(
-                    f"{flag} {column}: the {split} data has no such column (columns: "
-                    f"{', '.join(dataset.column_names)}); name the right one"
-                )
+    columns = {"--audio_column_name": data_args.audio_column_name, "--text_column_name": data_args.text_column_name}
+    example_utils.check_columns(raw, columns)
     model, extractor, tokenizer = load_model(model_args, data_args)
     texts = [t for d in raw.values() for t in d[data_args.text_column_name]]
     label_length = max(len(tokenizer(t.lower() if data_args.do_lower_case else t).input_ids) for t in texts)
