@@ -61,6 +61,21 @@ def write_model(folder: Path, preset: str) -> None:
     print(f"wrote {sum(p.numel() for p in model.parameters()) / 1e6:.0f} M parameters to {folder}", flush=True)
 
 
+def count_reduce_scatter_bytes() -> dict:
+    """Counts the bytes sent into FSDP's gradient reduce-scatters from now on (`original` undoes it)."""
+    import torch.distributed as dist
+
+    sent = {"bytes": 0, "original": dist.reduce_scatter_single}
+
+    def counting(*args, **kwargs):
+        tensor = kwargs.get("input", args[1] if len(args) > 1 else None)
+        sent["bytes"] += tensor.numel() * tensor.element_size()
+        return sent["original"](*args, **kwargs)
+
+    dist.reduce_scatter_single = counting  # FSDP2 calls it through the module
+    return sent
+
+
 def worker(model_dir: str, scenario: str, out: str) -> None:
     import torch
     import torch.distributed as dist
@@ -90,12 +105,23 @@ def worker(model_dir: str, scenario: str, out: str) -> None:
     trained = [p for p in engine.params if p.requires_grad]
     adamw = torch.optim.AdamW(trained, lr=1e-4, fused=True)  # Trainer's default
     ids = torch.randint(0, model.config.vocab_size, (stages, SEQ), generator=torch.Generator().manual_seed(0))
-    for row in ids.split(1):  # one optimizer step of `stages` micro-batches, through the step protocol
-        engine.micro_batch({"input_ids": row, "attention_mask": torch.ones_like(row), "labels": row}, 1 / stages)
-    engine.finish_step()
-    adamw.step()
+    sent = {}
+    # Sharded, a first step reduce-scatters after every micro-batch (the path before), then one step as it runs now:
+    # once per step. The bytes sent into FSDP's reduce-scatters are counted for each.
+    for once in [False, True] if fsdp else [True]:
+        engine.reduce_once_per_step = once
+        sent[once] = count_reduce_scatter_bytes()
+        for row in ids.split(1):  # one optimizer step of `stages` micro-batches, through the step protocol
+            engine.micro_batch({"input_ids": row, "attention_mask": torch.ones_like(row), "labels": row}, 1 / stages)
+        engine.finish_step()
+        adamw.step()
+        adamw.zero_grad(set_to_none=True)
+        dist.reduce_scatter_single = sent[once]["original"]
     held = local_parameter_bytes(p for p in model.parameters())
     report = {"bare": bare, "peak": peak_rss_bytes(), "held": held, "share": 4 * held, "whole": whole}
+    if fsdp:
+        per_step = {"every micro-batch": sent[False]["bytes"], "once": sent[True]["bytes"]}
+        report["reduce_scattered_bytes_per_step"] = per_step
     with open(os.path.join(out, f"{scenario}-rank{dist.get_rank()}.json"), "w") as f:
         json.dump(report, f)
     dist.destroy_process_group()
@@ -129,6 +155,10 @@ def summarize(scenario: str, ranks: list[dict], reference: list[dict]) -> dict:
             f"{scenario:15s} rank {rank}: peak {r['peak'] / mb:7.0f} MB = base {base / mb:5.0f} MB + {above / mb:7.0f} "
             f"MB; share {r['share'] / mb:7.0f} MB, ratio {above / r['share']:5.2f}; whole {r['whole'] / mb:6.0f} MB"
         )
+        if "reduce_scattered_bytes_per_step" in r:
+            sent = r["reduce_scattered_bytes_per_step"]
+            every, once = sent["every micro-batch"] / mb, sent["once"] / mb
+            print(f"{'':15s}   reduce-scattered per step: {every:.1f} MB after every micro-batch, {once:.1f} MB once")
     total = sum(r["peak"] for r in ranks)
     print(f"{scenario:15s} job total {total / mb:.0f} MB", flush=True)
     return {"scenario": scenario, "ranks": rows, "total_peak": total}

@@ -126,6 +126,8 @@ class PipelineEngine:
         self.schedule: Any = None
         self.steps_run = 0
         self.optimizer_steps = 0
+        # sharded: False reduce-scatters after every micro-batch (no unsharded gradients held between them)
+        self.reduce_once_per_step = True
         self.last_step_skipped = False
         self.last_grad_norm = math.nan  # of the last optimizer step, before clipping
         if keys is not None:
@@ -228,7 +230,7 @@ class PipelineEngine:
     def _gradient_sync_once(self) -> Iterator[None]:
         """Sharded (FSDP), the stage's gradients are reduce-scattered over its replicas once per optimizer step, in the
         backward of its last micro-batch, not after every micro-batch: the earlier ones accumulate unsharded."""
-        root = self._root if self.sharded and self._micro > 1 else None
+        root = self._root if self.sharded and self._micro > 1 and self.reduce_once_per_step else None
         if root is None:
             yield
             return
