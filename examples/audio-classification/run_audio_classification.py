@@ -22,8 +22,13 @@ extractor at 16 kHz). Writes `train_results.json`, `eval_results.json` (`eval_ac
 
 from __future__ import annotations
 
+try:
+    import example_utils
+except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
+    fix = "pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'"
+    raise SystemExit(f"{err}. To fix: {fix}") from None
+
 import logging
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,18 +36,13 @@ import datasets
 import numpy as np
 import torch
 import transformers
+from example_utils import audio, classification
 from transformers import AutoFeatureExtractor, AutoModelForAudioClassification, set_seed
 from transformers.models.auto.feature_extraction_auto import feature_extractor_class_from_name
 
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
 from optimum_ipu.errors import run_script
 from optimum_ipu.pipelines.audio import load_audio
-
-try:
-    import example_utils
-    from example_utils import audio, classification
-except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
-    sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
 logger = logging.getLogger(__name__)
 

@@ -173,6 +173,33 @@ def check_columns(raw: Mapping[str, datasets.Dataset], columns: Mapping[str, str
                 )
 
 
+def load_data_files(files: Mapping[str, str | None], cache_dir: str | None) -> dict[str, datasets.Dataset]:
+    """
+    The splits of local CSV or JSON (lines) files, `{"train": path, ...}` (those given), each read by the `csv` or
+    `json` builder of `datasets` from its extension.
+
+    Raises:
+        `FileNotFoundError`: one line naming the flag (`--train_file`, ...) of a file that is not there.
+    """
+    raw = {}
+    for split, path in files.items():
+        if path is None:
+            continue
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"--{split}_file {path}: no such file")
+        builder = "csv" if path.lower().endswith(".csv") else "json"
+        raw[split] = datasets.load_dataset(builder, data_files={split: path}, cache_dir=cache_dir)[split]
+    return raw
+
+
+def max_model_length(tokenizer: transformers.PreTrainedTokenizerBase, config: transformers.PretrainedConfig) -> int:
+    """The longest sequence both the tokenizer and the model's position table take."""
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if positions and config.model_type in ("roberta", "xlm-roberta", "camembert"):
+        positions -= (config.pad_token_id or 0) + 1  # RoBERTa's positions start after the padding index
+    return min(tokenizer.model_max_length, positions or tokenizer.model_max_length)
+
+
 def _offline_errors() -> tuple[type[BaseException], ...]:
     """What `datasets` and `huggingface_hub` raise when the Hub cannot be reached (offline mode, no network, a
     timeout), and nothing else: a misspelt name or a missing config name is reported as it is."""

@@ -19,27 +19,27 @@ from `torchmetrics`), `all_results.json`, and the model with its image processor
 
 from __future__ import annotations
 
+try:
+    import example_utils
+except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
+    fix = "pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'"
+    raise SystemExit(f"{err}. To fix: {fix}") from None
+
 import logging
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import datasets
 import torch
 import transformers
+from example_utils import classification
 from transformers import AutoImageProcessor, AutoModelForImageClassification, set_seed
 from transformers.models.auto import image_processing_auto
 from transformers.utils import is_torchvision_available
 
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
 from optimum_ipu.errors import run_script
-
-try:
-    import example_utils
-    from example_utils import classification
-except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
-    sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
 logger = logging.getLogger(__name__)
 

@@ -21,21 +21,21 @@ text per sequence (add `--pad_to_max_length` for static shapes). `DataCollatorFo
 
 from __future__ import annotations
 
+try:
+    import example_utils
+except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
+    fix = "pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'"
+    raise SystemExit(f"{err}. To fix: {fix}") from None
+
 import logging
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from example_utils import language_modeling as lm
 from transformers import AutoModelForMaskedLM, DataCollatorForLanguageModeling, set_seed
 
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
 from optimum_ipu.errors import run_script
-
-try:
-    import example_utils
-    from example_utils import language_modeling as lm
-except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
-    sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
 logger = logging.getLogger(__name__)
 

@@ -16,16 +16,19 @@ index of the right one, `label`. Writes `train_results.json`, `eval_results.json
 
 from __future__ import annotations
 
+try:
+    import example_utils
+except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
+    fix = "pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'"
+    raise SystemExit(f"{err}. To fix: {fix}") from None
+
 import logging
-import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import datasets
 import numpy as np
 import torch
-import transformers
 from torchmetrics.functional import accuracy
 from transformers import (
     AutoConfig,
@@ -40,11 +43,6 @@ from transformers import (
 
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
 from optimum_ipu.errors import run_script
-
-try:
-    import example_utils
-except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
-    sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
 logger = logging.getLogger(__name__)
 
@@ -87,15 +85,7 @@ def load_raw_datasets(data: DataTrainingArguments, model: example_utils.ModelArg
     """The train / validation splits, from local files or the Hugging Face Hub (`swag`, `regular`) or its cache."""
     files = {"train": data.train_file, "validation": data.validation_file}
     if any(files.values()):
-        raw = {}
-        for split, path in files.items():
-            if path is None:
-                continue
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"--{split}_file {path}: no such file")
-            builder = "csv" if path.lower().endswith(".csv") else "json"
-            raw[split] = datasets.load_dataset(builder, data_files={split: path}, cache_dir=model.cache_dir)[split]
-        return raw
+        return example_utils.load_data_files(files, model.cache_dir)
     name = data.dataset_name or "swag"
     config = data.dataset_config_name or ("regular" if name == "swag" else None)
     hint = "--train_file train.csv --validation_file val.csv (SWAG's CSV layout, or the same columns in JSON lines)"
@@ -115,14 +105,6 @@ def check_columns(raw: dict[str, datasets.Dataset]) -> None:
             )
 
 
-def max_model_length(tokenizer: transformers.PreTrainedTokenizerBase, config: PretrainedConfig) -> int:
-    """The longest sequence both the tokenizer and the model's position table take."""
-    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    if positions and config.model_type in ("roberta", "xlm-roberta", "camembert"):
-        positions -= (config.pad_token_id or 0) + 1  # RoBERTa's positions start after the padding index
-    return min(tokenizer.model_max_length, positions or tokenizer.model_max_length)
-
-
 def compute_metrics(p: EvalPrediction) -> dict[str, float]:
     """Accuracy of the highest-scoring choice (torchmetrics)."""
     logits = p.predictions[0] if isinstance(p.predictions, tuple) else p.predictions
@@ -133,7 +115,7 @@ def compute_metrics(p: EvalPrediction) -> dict[str, float]:
 
 def sequence_length(tokenizer: Any, config: PretrainedConfig, wanted: int | None) -> int:
     """`--max_seq_length`, within what the model takes (default: the longest, at most 1024 as upstream)."""
-    longest = max_model_length(tokenizer, config)
+    longest = example_utils.max_model_length(tokenizer, config)
     if wanted is None:
         if longest > LONGEST_DEFAULT:
             logger.warning("the tokenizer takes %d tokens: using %d; set --max_seq_length", longest, LONGEST_DEFAULT)

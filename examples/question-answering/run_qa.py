@@ -19,8 +19,13 @@ with `--version_2_with_negative` the official SQuAD v2 keys: `eval_exact`, `eval
 
 from __future__ import annotations
 
+try:
+    import example_utils
+except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
+    fix = "pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'"
+    raise SystemExit(f"{err}. To fix: {fix}") from None
+
 import logging
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -48,11 +53,6 @@ from utils_qa import (
 from optimum_ipu import IPUTrainingArguments
 from optimum_ipu.errors import run_script
 from optimum_ipu.packing import packed_question_answering_loss, prepare_packed_training
-
-try:
-    import example_utils
-except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
-    sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
 logger = logging.getLogger(__name__)
 

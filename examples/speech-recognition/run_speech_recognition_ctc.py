@@ -23,11 +23,16 @@ extractor and tokenizer, and `ipu_config.json`.
 
 from __future__ import annotations
 
+try:
+    import example_utils
+except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
+    fix = "pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'"
+    raise SystemExit(f"{err}. To fix: {fix}") from None
+
 import json
 import logging
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +40,7 @@ import datasets
 import jiwer
 import numpy as np
 import transformers
+from example_utils import audio
 from transformers import (
     CONFIG_MAPPING,
     AutoConfig,
@@ -49,12 +55,6 @@ from transformers import (
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
 from optimum_ipu.errors import run_script
 from optimum_ipu.pipelines.audio import load_audio
-
-try:
-    import example_utils
-    from example_utils import audio
-except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
-    sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
 logger = logging.getLogger(__name__)
 

@@ -23,8 +23,13 @@ static KV cache, the batch padded to its full size). Writes `train_results.json`
 
 from __future__ import annotations
 
+try:
+    import example_utils
+except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
+    fix = "pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'"
+    raise SystemExit(f"{err}. To fix: {fix}") from None
+
 import logging
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +38,7 @@ import jiwer
 import numpy as np
 import torch
 import transformers
+from example_utils import audio
 from transformers import (
     AutoConfig,
     AutoFeatureExtractor,
@@ -45,12 +51,6 @@ from transformers import (
 from optimum_ipu import IPUSeq2SeqTrainer, IPUSeq2SeqTrainingArguments
 from optimum_ipu.errors import run_script
 from optimum_ipu.pipelines.audio import load_audio
-
-try:
-    import example_utils
-    from example_utils import audio
-except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
-    sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
 logger = logging.getLogger(__name__)
 

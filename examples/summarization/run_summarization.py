@@ -22,23 +22,23 @@ after training `training_curves.png`.
 
 from __future__ import annotations
 
+try:
+    import example_utils
+except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
+    fix = "pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'"
+    raise SystemExit(f"{err}. To fix: {fix}") from None
+
 import functools
 import logging
-import sys
 from dataclasses import dataclass, field
 
 import datasets
+from example_utils import seq2seq
 from rouge_score import rouge_scorer, scoring
 from transformers import set_seed
 
 from optimum_ipu import IPUSeq2SeqTrainingArguments
 from optimum_ipu.errors import run_script
-
-try:
-    import example_utils
-    from example_utils import seq2seq
-except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
-    sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
 logger = logging.getLogger(__name__)
 

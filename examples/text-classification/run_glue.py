@@ -21,11 +21,16 @@ and, after training, `training_curves.png`.
 
 from __future__ import annotations
 
+try:
+    import example_utils
+except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
+    fix = "pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'"
+    raise SystemExit(f"{err}. To fix: {fix}") from None
+
 import csv
 import logging
 import os
 import random
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -58,11 +63,6 @@ from transformers import (
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
 from optimum_ipu.errors import run_script
 from optimum_ipu.packing import PackedSequenceClassificationLoss, prepare_packed_training
-
-try:
-    import example_utils
-except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
-    sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
 logger = logging.getLogger(__name__)
 

@@ -19,16 +19,20 @@ training, `training_curves.png`.
 
 from __future__ import annotations
 
+try:
+    import example_utils
+except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
+    fix = "pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'"
+    raise SystemExit(f"{err}. To fix: {fix}") from None
+
 import logging
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import datasets
 import numpy as np
-import transformers
 from seqeval.metrics import accuracy_score, classification_report, f1_score, precision_score, recall_score
 from transformers import (
     AutoConfig,
@@ -43,11 +47,6 @@ from transformers import (
 
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
 from optimum_ipu.errors import run_script
-
-try:
-    import example_utils
-except ModuleNotFoundError as err:  # a source checkout run without installing the examples' shared module
-    sys.exit(f"{err}. To fix: pip install -e '.[examples]' in the checkout, or pip install 'optimum-ipu[examples]'")
 
 logger = logging.getLogger(__name__)
 
@@ -112,15 +111,7 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
     """The train / validation / test splits, from local files or the Hugging Face Hub (or its local cache)."""
     files = {"train": data.train_file, "validation": data.validation_file, "test": data.test_file}
     if any(files.values()):
-        raw = {}
-        for split, path in files.items():
-            if path is None:
-                continue
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"--{split}_file {path}: no such file")
-            builder = "csv" if path.lower().endswith(".csv") else "json"
-            raw[split] = datasets.load_dataset(builder, data_files={split: path}, cache_dir=model.cache_dir)[split]
-        return raw
+        return example_utils.load_data_files(files, model.cache_dir)
     hint = "--train_file train.json --validation_file validation.json (JSON lines of tokens and ner_tags lists)"
     raw = example_utils.load_hub_dataset(
         data.dataset_name, data.dataset_config_name, local_files_hint=hint, cache_dir=model.cache_dir, token=model.token
@@ -140,14 +131,6 @@ def pick_column(given: str | None, default: str, position: int, columns: list[st
     if len(columns) <= position:
         raise ValueError(f"the data has {len(columns)} column(s) ({', '.join(columns)}); give --{flag}")
     return columns[position]
-
-
-def max_model_length(tokenizer: transformers.PreTrainedTokenizerBase, config: PretrainedConfig) -> int:
-    """The longest sequence both the tokenizer and the model's position table take."""
-    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    if positions and config.model_type in ("roberta", "xlm-roberta", "camembert"):
-        positions -= (config.pad_token_id or 0) + 1  # RoBERTa's positions start after the padding index
-    return min(tokenizer.model_max_length, positions or tokenizer.model_max_length)
 
 
 def seqeval_metrics(label_list: list[str], entity_level: bool) -> Callable[[EvalPrediction], dict[str, float]]:
@@ -338,7 +321,7 @@ def main() -> None:
     model, tokenizer, config = load_model_and_tokenizer(model_args, len(label_list))
     label_list, label_to_id = align_model_labels(model, label_list, label_to_id, labels_are_int)
     label_names = [str(label) for label in label_list]
-    longest = max_model_length(tokenizer, config)
+    longest = example_utils.max_model_length(tokenizer, config)
     max_seq_length = min(data_args.max_seq_length or longest, longest)
     if data_args.max_seq_length is not None and data_args.max_seq_length > longest:
         logger.warning("max_seq_length %d > the model's %d: using the latter", data_args.max_seq_length, longest)
