@@ -1,4 +1,4 @@
-"""`python -m example_utils OUTPUT_DIR` (with `examples/` on `PYTHONPATH`): the closing summary of a finished run."""
+"""`python -m example_utils OUTPUT_DIR` (installed with the package): the closing summary of a finished run."""
 
 import sys
 
