@@ -4,21 +4,35 @@ On an IPU a generation loop is one compiled graph of fixed shapes; the same hold
 graphs here. `generate_static` pads the batch and the prompt to fixed sizes and asks `transformers` for its
 static KV cache (`cache_implementation="static"`), so every decoding step has the same shapes. Greedy and
 beam search give the tokens of the stock model's `generate()` on the unpadded inputs.
+
+A model whose stages run on separate processes (loaded under `torchrun` with an `IPUConfig` of several stages, each
+process holding its stage only) generates the same way: every process of the replica calls `generate()` with the same
+inputs, each keeps its own layers and their part of the KV cache, and all return the same tokens
+(`optimum_ipu.runtime.pipeline_forward.StageGeneration`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from ..config import IPUConfig
+from ..runtime.devices import detect_devices
+from ..runtime.distributed import world_size
+from ..runtime.pipeline_forward import StageGeneration
+from ..runtime.stage_hold import stage_hold
 from .plans import plan_for_model
 from .stage_plan import StagePlan
 
 if TYPE_CHECKING:
     from transformers.utils import ModelOutput
+
+logger = logging.getLogger(__name__)
+_WARNED: list[bool] = []  # the one-process, several-GPU warning is given once
 
 
 class StaticGeneration:
@@ -100,15 +114,18 @@ def generate_static(
     >>> tokenizer.batch_decode(ids, skip_special_tokens=True)
     ```
     """
+    wrapper = model if isinstance(model, StaticGeneration) else None
     if isinstance(model, StaticGeneration):
         ipu_config = model.ipu_config if ipu_config is None else ipu_config
         plan, model = model.plan, model.model
     else:
         plan = plan_for_model(model)
+    staged = _stages_generating(model, wrapper, ipu_config, generate_kwargs)
     if ipu_config is not None:
         batch_size = _apply_parallelize_kwargs(ipu_config, batch_size, generate_kwargs)
     if plan.input_kind != "tokens":  # speech (Whisper's input_features): fixed-size inputs, rows padded
-        return _generate_from_features(model, input_ids, attention_mask, batch_size, generate_kwargs)
+        with staged:
+            return _generate_from_features(model, input_ids, attention_mask, batch_size, generate_kwargs)
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids: expected a (batch, length) tensor, got shape {tuple(input_ids.shape)}")
     if batch_size is not None and input_ids.shape[0] > batch_size:
@@ -136,7 +153,7 @@ def generate_static(
     if generate_kwargs.get("use_cache") is not False:
         generate_kwargs.setdefault("cache_implementation", "static")
     generate_kwargs.setdefault("pad_token_id", pad_id)
-    with torch.no_grad():
+    with torch.no_grad(), staged:
         output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)
     # generate() returns `num_return_sequences` consecutive rows per prompt
     per_prompt = generate_kwargs.get("num_return_sequences") or getattr(
@@ -147,6 +164,44 @@ def generate_static(
         return output[:keep]
     output.sequences = output.sequences[:keep]
     return output
+
+
+def _stages_generating(
+    model: nn.Module, wrapper: StaticGeneration | None, ipu_config: IPUConfig | None, generate_kwargs: dict[str, Any]
+) -> contextlib.AbstractContextManager:
+    """Where `generate()` runs when this process holds one stage of `model` (the stages' `StageGeneration`, made once
+    per wrapper: it learns the stand-ins of other stages' layers at its first call); nothing to open otherwise."""
+    hold = stage_hold(model)
+    if hold is None:
+        _warn_one_process_stages(ipu_config)
+        return contextlib.nullcontext()
+    generation = getattr(wrapper, "_stage_generation", None)
+    if generation is None:
+        if wrapper is not None:
+            cut = wrapper.stage_cut()
+        else:
+            from .pipelined import to_pipelined  # pipelined.py imports this module
+
+            cut = to_pipelined(model, IPUConfig()).stage_cut()
+        generation = StageGeneration(model, cut, hold)
+        if wrapper is not None:
+            wrapper.__dict__["_stage_generation"] = generation
+    # a compiled forward would trace the stage's sends and receives: the decoding loop runs eagerly
+    generate_kwargs.setdefault("disable_compile", True)
+    return generation.generating()
+
+
+def _warn_one_process_stages(ipu_config: IPUConfig | None) -> None:
+    """Say once that one process runs every stage on one device, where several GPUs could each take one."""
+    stages = ipu_config.value("ipus_per_replica", inference=True) if ipu_config is not None else 1
+    if stages > 1 and world_size() == 1 and not _WARNED and detect_devices().count > 1:
+        _WARNED.append(True)
+        logger.warning(
+            "generate: the %d pipeline stages run in turn on one GPU of this process; placing stage i on GPU i in one "
+            "process is not implemented: launch one process per stage (torchrun --nproc_per_node=%d) to spread them",
+            stages,
+            stages,
+        )
 
 
 def _apply_parallelize_kwargs(

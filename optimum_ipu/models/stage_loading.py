@@ -93,7 +93,11 @@ def load_stage(
     """
     if not dist.is_initialized():
         raise RuntimeError("load_stage needs torch.distributed: launch with torchrun")
-    check_processes(ipu_config, dist.get_world_size())
+    # the processes must be the layout's stages x replicas; the micro-batches a training schedule needs are checked
+    # where it trains (PipelineEngine): loading to generate or evaluate needs none
+    layout = ipu_config.copy()
+    layout.gradient_accumulation_steps = max(layout.gradient_accumulation_steps, layout.value("ipus_per_replica"))
+    check_processes(layout, dist.get_world_size())
     device = device or default_device()
     hub = {k: kwargs.pop(k) for k in HUB_KWARGS if k in kwargs}
     cls = getattr(transformers, auto_class) if isinstance(auto_class, str) else auto_class

@@ -28,6 +28,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
+from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
 from ..errors import IncompatibleIPUConfigError
@@ -99,12 +100,18 @@ class _StageExit(Exception):
 class _PassThrough(nn.Module):
     """Stands in for a layer of another stage: returns the hidden states it is given, shaped as that layer's
     output (a tensor, or a tuple of that length whose other items are `None`). Other attributes are the layer's
-    (base models read a layer's `attention_type` and the like between layers)."""
+    (base models read a layer's `attention_type` and the like between layers).
+
+    Given a KV cache (generation), it appends a placeholder for its layer's new tokens (`_hold_place`): the keys and
+    values live in the cache of the process that runs the layer, while this process's cache keeps its lengths."""
 
     def __init__(self, arity: int = 0, layer: nn.Module | None = None) -> None:
         super().__init__()
         self.arity = arity
         self.__dict__["_layer"] = layer  # a plain reference: its parameters stay registered in the model only
+        # the cache index of the layer's attention (its `layer_idx`), if it has one
+        indices = (getattr(m, "layer_idx", None) for m in (layer.modules() if layer is not None else ()))
+        self.__dict__["_cache_index"] = next((i for i in indices if isinstance(i, int)), None)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -116,7 +123,21 @@ class _PassThrough(nn.Module):
             return getattr(layer, name)
 
     def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        cache = next((v for v in (*args, *kwargs.values()) if isinstance(v, Cache)), None)
+        if cache is not None and self.__dict__["_cache_index"] is not None:
+            _hold_place(cache, self.__dict__["_cache_index"], hidden_states)
         return (hidden_states, *([None] * (self.arity - 1))) if self.arity else hidden_states
+
+
+def _hold_place(cache: Cache, index: int, hidden_states: torch.Tensor) -> None:
+    """Append to cache layer `index` one zero per new token and row (keys and values of shape `(batch, 1, tokens,
+    1)`), for a layer run by another process: `transformers` reads the cached length (positions, masks) from a
+    layer's keys and reorders every layer for beam search, so each layer must follow the tokens; one value each
+    (not an empty tensor, which a dynamic cache would count as no tokens) is all the memory it takes."""
+    if isinstance(cache, EncoderDecoderCache):
+        cache = cache.self_attention_cache
+    placeholder = hidden_states.new_zeros(hidden_states.shape[0], 1, hidden_states.shape[1], 1)
+    cache.update(placeholder, placeholder, index)
 
 
 class _ZerosForMeta(TorchFunctionMode):
@@ -281,6 +302,11 @@ class StageModule(nn.Module):
         """Stand-ins for the layers of other stages, each returning what its layer returns (a tensor or a tuple
         of some length): learnt from one forward of the whole model on one row, so no family needs declaring."""
         row = {k: v[:1] if isinstance(v, torch.Tensor) and v.dim() else v for k, v in batch.items()}
+        if any(isinstance(v, Cache) for v in row.values()):
+            # a generation's step: the probe runs every layer, which would write into the KV cache; it runs without
+            # it, and without the attention mask, which may be sized to the cache (a static cache's full length)
+            row = {k: v for k, v in row.items() if not isinstance(v, Cache) and k != "attention_mask"}
+            row["use_cache"] = False
         with _ZerosForMeta(next(v for v in batch.values() if isinstance(v, torch.Tensor)).device):
             probe = probe_layers(self.model, self._layers, row, self.cut)
         self._encoder_output = probe.encoder_output

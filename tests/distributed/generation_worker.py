@@ -1,0 +1,86 @@
+"""`generate()` and `pipeline("text-generation")` of a model whose stages run on separate processes, for
+tests/distributed/test_generation_stages.py.
+
+    torchrun --nproc_per_node N generation_worker.py OUT_DIR MODEL_DIR LAYERS_PER_IPU_JSON
+
+Each process loads its stage only (`optimum_ipu.AutoModelForCausalLM.from_pretrained(..., ipu_config=...)` under
+torchrun), then runs every case of `CASES` on the same prompts (seeded as the test seeds its one-process run) and, when
+MODEL_DIR has a tokenizer, the text-generation pipeline on `PROMPTS`. Every rank writes OUT_DIR/rank{r}.json: the
+tokens of each case, the pipeline's results, and the bytes its KV cache held per layer after each case.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import transformers
+
+import optimum_ipu
+from optimum_ipu import IPUConfig
+
+SEED = 7
+PAD = 0
+CASES: dict[str, dict] = {
+    "greedy": {"do_sample": False, "max_new_tokens": 8},
+    "greedy-dynamic-cache": {"do_sample": False, "max_new_tokens": 8, "cache_implementation": "dynamic"},
+    "beam": {"do_sample": False, "num_beams": 2, "num_return_sequences": 2, "max_new_tokens": 6},
+    "sample": {"do_sample": True, "top_k": 8, "temperature": 1.5, "max_new_tokens": 8},
+}
+PROMPTS = ["The capital of France is", "Once upon a time", "the movie was"]
+PIPELINE_CALL = {"do_sample": False, "max_new_tokens": 5}
+
+
+def prompts(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two prompts of 6 and 4 tokens, left-padded (as decoder-only models generate)."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(2, vocab - 1, (2, 6), generator=g)
+    mask = torch.ones_like(ids)
+    ids[1, :2], mask[1, :2] = PAD, 0
+    return ids, mask
+
+
+def cache_bytes(cache: transformers.Cache) -> list[dict]:
+    """Per layer of a KV cache: the bytes its keys and values hold, and whether they are real (more than the
+    one-value placeholder a layer of another stage leaves)."""
+    layers = getattr(cache, "self_attention_cache", cache).layers
+    record = []
+    for index, layer in enumerate(layers):
+        if not getattr(layer, "is_initialized", False):
+            record.append({"layer": index, "bytes": 0, "real": False})
+            continue
+        size = sum(t.numel() * t.element_size() for t in (layer.keys, layer.values))
+        record.append({"layer": index, "bytes": size, "real": layer.keys.shape[-1] > 1})
+    return record
+
+
+def main() -> None:
+    out, model_dir, layout = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    dist.init_process_group("gloo")
+    config = IPUConfig(layers_per_ipu=layout)
+    model = optimum_ipu.AutoModelForCausalLM.from_pretrained(model_dir, ipu_config=config)
+    held = sum(p.numel() for p in model.model.parameters() if not p.is_meta)
+    ids, mask = prompts(model.config.vocab_size)
+    record: dict = {"tokens": {}, "cache": {}, "held_parameters": held}
+    for name, kwargs in CASES.items():
+        torch.manual_seed(SEED + dist.get_rank())  # a different state per process: the stages share the last one's
+        output = model.generate(input_ids=ids, attention_mask=mask, return_dict_in_generate=True, **kwargs)
+        record["tokens"][name] = output.sequences.tolist()
+        record["cache"][name] = cache_bytes(output.cache)
+        record.setdefault("cache_class", {})[name] = type(output.cache).__name__
+    if os.path.exists(os.path.join(model_dir, "tokenizer_config.json")):
+        pipe = optimum_ipu.pipelines.pipeline(
+            "text-generation", model=model, tokenizer=model_dir, max_seq_length=16, batch_size=2
+        )
+        record["pipeline"] = pipe(PROMPTS, **PIPELINE_CALL)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"rank{dist.get_rank()}.json"), "w") as f:
+        json.dump(record, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
