@@ -25,10 +25,15 @@ def env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO_ROOT), **offline, "OMP_NUM_THREADS": "1", **extra}
 
 
-def launch(*args: str, extra_env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+def launch(
+    *args: str, extra_env: dict | None = None, timeout: int = 300, real: bool = False
+) -> subprocess.CompletedProcess:
     """`args` run from the repository root: `python ...` and `torchrun` jobs start from the test zygote
-    (`tests/processes.py`: same meaning, no import time), anything else as a subprocess."""
+    (`tests/processes.py`: same meaning, no import time), anything else, or with `real=True` (a test of torchrun's
+    own behaviour), as a subprocess."""
     command, environment = list(args), env(**(extra_env or {}))
+    if real:
+        return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=timeout, cwd=REPO_ROOT)
     if command[: len(TORCHRUN)] == TORCHRUN:
         return run_torchrun(command[len(TORCHRUN) :], cwd=REPO_ROOT, env=environment, timeout=timeout)
     if command[0] == PYTHON:
