@@ -197,6 +197,8 @@ class StaticBatchingPipeline(Pipeline):
         self.static_batch_size = 0  # rows of the host batch of the current call
         self._rows_per_device: int | None = None
         super().__init__(pipelined.model, *args, device=self.engine.device, **kwargs)
+        if self.device.type == "meta":  # torchrun: transformers took the first parameter's device, another stage's
+            self.device = self.engine.device
 
     def _buckets(self, buckets: list[int] | None) -> list[int] | None:
         """The sequence buckets: given, else the inference layout's (`inference_parallelize_kwargs`), else the

@@ -42,7 +42,7 @@ def _generate(pipe: Pipeline, input_ids: torch.Tensor, attention_mask: torch.Ten
     device = pipe.engine.device
     with pipe.engine.autocast():
         output = generate_static(
-            pipe.model,
+            pipe.pipelined,  # (its stock model generates; a model holding one stage generates across the stages)
             input_ids.to(device),
             attention_mask.to(device),
             batch_size=pipe.static_batch_size,

@@ -21,6 +21,7 @@ import transformers
 
 import optimum_ipu
 from optimum_ipu import IPUConfig
+from optimum_ipu.pipelines import pipeline
 
 SEED = 7
 PAD = 0
@@ -72,9 +73,7 @@ def main() -> None:
         record["cache"][name] = cache_bytes(output.cache)
         record.setdefault("cache_class", {})[name] = type(output.cache).__name__
     if os.path.exists(os.path.join(model_dir, "tokenizer_config.json")):
-        pipe = optimum_ipu.pipelines.pipeline(
-            "text-generation", model=model, tokenizer=model_dir, max_seq_length=16, batch_size=2
-        )
+        pipe = pipeline("text-generation", model=model, tokenizer=model_dir, max_seq_length=16, batch_size=2)
         record["pipeline"] = pipe(PROMPTS, **PIPELINE_CALL)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, f"rank{dist.get_rank()}.json"), "w") as f:

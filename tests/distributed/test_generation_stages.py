@@ -1,0 +1,96 @@
+"""Serving across stages: `generate()` (greedy, beam search, sampling with a seed) and `pipeline("text-generation")` of
+a model whose stages run on separate processes, each loaded stage-local under torchrun, give the tokens of the stock
+model in one process; each process's KV cache holds keys and values for its own layers only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers
+
+from ..conftest import REPO_ROOT
+from ..helpers import TORCHRUN, free_port, launch
+from ..tiny_models import VOCAB, tiny_config
+from .generation_worker import CASES, PAD, PIPELINE_CALL, PROMPTS, SEED, prompts
+
+WORKER = str(REPO_ROOT / "tests" / "distributed" / "generation_worker.py")
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    """A tiny Llama whose tokens vary from step to step (the default init repeats one token)."""
+    config = tiny_config("llama")
+    config.initializer_range = 0.5
+    config.pad_token_id, config.bos_token_id, config.eos_token_id = PAD, VOCAB - 1, VOCAB - 1
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("llama-generating")
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tiny_pretrained):
+    """A tiny GPT-2 with its tokenizer (the worker runs the text-generation pipeline too)."""
+    return tiny_pretrained("GPT2LMHeadModel", initializer_range=0.5)
+
+
+def run_stages(out, model_dir, layout: list[int]) -> list[dict]:
+    """The worker on one process per stage; every rank's record."""
+    processes = len(layout)
+    args = [str(out), str(model_dir), json.dumps(layout)]
+    run = launch(*TORCHRUN, f"--nproc_per_node={processes}", f"--master_port={free_port()}", WORKER, *args)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(processes)]
+
+
+def one_process_tokens(model: transformers.PreTrainedModel, stages: int) -> dict[str, list]:
+    """Each case of the worker, by the stock model's `generate()` in this process. The worker seeds each process
+    differently; its stages all draw with the last stage's random state, which is seeded here."""
+    ids, mask = prompts(model.config.vocab_size)
+    tokens = {}
+    for name, kwargs in CASES.items():
+        torch.manual_seed(SEED + stages - 1)
+        with torch.no_grad():
+            tokens[name] = model.generate(input_ids=ids, attention_mask=mask, pad_token_id=PAD, **kwargs).tolist()
+    return tokens
+
+
+def own_layers(layout: list[int]) -> list[set[int]]:
+    starts = [sum(layout[:i]) for i in range(len(layout))]
+    return [set(range(start, start + count)) for start, count in zip(starts, layout, strict=True)]
+
+
+@pytest.mark.parametrize(
+    ("family", "layout"),
+    [("llama", [2, 2]), ("gpt2", [1, 3]), ("llama", [1, 2, 1])],
+    ids=["llama-2-stages", "gpt2-2-stages-pipeline", "llama-3-stages"],
+)
+def test_generate_across_stages_gives_one_process_tokens(tmp_path, request, family, layout):
+    model_dir = request.getfixturevalue(f"{family}_dir")
+    ranks = run_stages(tmp_path / "stages", model_dir, layout)
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    want = one_process_tokens(model, len(layout))
+    for stage, record in enumerate(ranks):
+        assert record["tokens"] == want, stage  # every case, every process: the tokens of one process
+    assert want["sample"] != want["greedy"]  # sampling drew other tokens than the argmax
+    assert len({t for row in want["greedy"] for t in row[6:]}) > 4, "degenerate outputs would prove little"
+    assert ranks[0]["cache_class"]["greedy"] == "StaticCache"  # generate_static's default
+    assert ranks[0]["cache_class"]["greedy-dynamic-cache"] == "DynamicCache"
+    # each process's cache holds real keys and values for its own layers only; a layer of another stage that ran
+    # before its own keeps one value per token and row (its lengths), one that never ran nothing
+    per_layer = max(layer["bytes"] for layer in ranks[0]["cache"]["greedy"])
+    for own, record in zip(own_layers(layout), ranks, strict=True):
+        for name, layers in record["cache"].items():
+            assert {layer["layer"] for layer in layers if layer["real"]} == own, name
+            placeholders = sum(layer["bytes"] for layer in layers if not layer["real"])
+            real = sum(layer["bytes"] for layer in layers if layer["real"])
+            assert placeholders * 8 <= real * (len(layers) - len(own)) / len(own), name
+        total = sum(layer["bytes"] for layer in record["cache"]["greedy"])
+        assert total < per_layer * (len(own) + 0.5)  # its own share, not the whole model's
+    if family == "gpt2":  # the text-generation pipeline, run by every process, equals transformers' own
+        tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+        theirs = transformers.pipeline("text-generation", model=model, tokenizer=tokenizer, device="cpu")
+        want_texts = [theirs(prompt, **PIPELINE_CALL) for prompt in PROMPTS]
+        assert all(record["pipeline"] == want_texts for record in ranks)
