@@ -120,3 +120,23 @@ def test_readme_reports_the_counts_of_the_committed_sweep():
     plans = [r["plan"] for r in report["classes"] if r["category"] == "passes"]
     assert f"({plans.count('registered')} registered, {plans.count('derived')} derived)" in section
     assert f"({len(report['classes'])} classes;" in section and len(report["classes"]) >= 60
+
+
+def test_derived_encoders_built_as_bert_are_fused_as_bert():
+    """ONNX Runtime's BERT fusions apply to a derived plan whose layers are built as BERT's (XLM-RoBERTa, ELECTRA),
+    and to no other derived plan (GPT-Neo's layers are not)."""
+    import transformers
+
+    from optimum_ipu.models.plans import plan_for_model
+
+    shape = {"vocab_size": 64, "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 32}
+    xlmr = transformers.XLMRobertaForSequenceClassification(transformers.XLMRobertaConfig(num_hidden_layers=2, **shape))
+    electra = transformers.ElectraForMaskedLM(
+        transformers.ElectraConfig(num_hidden_layers=2, embedding_size=16, **shape)
+    )
+    neo_config = transformers.GPTNeoConfig(
+        vocab_size=64, hidden_size=16, num_layers=2, num_heads=2, attention_types=[[["global"], 2]]
+    )
+    neo = transformers.GPTNeoForCausalLM(neo_config)
+    assert [plan_for_model(m).onnx_model_type for m in (xlmr, electra)] == ["bert", "bert"]
+    assert plan_for_model(neo).onnx_model_type == "gpt_neo"  # its own family name: not one ONNX Runtime fuses

@@ -4,8 +4,9 @@ Most Hub architectures keep their transformer layers in one `nn.ModuleList` of i
 model (`model.layers`, `encoder.layer`, `h`, `blocks`), or an encoder and a decoder list. That list is all a
 plan needs: everything before the first layer runs with stage 0 and everything after the last with the last
 stage, and `optimum_ipu.runtime.stage_cut` cuts the stock forward there. A derived plan declares no chunked
-vocabulary loss, no packing and no ONNX Runtime fusion under another family's name (facts that need checking
-per family); `projection_serialization_factor` still computes the logits in chunks. Its input kind follows the
+vocabulary loss and no packing (facts that need checking per family); `projection_serialization_factor` still
+computes the logits in chunks. Its layers are fused by ONNX Runtime as BERT's when they are built as BERT's (the
+attention and feed-forward modules under BERT's names: XLM-RoBERTa, ELECTRA, CamemBERT), else not at all. Its input kind follows the
 model's `main_input_name`. When stages run apart, the first forward checks what a pass-through cannot stand
 in for (a layer run twice, state handed between layers besides the hidden states) and refuses it clearly.
 
@@ -95,6 +96,13 @@ def _input_kind(model: Any) -> str:
     return "pixels" if name.startswith("pixel") else "audio"
 
 
+def _bert_shaped(layer: Any) -> bool:
+    """Whether a layer is BERT's (self-attention query/key/value, attention output, intermediate, output): the graph
+    ONNX Runtime's `bert` fusions match, whatever the family calls itself (XLM-RoBERTa, ELECTRA, CamemBERT...)."""
+    names = {name for name, _ in layer.named_modules()}
+    return {"attention.self.query", "attention.self.key", "attention.output.dense", "intermediate.dense"} <= names
+
+
 def derive_plan(model: Any) -> StagePlan:
     """A plan for `model`'s class from its structure (memoised per class; said once, as a warning).
 
@@ -126,7 +134,11 @@ def derive_plan(model: Any) -> StagePlan:
         embeddings = tuple(child for child, _ in base.named_children() if "emb" in child)
         depth = getattr(config, "num_hidden_layers", None)
         layers = (_main_list(base, name, depth),)
-        plan = StagePlan(family, (name,), embeddings, layers, input_kind=_input_kind(model), derived=True)
+        fusion = "bert" if _bert_shaped(base.get_submodule(layers[0])[0]) else None
+        kind = _input_kind(model)
+        plan = StagePlan(
+            family, (name,), embeddings, layers, input_kind=kind, onnx_fusion_model_type=fusion, derived=True
+        )
     logger.warning(
         "%s has no registered stage plan; derived one from its structure: pipeline layers %s. Check it with "
         "tests like tests/test_pipelined.py, or register a plan (docs/adding_a_family.md).",
