@@ -23,8 +23,9 @@ from .conftest import REPO_ROOT
 
 PYTHON = sys.executable
 ZYGOTE_ENV = {"PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-# read when a module is imported (so a forked child would keep the zygote's value), by prefix
-IMPORT_TIME_PREFIXES = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "DATASETS_", "TORCH", "OMP_", "MKL_", "XDG_", "PYTHON")
+# read when a module is imported or the interpreter starts (a forked child would keep the zygote's value), by prefix;
+# torch's own (TORCHINDUCTOR_CACHE_DIR, which a compile test sets in the test process) are read when used
+IMPORT_TIME_PREFIXES = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "DATASETS_", "OMP_", "MKL_", "XDG_", "PYTHON")
 
 
 class Zygote:

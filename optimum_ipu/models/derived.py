@@ -6,9 +6,10 @@ plan needs: everything before the first layer runs with stage 0 and everything a
 stage, and `optimum_ipu.runtime.stage_cut` cuts the stock forward there. A derived plan declares no chunked
 vocabulary loss and no packing (facts that need checking per family); `projection_serialization_factor` still
 computes the logits in chunks. Its layers are fused by ONNX Runtime as BERT's when they are built as BERT's (the
-attention and feed-forward modules under BERT's names: XLM-RoBERTa, ELECTRA, CamemBERT), else not at all. Its input kind follows the
-model's `main_input_name`. When stages run apart, the first forward checks what a pass-through cannot stand
-in for (a layer run twice, state handed between layers besides the hidden states) and refuses it clearly.
+attention and feed-forward modules under BERT's names: XLM-RoBERTa, ELECTRA, CamemBERT), else not at all. Its
+input kind follows the model's `main_input_name`. When stages run apart, the first forward checks what a
+pass-through cannot stand in for (a layer run twice, state handed between layers besides the hidden states) and
+refuses it clearly.
 
 How many architectures this covers, measured over every class that `transformers` registers for four auto
 classes, is in the README (`benchmarks/model_zoo.py` measures it).

@@ -177,12 +177,7 @@ def _stages_generating(
         return contextlib.nullcontext()
     generation = getattr(wrapper, "_stage_generation", None)
     if generation is None:
-        if wrapper is not None:
-            cut = wrapper.stage_cut()
-        else:
-            from .pipelined import to_pipelined  # pipelined.py imports this module
-
-            cut = to_pipelined(model, IPUConfig()).stage_cut()
+        cut = wrapper.stage_cut() if wrapper is not None else hold.cut  # the cut the stage was held by
         generation = StageGeneration(model, cut, hold)
         if wrapper is not None:
             wrapper.__dict__["_stage_generation"] = generation

@@ -135,7 +135,7 @@ def load_stage(
         for name, buffer in module._buffers.items():
             if buffer is not None and buffer.device != device:
                 module._buffers[name] = buffer.to(device)
-    register_hold(model, StageHold(mesh, list(cut.layer_paths), stage_ranges(counts), freed))
+    register_hold(model, StageHold(mesh, list(cut.layer_paths), stage_ranges(counts), freed, cut=cut))
     held_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if not p.is_meta)
     logger.info(
         "stage %d of %d: holds %.1f MB of %s's parameters, read from %s",

@@ -64,6 +64,8 @@ class StageHold:
         sharded (`bool`): the stage's parameters are sharded over its replicas (FSDP2).
         owners (`dict[str, int]`): for parameters present on several stages (a tied embedding), the stage whose copy is
             saved; set by `PipelineEngine` after its first step (stage 0 before).
+        cut (`StageCut`, *optional*): how the model was cut into stages (what a later stage run, e.g. generation, cuts
+            it by).
     """
 
     mesh: Any
@@ -73,6 +75,7 @@ class StageHold:
     gate: Callable[..., Any] = field(default_factory=StageGate)
     sharded: bool = False
     owners: dict[str, int] = field(default_factory=dict)
+    cut: StageCut | None = None
 
     @property
     def stage(self) -> int:
@@ -188,4 +191,4 @@ def hold_stage(model: nn.Module, cut: StageCut, counts: Sequence[int], mesh: Any
         return existing
     stage = mesh.get_local_rank("pp")
     freed = free_parameters(model, held_parameter_names(model, cut, counts, stage))
-    return register_hold(model, StageHold(mesh, list(cut.layer_paths), stage_ranges(counts), freed))
+    return register_hold(model, StageHold(mesh, list(cut.layer_paths), stage_ranges(counts), freed, cut=cut))
