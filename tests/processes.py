@@ -11,6 +11,7 @@ option not listed here, runs as a real subprocess instead: never a different mea
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
 import socket
@@ -138,7 +139,22 @@ def _parse_torchrun(argv: list[str]) -> tuple[int, int, list[str]] | None:
     return nproc, port if port is not None else free_port(), argv
 
 
+_ports = itertools.count()
+PORTS_PER_WORKER = 2000
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a rendezvous, below Linux's ephemeral range (32768 and up, where the kernel picks the ports of
+    gloo's connections and of `bind(0)`), in a block of its own per pytest-xdist worker, never handed out twice by
+    this process: two workers, or a port just closed by one job and taken by another's connection, never collide."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    first = 20000 + (worker % 6) * PORTS_PER_WORKER
+    for _ in range(PORTS_PER_WORKER):
+        port = first + next(_ports) % PORTS_PER_WORKER
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + PORTS_PER_WORKER - 1}")
