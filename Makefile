@@ -9,7 +9,7 @@ SHARED_DATA ?= ../shared/data
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test test-fast lint
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,8 +44,17 @@ demo: $(STAMP)
 		--save_strategy no --logging_steps 5
 	$(BIN)/python -m example_utils $(DEMO_OUT)
 
+# Two workers (one per core of the machines this runs on); a test file runs whole on one worker, so the module-scoped
+# runs that several tests compare against are made once. Python processes the tests start (example scripts, torchrun
+# workers) are forked from a process with the imports done (tests/zygote.py).
+PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile tests
+
+# The inner loop: everything but the multi-process, example-script, reliability and slow tests (the CI runs all).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" tests \
+		--ignore=tests/distributed --ignore=tests/examples --ignore=tests/reliability
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +16,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("OPTIMUM_IPU_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 PYTHON = sys.executable
+RELIABILITY_COUNTS = pytest.StashKey[Counter]()  # the reliability suite's counters (tests/reliability/conftest.py)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:  # pytest-xdist (`make test`): the workers share the cores instead of each spinning on all
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 @pytest.fixture(scope="session")
@@ -101,3 +112,53 @@ def tiny_pretrained(tmp_path_factory, tokenizer_for):
         return made[key]
 
     return build
+
+
+# ------------------------------------------------------------------ the reliability counters' totals
+def unaccounted_faults(counts: Counter) -> str | None:
+    """Why the counts do not add up (None when they do): every injected fault must be checked and survived, and
+    every bad input tried must have given a clear error."""
+    problems = []
+    if counts["faults injected"] != counts["faults survived"]:
+        problems.append(f"{counts['faults injected']} faults injected but {counts['faults survived']} survived")
+    if counts["bad inputs tried"] != counts["clear errors"]:
+        problems.append(f"{counts['bad inputs tried']} bad inputs tried but {counts['clear errors']} clear errors")
+    return "; ".join(problems) or None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """Under `pytest-xdist`: a worker's counts are added to the controller's, which prints and checks the totals."""
+    counts = getattr(node, "workeroutput", {}).get("reliability")
+    if counts:
+        node.config.stash.setdefault(RELIABILITY_COUNTS, Counter()).update(counts)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A run whose tests all passed fails anyway when its counts do not add up: a fault counted and never checked
+    (or a check missing) would otherwise pass unseen."""
+    counts = session.config.stash.get(RELIABILITY_COUNTS, None)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller adds the counts up (pytest_testnodedown)
+        workeroutput["reliability"] = dict(counts or {})
+        return
+    if counts is not None and exitstatus == 0 and unaccounted_faults(counts):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    counts = config.stash.get(RELIABILITY_COUNTS, None)
+    if counts is None:  # no reliability test ran
+        return
+    terminalreporter.write_sep("=", "reliability")
+    terminalreporter.write_line(
+        f"faults injected / survived: {counts['faults injected']} / {counts['faults survived']}"
+    )
+    terminalreporter.write_line(
+        f"bad inputs tried / clear errors: {counts['bad inputs tried']} / {counts['clear errors']}"
+    )
+    terminalreporter.write_line(f"checkpoints verified: {counts['checkpoints verified']}")
+    problem = unaccounted_faults(counts)
+    if problem:
+        terminalreporter.write_line(f"FAILED: the counts do not add up: {problem}", red=True)

@@ -3,7 +3,9 @@
 Tests record what they actually did through the `reliability` fixture: a fault injected (SIGKILL, an fp16
 overflow, a NaN, a busy port) and whether the code survived it; a bad input tried and whether it gave a clear
 error; a checkpoint verified. `pytest_terminal_summary` prints the totals, so the figures are those of the
-tests that ran (a deselected or skipped test adds nothing; an expected failure adds a try, not a success).
+tests that ran (a deselected or skipped test adds nothing; an expected failure adds a try, not a success). The
+hooks that add the counts up (over `pytest-xdist` workers too), print and check them are in `tests/conftest.py`:
+the controller of an xdist run loads that one only.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import pytest
 
-_COUNTS = pytest.StashKey[Counter]()
+from ..conftest import RELIABILITY_COUNTS as _COUNTS
 
 
 @dataclass
@@ -78,40 +80,3 @@ def reliability(request: pytest.FixtureRequest) -> Reliability:
     """Session-wide counters (session scope: usable from hypothesis tests, which run many examples per call)."""
     counts = request.config.stash.setdefault(_COUNTS, Counter())
     return Reliability(counts)
-
-
-def unaccounted_faults(counts: Counter) -> str | None:
-    """Why the counts do not add up (None when they do): every injected fault must be checked and survived, and
-    every bad input tried must have given a clear error."""
-    problems = []
-    if counts["faults injected"] != counts["faults survived"]:
-        problems.append(f"{counts['faults injected']} faults injected but {counts['faults survived']} survived")
-    if counts["bad inputs tried"] != counts["clear errors"]:
-        problems.append(f"{counts['bad inputs tried']} bad inputs tried but {counts['clear errors']} clear errors")
-    return "; ".join(problems) or None
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """A run whose tests all passed fails anyway when its counts do not add up: a fault counted and never checked
-    (or a check missing) would otherwise pass unseen."""
-    counts = session.config.stash.get(_COUNTS, None)
-    if counts is not None and exitstatus == 0 and unaccounted_faults(counts):
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    counts = config.stash.get(_COUNTS, None)
-    if counts is None:  # no reliability test ran
-        return
-    terminalreporter.write_sep("=", "reliability")
-    terminalreporter.write_line(
-        f"faults injected / survived: {counts['faults injected']} / {counts['faults survived']}"
-    )
-    terminalreporter.write_line(
-        f"bad inputs tried / clear errors: {counts['bad inputs tried']} / {counts['clear errors']}"
-    )
-    terminalreporter.write_line(f"checkpoints verified: {counts['checkpoints verified']}")
-    problem = unaccounted_faults(counts)
-    if problem:
-        terminalreporter.write_line(f"FAILED: the counts do not add up: {problem}", red=True)
