@@ -52,6 +52,7 @@ def returned_files(out) -> list:
     return files
 
 
+@pytest.mark.slow  # the whole script, a minute or two on a CPU
 def test_tiny_gpu_check_end_to_end(tmp_path):
     out = tmp_path / "out"
     result = run_check(out)
