@@ -117,10 +117,13 @@ def _parameter_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> list
 
 def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """The whole optimizer state of a sharded model on rank 0, in the layout of `optimizer.state_dict()` in one
-    process (parameters numbered in group order), so that a one-process run resumes from it. A collective."""
-    shards = stage_hold(model)
-    if shards is not None:
-        return _gather_stages_optimizer(model, optimizer, shards)
+    process (parameters numbered in group order), so that a one-process run resumes from it. A collective.
+
+    A model held stage by stage writes its state per stage instead, never gathered (`stage_optimizer`)."""
+    if stage_hold(model) is not None:
+        raise ValueError(
+            "a model held stage by stage saves its optimizer state per stage: stage_optimizer.save_stage_optimizer"
+        )
     options = StateDictOptions(full_state_dict=True, cpu_offload=True, flatten_optimizer_state_dict=False)
     full = get_optimizer_state_dict(model, optimizer, options=options)
     index = {name: i for i, name in enumerate(_parameter_names(model, optimizer))}
@@ -350,31 +353,6 @@ def _group_layout(model: nn.Module, optimizer: torch.optim.Optimizer, shards: St
         )
     order = {name: i for i, (name, _) in enumerate(model.named_parameters())}
     return [sorted({n for part in parts for n in part[g]}, key=order.__getitem__) for g in range(len(mine))]
-
-
-def _gather_stages_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, shards: StageHold) -> dict[str, Any]:
-    """Each parameter's state from the stage that trains it, whole, numbered as in one process, on global rank 0."""
-    layout = _group_layout(model, optimizer, shards)
-    _reshard(shards)
-    names, stage = {p: n for n, p in model.named_parameters()}, shards.stage
-    mine = {}
-    for group in optimizer.param_groups:
-        for param in group["params"]:
-            if shards.stage_of(names[param]) == stage and param in optimizer.state:
-                mine[names[param]] = {k: whole_on_cpu(v) for k, v in optimizer.state[param].items()}
-    if shards.mesh.get_local_rank("dp") != 0:
-        return {}
-    parts: list[Any] | None = [None] * shards.mesh["pp"].size() if stage == 0 else None
-    dist.gather_object(mine, parts, group=shards.mesh.get_group("pp"), group_dst=0)
-    if parts is None:
-        return {}
-    states = {name: state for part in parts for name, state in part.items()}
-    index = {name: i for i, name in enumerate(n for group in layout for n in group)}
-    groups = [
-        {**{k: v for k, v in group.items() if k != "params"}, "params": [index[n] for n in names_]}
-        for group, names_ in zip(optimizer.param_groups, layout, strict=True)
-    ]
-    return {"state": {index[n]: state for n, state in states.items()}, "param_groups": groups}
 
 
 def _load_stage_optimizer(
