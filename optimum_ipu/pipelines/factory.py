@@ -191,10 +191,6 @@ def pipeline(
     ```
     """
     task, spec = check_task(task)
-    if model is None:
-        raise ValueError(
-            f"pipeline({task!r}): pass model= (a model folder or object); no default model can be downloaded here"
-        )
     precision = resolve_precision(precision, fp16=fp16, bf16=bf16)
     if isinstance(feature_extractor, (str, os.PathLike)):
         kwargs.update(load_processors(os.fspath(feature_extractor), ("feature_extractor",), {}))
@@ -205,30 +201,8 @@ def pipeline(
             "ipu_config: got a tokenizer; the third positional argument is the IPU config (Optimum Graphcore's "
             "order: pipeline(task, model, ipu_config, tokenizer)); pass it as tokenizer="
         )
-    if isinstance(model, os.PathLike):
-        model = os.fspath(model)
-    if isinstance(model, str):
-        if ipu_config is None:  # trained with IPUTrainer: its ipu_config.json sits beside the weights (or on the Hub)
-            ipu_config = repo_ipu_config(model, **(model_kwargs or {}))
-        _check_config(task, spec, model)
-        if tokenizer is None:
-            tokenizer = model
-        model = _auto_class(spec, model).from_pretrained(model, **(model_kwargs or {}))
-    elif not isinstance(model, nn.Module):
-        raise TypeError(f"model: got a {type(model).__name__}; pass a model folder or a transformers model")
-    elif model_kwargs:
-        raise ValueError("model_kwargs apply when the model is loaded from a path; this model is already built")
-    needed = processors_of(spec.impl)
-    others_given = all(kwargs.get(name) is not None for name in needed if name != "tokenizer")
-    if tokenizer is None and ("tokenizer" in needed or not others_given):
-        stock = model.model if isinstance(model, PipelinedModel) else model
-        source = getattr(stock.config, "_name_or_path", "") or getattr(stock, "name_or_path", "")
-        if not (source and os.path.isdir(source)):
-            raise ValueError(f"pipeline({task!r}): the model object has no tokenizer folder; pass tokenizer=")
-        tokenizer = source
-    if isinstance(tokenizer, (str, os.PathLike)):  # the folder's tokenizer, image processor or feature extractor
-        kwargs.update(load_processors(os.fspath(tokenizer), needed, kwargs))
-        tokenizer = kwargs.pop("tokenizer", None)
+    model, ipu_config, tokenizer = _load_model(task, spec, model, ipu_config, tokenizer, model_kwargs)
+    tokenizer = _load_processors(task, spec, model, tokenizer, kwargs)
     if not isinstance(model, PipelinedModel):
         ipu_config = resolve_ipu_config(ipu_config)
     cls = pipeline_class or spec.impl
@@ -248,3 +222,45 @@ def pipeline(
         quantize=quantize,
         **kwargs,
     )
+
+
+def _load_model(
+    task: str, spec: TaskSpec, model: Any, ipu_config: Any, tokenizer: Any, model_kwargs: dict[str, Any] | None
+) -> tuple[nn.Module, Any, Any]:
+    """The model object of `pipeline(model=...)` (loaded with the task's auto class from a folder or cached id), the
+    IPU config (a model folder's `ipu_config.json` when none is given) and the tokenizer source (the folder)."""
+    if model is None:
+        raise ValueError(
+            f"pipeline({task!r}): pass model= (a model folder or object); no default model can be downloaded here"
+        )
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    if isinstance(model, str):
+        if ipu_config is None:  # trained with IPUTrainer: its ipu_config.json sits beside the weights (or on the Hub)
+            ipu_config = repo_ipu_config(model, **(model_kwargs or {}))
+        _check_config(task, spec, model)
+        if tokenizer is None:
+            tokenizer = model
+        model = _auto_class(spec, model).from_pretrained(model, **(model_kwargs or {}))
+    elif not isinstance(model, nn.Module):
+        raise TypeError(f"model: got a {type(model).__name__}; pass a model folder or a transformers model")
+    elif model_kwargs:
+        raise ValueError("model_kwargs apply when the model is loaded from a path; this model is already built")
+    return model, ipu_config, tokenizer
+
+
+def _load_processors(task: str, spec: TaskSpec, model: nn.Module, tokenizer: Any, kwargs: dict[str, Any]) -> Any:
+    """The tokenizer object (None for a task without one); the folder's image processor or feature extractor go into
+    `kwargs` (a model object without a tokenizer reads them from the folder it was loaded from)."""
+    needed = processors_of(spec.impl)
+    others_given = all(kwargs.get(name) is not None for name in needed if name != "tokenizer")
+    if tokenizer is None and ("tokenizer" in needed or not others_given):
+        stock = model.model if isinstance(model, PipelinedModel) else model
+        source = getattr(stock.config, "_name_or_path", "") or getattr(stock, "name_or_path", "")
+        if not (source and os.path.isdir(source)):
+            raise ValueError(f"pipeline({task!r}): the model object has no tokenizer folder; pass tokenizer=")
+        tokenizer = source
+    if isinstance(tokenizer, (str, os.PathLike)):  # the folder's tokenizer, image processor or feature extractor
+        kwargs.update(load_processors(os.fspath(tokenizer), needed, kwargs))
+        tokenizer = kwargs.pop("tokenizer", None)
+    return tokenizer

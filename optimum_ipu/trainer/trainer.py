@@ -20,14 +20,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainingArguments
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.utils.deprecation import deprecate_kwarg
 
@@ -47,6 +45,7 @@ from ..runtime.sharding import ShardedOptimizer
 from ..runtime.stage_checkpoint import save_stage_shards
 from ..runtime.stage_hold import stage_hold
 from ..runtime.step import TrainingStep
+from .callbacks import CompileOnly, GatherShardedOptimizer, SkipOnOverflow, StepTimer
 from .checkpoints import (
     MarkCheckpointComplete,
     check_run_identity,
@@ -62,75 +61,6 @@ from .training_args import IPUTrainingArguments
 logger = logging.getLogger(__name__)
 
 LOSS_SCALER_FILE = "loss_scaler.json"
-
-
-class _SkipOnOverflow:
-    """An LR scheduler that does not advance on optimizer steps skipped for an fp16 overflow."""
-
-    def __init__(self, scheduler: Any, engine: TrainingStep) -> None:
-        self.scheduler, self.engine = scheduler, engine
-
-    def step(self, *args: Any, **kwargs: Any) -> None:
-        if not self.engine.last_step_skipped:
-            self.scheduler.step(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.scheduler, name)
-
-
-class StepTimer(TrainerCallback):
-    """Times optimizer steps, so that compilation (in the first step) is reported apart from throughput."""
-
-    def __init__(self) -> None:
-        self.durations: list[float] = []
-        self._start = 0.0
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.durations.clear()
-
-    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._start = time.perf_counter()
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.durations.append(time.perf_counter() - self._start)
-
-    def compile_seconds(self) -> float | None:
-        """First step minus a typical step: the time spent compiling (None without a second step)."""
-        if len(self.durations) < 2:
-            return None
-        return max(0.0, self.durations[0] - statistics.median(self.durations[1:]))
-
-
-class _CompileOnly(TrainerCallback):
-    """`--compile_only`: run the first step's forward and backward (which compiles and fills the cache), drop
-    its gradients so the optimizer changes nothing, and stop."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.model = model
-
-    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        for p in self.model.parameters():
-            p.grad = None
-        control.should_training_stop = True
-
-
-class _GatherShardedOptimizer(TrainerCallback):
-    """A sharded (ZeRO) optimizer's state is gathered on the main process right before `Trainer` saves a
-    checkpoint (a collective: every process takes part), so `optimizer.pt` holds the whole state."""
-
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
-
-    def _gather(self, control: Any) -> None:
-        if control.should_save:
-            optimizer = self.trainer.optimizer
-            getattr(optimizer, "optimizer", optimizer).consolidate_state_dict(to=0)
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._gather(control)
-
-    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._gather(control)
 
 
 def pad_to_static_batch(inputs: dict[str, Any], batch_size: int) -> tuple[dict[str, Any], torch.Tensor | None]:
@@ -273,13 +203,13 @@ class IPUTrainer(TrainerPrivateHooks):
         """The callbacks of the set-up, in this order: the sharded optimizer's gather before a save, the step timer,
         the checkpoint marker, and `--compile_only`'s stop after the first step."""
         if self.sharded_optimizer:
-            self.add_callback(_GatherShardedOptimizer(self))
+            self.add_callback(GatherShardedOptimizer(self))
         self.add_callback(self.step_timer)
         self.add_callback(MarkCheckpointComplete(self))
         if self.args.compile_only:
             if not self.args.torch_compile:
                 logger.warning("--compile_only without --torch_compile: there is nothing to compile; one step runs")
-            self.add_callback(_CompileOnly(model))
+            self.add_callback(CompileOnly(model))
 
     def _report_setup(self) -> None:
         """The layout and precision, said once; `output_mode`, which has no effect here, named."""
@@ -434,8 +364,8 @@ class IPUTrainer(TrainerPrivateHooks):
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
         scheduler = super().create_scheduler(num_training_steps, optimizer)
-        if not isinstance(scheduler, _SkipOnOverflow):
-            self.lr_scheduler = _SkipOnOverflow(scheduler, self.training_engine)
+        if not isinstance(scheduler, SkipOnOverflow):
+            self.lr_scheduler = SkipOnOverflow(scheduler, self.training_engine)
         return self.lr_scheduler
 
     def get_train_dataloader(self) -> torch.utils.data.DataLoader:
