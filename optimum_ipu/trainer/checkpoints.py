@@ -310,7 +310,7 @@ class MarkCheckpointComplete(TrainerCallback):
         if args.should_save and os.path.isdir(checkpoint):
             write_marker(checkpoint, state.global_step, getattr(self.trainer, "run_record", None))
         # Older checkpoints go only now (save_total_limit): a kill before the marker keeps the previous one.
-        rotation, self.trainer.pending_rotation = self.trainer.pending_rotation, None
+        rotation = self.trainer.take_pending_rotation()
         if args.should_save and rotation is not None:
             run_dir, limit = rotation
             rotate_checkpoints(run_dir, limit, state.best_model_checkpoint, use_mtime=True)

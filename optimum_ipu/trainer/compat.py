@@ -126,6 +126,12 @@ class TrainerPrivateHooks(Trainer):
             super()._save_checkpoint(model, trial)
         self.pending_rotation = (self._get_output_dir(trial=trial), limit) if limit else None
 
+    def take_pending_rotation(self) -> tuple[str, int] | None:
+        """The (run folder, `save_total_limit`) of the checkpoint just saved, whose older ones go once it is marked
+        complete (`MarkCheckpointComplete`); None when there is nothing to rotate. Taken once."""
+        rotation, self.pending_rotation = self.pending_rotation, None
+        return rotation
+
     def _move_model_to_device(self, model: nn.Module, device: Any) -> None:
         if stage_hold(model) is None:  # a model that holds one pipeline stage was built on its device
             super()._move_model_to_device(model, device)
