@@ -129,11 +129,11 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
 
 
 def build_model(
-    model_args: ModelArguments, labels: list[str]
+    model_args: ModelArguments, labels: list[str], training_args: IPUTrainingArguments
 ) -> tuple[transformers.PreTrainedModel, transformers.FeatureExtractionMixin]:
     """The classifier (pretrained, or new from `--model_type` / `--config_name`) and its feature extractor."""
     model, config = classification.load_classifier(
-        AutoModelForAudioClassification, model_args, labels, "audio-classification"
+        AutoModelForAudioClassification, model_args, labels, "audio-classification", training_args
     )
     source = model_args.feature_extractor_name or model_args.model_name_or_path
     if source:
@@ -189,7 +189,7 @@ def main() -> None:
     audio_column, label_column = data_args.audio_column_name, data_args.label_column_name
     example_utils.check_columns(raw, {"--audio_column_name": audio_column, "--label_column_name": label_column})
     labels = classification.label_names(raw, label_column, "eval")
-    model, feature_extractor = build_model(model_args, labels)
+    model, feature_extractor = build_model(model_args, labels, training_args)
     rate = feature_extractor.sampling_rate
     length = int(round(data_args.max_length_seconds * rate))
     label_ids = classification.label_encoder(raw, label_column, labels)

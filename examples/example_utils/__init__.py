@@ -157,6 +157,36 @@ def start_run(training_args: Any) -> str | None:
     return last_checkpoint
 
 
+def load_pretrained(auto_class: Any, name_or_path: str, training_args: Any, **kwargs: Any) -> Any:
+    """
+    `auto_class.from_pretrained(name_or_path, **kwargs)`, the stock `transformers` model; under `torchrun` with the
+    IPU config's stages on separate processes, each process builds it on the meta device and reads only its own
+    stage's tensors (`optimum_ipu`'s auto class of the same name, with `ipu_config=`), the other stages' parameters
+    staying on the meta device.
+
+    Args:
+        auto_class (`type`): A `transformers` auto class, e.g. `AutoModelForQuestionAnswering`.
+        name_or_path (`str`): A model folder or Hub id.
+        training_args (`IPUTrainingArguments`): The run's arguments (its IPU config, `--ipu_config_overrides` applied).
+        kwargs: `from_pretrained`'s keyword arguments (`config`, `dtype`, Hub options, `ignore_mismatched_sizes`).
+    """
+    ipu_config = training_args.load_ipu_config()
+    stages = ipu_config.value("ipus_per_replica")
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or stages <= 1:
+        return auto_class.from_pretrained(name_or_path, **kwargs)
+    import optimum_ipu
+
+    training_args.device  # noqa: B018 -- creates the process group that the stage mesh is made in
+    # processes are laid out (replica, stage), row-major: the stage is the rank modulo the stages
+    # a warning, so that every process says it whatever the log level (a model that is not whole on any process)
+    stage = int(os.environ.get("RANK", "0")) % stages
+    logger.warning(
+        "loading stage %d of %d only of %s (the others stay on the meta device)", stage, stages, name_or_path
+    )
+    stage_class = getattr(optimum_ipu, auto_class.__name__)
+    return stage_class.from_pretrained(name_or_path, ipu_config=ipu_config, **kwargs).model
+
+
 def check_columns(raw: Mapping[str, datasets.Dataset], columns: Mapping[str, str]) -> None:
     """
     Every split has the columns the flags name (`{"--label_column_name": "label", ...}`).

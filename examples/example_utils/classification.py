@@ -52,7 +52,7 @@ def label_encoder(raw: dict[str, datasets.Dataset], column: str, labels: list[st
 
 
 def load_classifier(
-    auto_class: Any, model_args: Any, labels: list[str], task: str
+    auto_class: Any, model_args: Any, labels: list[str], task: str, training_args: Any
 ) -> tuple[transformers.PreTrainedModel, transformers.PretrainedConfig]:
     """
     The classifier with the data's labels, and its config.
@@ -63,6 +63,7 @@ def load_classifier(
             `config_overrides`, `ignore_mismatched_sizes` and the Hub fields).
         labels (`list[str]`): The label names, in class-id order.
         task (`str`): The config's `finetuning_task`.
+        training_args (`IPUTrainingArguments`): The run's arguments (`example_utils.load_pretrained`).
     """
     hub = example_utils.hub_kwargs(model_args)
     label_kwargs = {
@@ -81,8 +82,10 @@ def load_classifier(
     if not model_args.model_name_or_path:
         logger.info("Training a new %s model from scratch", config.model_type)
         return auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code), config
-    model = auto_class.from_pretrained(
+    model = example_utils.load_pretrained(
+        auto_class,
         model_args.model_name_or_path,
+        training_args,
         config=config,
         ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
         **hub,

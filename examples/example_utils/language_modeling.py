@@ -174,7 +174,7 @@ def load_config_and_tokenizer(model_args: ModelArguments) -> tuple[Any, Any]:
     return config, tokenizer
 
 
-def load_model(auto_class: Any, model_args: ModelArguments, config: Any, tokenizer: Any) -> Any:
+def load_model(auto_class: Any, model_args: ModelArguments, config: Any, tokenizer: Any, training_args: Any) -> Any:
     """The pretrained model, or a new one from the config; embeddings grown to the tokenizer if it is larger."""
     if model_args.model_name_or_path:
         dtype = (
@@ -182,8 +182,10 @@ def load_model(auto_class: Any, model_args: ModelArguments, config: Any, tokeniz
             if model_args.torch_dtype in (None, "auto")
             else getattr(torch, model_args.torch_dtype)
         )
-        model = auto_class.from_pretrained(
+        model = example_utils.load_pretrained(
+            auto_class,
             model_args.model_name_or_path,
+            training_args,
             config=config,
             cache_dir=model_args.cache_dir,
             revision=model_args.model_revision,

@@ -94,14 +94,16 @@ def wanted_splits(raw: dict[str, datasets.Dataset], training_args: Any) -> list[
     return splits
 
 
-def load_model_and_tokenizer(model_args: Any, data_args: Seq2SeqDataArguments) -> tuple[Any, Any]:
+def load_model_and_tokenizer(model_args: Any, data_args: Seq2SeqDataArguments, training_args: Any) -> tuple[Any, Any]:
     """`AutoModelForSeq2SeqLM` and its tokenizer, the embeddings grown to the vocabulary when it is larger."""
     hub = example_utils.hub_kwargs(model_args)
     config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path, **hub)
     tokenizer = AutoTokenizer.from_pretrained(
         model_args.tokenizer_name or model_args.model_name_or_path, use_fast=model_args.use_fast_tokenizer, **hub
     )
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path, config=config, **hub)
+    model = example_utils.load_pretrained(
+        AutoModelForSeq2SeqLM, model_args.model_name_or_path, training_args, config=config, **hub
+    )
     # resize only when needed: a larger embedding than the vocabulary is fine, a smaller one breaks lookups
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         model.resize_token_embeddings(len(tokenizer))
@@ -245,7 +247,7 @@ def run(
     if not splits:
         logger.info("There is nothing to do: pass --do_train, --do_eval and/or --do_predict")
         return
-    model, tokenizer = load_model_and_tokenizer(model_args, data_args)
+    model, tokenizer = load_model_and_tokenizer(model_args, data_args, training_args)
     tokenized = tokenize_splits(raw, splits, pairs, tokenizer, data_args, training_args)
     trainer = build_trainer(model, tokenizer, tokenized, score, data_args, training_args)
     if training_args.do_train:

@@ -124,12 +124,12 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dat
 
 
 def build_model(
-    model_args: ModelArguments, labels: list[str]
+    model_args: ModelArguments, labels: list[str], training_args: IPUTrainingArguments
 ) -> tuple[transformers.PreTrainedModel, transformers.BaseImageProcessor]:
     """The classifier (pretrained, or new from `--model_type` / `--config_name`) with the data's labels, and its
     image processor."""
     model, config = classification.load_classifier(
-        AutoModelForImageClassification, model_args, labels, "image-classification"
+        AutoModelForImageClassification, model_args, labels, "image-classification", training_args
     )
     source = model_args.image_processor_name or model_args.model_name_or_path
     if source:
@@ -184,7 +184,7 @@ def main() -> None:
     image_column, label_column = data_args.image_column_name, data_args.label_column_name
     example_utils.check_columns(raw, {"--image_column_name": image_column, "--label_column_name": label_column})
     labels = classification.label_names(raw, label_column, "validation")
-    model, image_processor = build_model(model_args, labels)
+    model, image_processor = build_model(model_args, labels, training_args)
     label_ids = classification.label_encoder(raw, label_column, labels)
 
     def transform(batch: dict[str, list]) -> dict[str, list]:

@@ -77,7 +77,7 @@ def main() -> None:
     set_seed(training_args.seed)
     raw = lm.load_raw_datasets(data_args, model_args)
     config, tokenizer = lm.load_config_and_tokenizer(model_args)
-    model = lm.load_model(AutoModelForCausalLM, model_args, config, tokenizer)
+    model = lm.load_model(AutoModelForCausalLM, model_args, config, tokenizer, training_args)
 
     text, _ = lm.raw_text_columns(raw, training_args)
 

@@ -162,7 +162,9 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(
         model_args.tokenizer_name or model_args.model_name_or_path, use_fast=model_args.use_fast_tokenizer, **hub
     )
-    model = AutoModelForMultipleChoice.from_pretrained(model_args.model_name_or_path, config=config, **hub)
+    model = example_utils.load_pretrained(
+        AutoModelForMultipleChoice, model_args.model_name_or_path, training_args, config=config, **hub
+    )
     max_seq_length = sequence_length(tokenizer, config, data_args.max_seq_length)
     preprocess = preprocessor(tokenizer, max_seq_length, data_args.pad_to_max_length)
 

@@ -149,7 +149,9 @@ def load_raw_datasets(data: DataTrainingArguments, model: example_utils.ModelArg
     return dict(raw)
 
 
-def load_model_and_tokenizer(model_args: example_utils.ModelArguments) -> tuple[Any, Any]:
+def load_model_and_tokenizer(
+    model_args: example_utils.ModelArguments, training_args: IPUTrainingArguments
+) -> tuple[Any, Any]:
     """The question-answering model and its fast tokenizer (the offsets map answers back to the context)."""
     hub = model_args.hub_kwargs()
     config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path, **hub)
@@ -159,7 +161,9 @@ def load_model_and_tokenizer(model_args: example_utils.ModelArguments) -> tuple[
             f"{type(tokenizer).__name__} is not a fast tokenizer; this script needs offset mappings. Use a model "
             "with a tokenizer.json (the `tokenizers` library), see https://huggingface.co/transformers/index.html"
         )
-    model = AutoModelForQuestionAnswering.from_pretrained(model_args.model_name_or_path, config=config, **hub)
+    model = example_utils.load_pretrained(
+        AutoModelForQuestionAnswering, model_args.model_name_or_path, training_args, config=config, **hub
+    )
     return model, tokenizer
 
 
@@ -281,7 +285,7 @@ def main() -> None:
     last_checkpoint = example_utils.start_run(training_args)
     set_seed(training_args.seed)
     raw = load_raw_datasets(data_args, model_args)
-    model, tokenizer = load_model_and_tokenizer(model_args)
+    model, tokenizer = load_model_and_tokenizer(model_args, training_args)
     features = build_features(raw, tokenizer, data_args, training_args)
     trainer = build_trainer(model, tokenizer, features, data_args, training_args)
 

@@ -179,7 +179,7 @@ def build_vocabulary(texts: list[str], data: DataTrainingArguments) -> dict[str,
 
 
 def build_model(
-    model_args: ModelArguments, tokenizer: Wav2Vec2CTCTokenizer
+    model_args: ModelArguments, tokenizer: Wav2Vec2CTCTokenizer, training_args: IPUTrainingArguments
 ) -> tuple[transformers.PreTrainedModel, Wav2Vec2FeatureExtractor]:
     """The CTC model with a head over the tokenizer's vocabulary, and its feature extractor."""
     overrides = {
@@ -204,8 +204,13 @@ def build_model(
     if model_args.model_name_or_path:
         config = AutoConfig.from_pretrained(model_args.model_name_or_path, **hub)
         config.update(overrides)
-        model = AutoModelForCTC.from_pretrained(
-            model_args.model_name_or_path, config=config, ignore_mismatched_sizes=True, **hub
+        model = example_utils.load_pretrained(
+            AutoModelForCTC,
+            model_args.model_name_or_path,
+            training_args,
+            config=config,
+            ignore_mismatched_sizes=True,
+            **hub,
         )
         extractor = AutoFeatureExtractor.from_pretrained(model_args.model_name_or_path, **hub)
     else:
@@ -317,7 +322,7 @@ def main() -> None:
     normalize = normalizer(data_args.chars_to_ignore)
     texts = {split: [normalize(str(t)) for t in dataset[data_args.text_column_name]] for split, dataset in raw.items()}
     tokenizer = make_tokenizer(model_args, data_args, texts, training_args.output_dir)
-    model, feature_extractor = build_model(model_args, tokenizer)
+    model, feature_extractor = build_model(model_args, tokenizer, training_args)
     label_length = max(len(tokenizer(t).input_ids) for split_texts in texts.values() for t in split_texts)
 
     def prepared(split: str, limit: int | None, flag: str) -> datasets.Dataset:

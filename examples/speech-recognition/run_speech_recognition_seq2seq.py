@@ -108,7 +108,9 @@ def load_raw_datasets(data: DataTrainingArguments, model: ModelArguments) -> dic
     return audio.load_transcribed_splits(data, model)
 
 
-def load_model(model_args: ModelArguments, data_args: DataTrainingArguments) -> tuple[Any, Any, Any]:
+def load_model(
+    model_args: ModelArguments, data_args: DataTrainingArguments, training_args: Any
+) -> tuple[Any, Any, Any]:
     """The model, its feature extractor and tokenizer, with Whisper's language and task set."""
     hub = example_utils.hub_kwargs(model_args)
     config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path, **hub)
@@ -118,7 +120,9 @@ def load_model(model_args: ModelArguments, data_args: DataTrainingArguments) -> 
         model_args.feature_extractor_name or model_args.model_name_or_path, **hub
     )
     tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path, **hub)
-    model = AutoModelForSpeechSeq2Seq.from_pretrained(model_args.model_name_or_path, config=config, **hub)
+    model = example_utils.load_pretrained(
+        AutoModelForSpeechSeq2Seq, model_args.model_name_or_path, training_args, config=config, **hub
+    )
     if model.config.decoder_start_token_id is None:
         raise ValueError(f"{model_args.model_name_or_path}: the config has no decoder_start_token_id; set it")
     if model_args.freeze_encoder:
@@ -185,7 +189,7 @@ def main() -> None:
     raw = load_raw_datasets(data_args, model_args)
     columns = {"--audio_column_name": data_args.audio_column_name, "--text_column_name": data_args.text_column_name}
     example_utils.check_columns(raw, columns)
-    model, extractor, tokenizer = load_model(model_args, data_args)
+    model, extractor, tokenizer = load_model(model_args, data_args, training_args)
     texts = [t for d in raw.values() for t in d[data_args.text_column_name]]
     label_length = max(len(tokenizer(t.lower() if data_args.do_lower_case else t).input_ids) for t in texts)
     start = model.config.decoder_start_token_id

@@ -377,7 +377,9 @@ def text_columns(raw: dict[str, datasets.Dataset], task: str | None) -> tuple[st
     return keys
 
 
-def load_model_and_tokenizer(model_args: ModelArguments, num_labels: int) -> tuple[Any, Any]:
+def load_model_and_tokenizer(
+    model_args: ModelArguments, num_labels: int, training_args: IPUTrainingArguments
+) -> tuple[Any, Any]:
     """The classifier and its tokenizer; decoders without a padding token pad with end-of-text."""
     hub = model_args.hub_kwargs()
     config = AutoConfig.from_pretrained(
@@ -394,8 +396,13 @@ def load_model_and_tokenizer(model_args: ModelArguments, num_labels: int) -> tup
         tokenizer.pad_token = tokenizer.eos_token
     if config.pad_token_id is None:
         config.pad_token_id = tokenizer.pad_token_id
-    model = AutoModelForSequenceClassification.from_pretrained(
-        model_args.model_name_or_path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **hub
+    model = example_utils.load_pretrained(
+        AutoModelForSequenceClassification,
+        model_args.model_name_or_path,
+        training_args,
+        config=config,
+        ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
+        **hub,
     )
     return model, tokenizer
 
@@ -514,7 +521,7 @@ def main() -> None:
     if not is_regression and num_labels < 2:
         raise ValueError(f"the label column holds {num_labels} distinct value(s) {label_list}: nothing to classify")
     keys = text_columns(raw, task)
-    model, tokenizer = load_model_and_tokenizer(model_args, num_labels)
+    model, tokenizer = load_model_and_tokenizer(model_args, num_labels, training_args)
     if not is_regression:
         label_list, label_to_id = align_labels(model, label_list, label_to_id, num_labels)
     max_seq_length = min(data_args.max_seq_length, tokenizer.model_max_length)

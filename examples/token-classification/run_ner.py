@@ -204,7 +204,9 @@ def collect_labels(raw: dict[str, datasets.Dataset], label_column: str) -> tuple
     return label_list, {label: i for i, label in enumerate(label_list)}, False
 
 
-def load_model_and_tokenizer(model_args: ModelArguments, num_labels: int) -> tuple[Any, Any, Any]:
+def load_model_and_tokenizer(
+    model_args: ModelArguments, num_labels: int, training_args: IPUTrainingArguments
+) -> tuple[Any, Any, Any]:
     """The token classifier, its fast tokenizer (word ids) and its config."""
     hub = model_args.hub_kwargs()
     config = AutoConfig.from_pretrained(
@@ -224,8 +226,13 @@ def load_model_and_tokenizer(model_args: ModelArguments, num_labels: int) -> tup
         tokenizer.pad_token = tokenizer.eos_token
     if config.pad_token_id is None:
         config.pad_token_id = tokenizer.pad_token_id
-    model = AutoModelForTokenClassification.from_pretrained(
-        model_args.model_name_or_path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **hub
+    model = example_utils.load_pretrained(
+        AutoModelForTokenClassification,
+        model_args.model_name_or_path,
+        training_args,
+        config=config,
+        ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
+        **hub,
     )
     return model, tokenizer, config
 
@@ -318,7 +325,7 @@ def main() -> None:
     raw = load_raw_datasets(data_args, model_args)
     columns = resolve_columns(raw, data_args)
     label_list, label_to_id, labels_are_int = collect_labels(raw, columns[1])
-    model, tokenizer, config = load_model_and_tokenizer(model_args, len(label_list))
+    model, tokenizer, config = load_model_and_tokenizer(model_args, len(label_list), training_args)
     label_list, label_to_id = align_model_labels(model, label_list, label_to_id, labels_are_int)
     label_names = [str(label) for label in label_list]
     longest = example_utils.max_model_length(tokenizer, config)

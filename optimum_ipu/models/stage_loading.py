@@ -43,10 +43,16 @@ def loads_stage_only(ipu_config: IPUConfig) -> bool:
 
 
 def load_held_tensors(
-    model: nn.Module, held: set[str], name_or_path: str, device: torch.device, **hub: Any
+    model: nn.Module,
+    held: set[str],
+    name_or_path: str,
+    device: torch.device,
+    ignore_mismatched_sizes: bool = False,
+    **hub: Any,
 ) -> list[str]:
     """Materialize on `device` the parameters named in `held`, read from the checkpoint; returns the names that the
-    checkpoint lacks (materialized empty, for `initialize_weights`)."""
+    checkpoint lacks, or holds with another shape when `ignore_mismatched_sizes` (materialized empty, for
+    `initialize_weights`, as `from_pretrained` does); a mismatched shape otherwise raises `ValueError`."""
     keys = checkpoint_index(name_or_path, **hub)
     prefix = getattr(model, "base_model_prefix", "")
     aliases: dict[int, tuple[nn.Parameter, list[str]]] = {}
@@ -68,6 +74,14 @@ def load_held_tensors(
             if source not in files:
                 files[source] = open_checkpoint(source)
             tensor = files[source].get_tensor(key).to(device=device, dtype=param.dtype)
+            if tensor.shape != param.shape:
+                if not ignore_mismatched_sizes:
+                    raise ValueError(
+                        f"{key} is {tuple(tensor.shape)} in {name_or_path} and {tuple(param.shape)} in the model: "
+                        "pass ignore_mismatched_sizes=True to initialize it anew"
+                    )
+                key, tensor = None, torch.empty_like(param, device=device)
+                missing.append(names[0])
         new = nn.Parameter(tensor, requires_grad=param.requires_grad)
         new._is_hf_initialized = key is not None
         replace_parameter(model, param, new)
@@ -86,7 +100,7 @@ def load_stage(
         ipu_config (`IPUConfig`): the layout; the job's processes must be its stages x replicas.
         device (`torch.device`, *optional*): this process's device (defaults to its GPU, else the CPU).
         kwargs: `from_pretrained`'s arguments: Hub options (`revision`, `token`, ...), `config`, `dtype`,
-            `attn_implementation`, `trust_remote_code`.
+            `attn_implementation`, `trust_remote_code`, `ignore_mismatched_sizes`.
 
     Returns:
         `PipelinedModel`: parallelized; its `model` holds this stage's parameters, the others on the meta device.
@@ -100,6 +114,7 @@ def load_stage(
     check_processes(layout, dist.get_world_size())
     device = device or default_device()
     hub = {k: kwargs.pop(k) for k in HUB_KWARGS if k in kwargs}
+    ignore_mismatched_sizes = kwargs.pop("ignore_mismatched_sizes", False)
     cls = getattr(transformers, auto_class) if isinstance(auto_class, str) else auto_class
     config = kwargs.pop("config", None) or transformers.AutoConfig.from_pretrained(
         name_or_path, trust_remote_code=kwargs.get("trust_remote_code", False), **hub
@@ -118,7 +133,7 @@ def load_stage(
     cut = pipelined.stage_cut()
     held = held_parameter_names(model, cut, counts, mesh.get_local_rank("pp"))
     freed = free_parameters(model, held)
-    missing = load_held_tensors(model, held, name_or_path, device, **hub)
+    missing = load_held_tensors(model, held, name_or_path, device, ignore_mismatched_sizes, **hub)
     for param in model.parameters():
         if param.is_meta:
             param._is_hf_initialized = True  # another stage's: loaded there

@@ -217,7 +217,8 @@ def test_non_empty_output_dir_needs_overwrite(tmp_path, shared_data, tiny_qa_mod
 
 
 def test_torchrun_pipeline_stages_give_the_single_process_results(tmp_path, shared_data, tiny_qa_model_dir):
-    """`torchrun --nproc_per_node 2 run_qa.py` with 2 pipeline stages: same loss, EM and F1 as one process."""
+    """`torchrun --nproc_per_node 2 run_qa.py` with 2 pipeline stages, each process loading only its stage: same
+    loss, EM and F1 as one process."""
     # Dropout off: its random masks cannot follow the same random stream once stages run on two processes.
     model_dir = tmp_path / "model"
     shutil.copytree(tiny_qa_model_dir, model_dir)
@@ -261,6 +262,9 @@ def test_torchrun_pipeline_stages_give_the_single_process_results(tmp_path, shar
     torchrun = ["--nproc_per_node=2", f"--master_port={free_port()}"]
     pipelined = run_qa(*flags, "--output_dir", str(tmp_path / "two"), torchrun=torchrun)
     assert pipelined.returncode == 0, pipelined.stderr[-3000:]
+    # each process built the model on the meta device and read only its stage (example_utils.load_pretrained)
+    assert all(f"loading stage {i} of 2 only" in pipelined.stdout + pipelined.stderr for i in (0, 1))
+    assert "loading stage" not in single.stdout + single.stderr
     one, two = (json.loads((tmp_path / d / "all_results.json").read_text()) for d in ("one", "two"))
     assert two["train_samples_per_second"] > 0
     for key in ("train_loss", "eval_exact_match", "eval_f1"):
