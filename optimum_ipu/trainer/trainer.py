@@ -466,7 +466,11 @@ class IPUTrainer(TrainerPrivateHooks):
             return super().evaluation_loop(*args, **kwargs)
         gather, self.gather_function = self.gather_function, self.process_pipeline.gather  # one copy per replica
         try:
-            return super().evaluation_loop(*args, **kwargs)
+            # The stages of a replica see the same batch: Trainer's token count over every process (and its loss
+            # scaled by the process count) would count each batch once per stage. Each process's own count is its
+            # replica's: the one-process loss (a classifier's mean would otherwise come out x stages).
+            with self._scoped_args(average_tokens_across_devices=False):
+                return super().evaluation_loop(*args, **kwargs)
         finally:
             self.gather_function = gather
             reshard(self.model)  # sharded stages: the optimizer must find the shards, not what evaluation gathered
