@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from ..conftest import REPO_ROOT
-from ..helpers import run_example
+from ..helpers import env, free_port, run_example, run_torchrun
 
 GLUE_DIR = REPO_ROOT / "examples" / "text-classification"
 TRAIN_KEYS = {"epoch", "train_loss", "train_runtime", "train_samples", "train_samples_per_second"}
@@ -251,3 +251,29 @@ def test_glue_tsv_reading(run_glue_module, shared_data):
     assert set(dev.unique("label")) == {0, 1} and dev[0]["sentence2"].startswith('"The foodservice')
     sst2 = run_glue_module.read_glue_tsv(str(shared_data / "glue" / "SST-2" / "dev.tsv"), "sst2")
     assert sst2.column_names == ["sentence", "label"] and len(sst2) == 872
+
+
+def test_torchrun_stages_evaluate_as_one_process(tmp_path, shared_data, tiny_pretrained):
+    """`torchrun --nproc_per_node 2 run_glue.py` with 2 pipeline stages: classification trained and evaluated across
+    the stages (each batch forward through both processes) gives one process's loss and accuracy."""
+    # Dropout off: its random masks cannot follow the same random stream once stages run on two processes.
+    model = tiny_pretrained(
+        "BertForSequenceClassification", num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+    )
+    sst2 = shared_data / "glue" / "SST-2"
+    flags = ["--ipu_config_overrides", "layers_per_ipu=[2 2],ipus_per_replica=2,gradient_accumulation_steps=2"]
+    flags += ["--model_name_or_path", str(model), "--task_name", "sst2"]
+    flags += ["--train_file", str(sst2 / "train.tsv"), "--validation_file", str(sst2 / "dev.tsv")]
+    flags += ["--do_train", "--do_eval", "--max_train_samples", "32", "--max_eval_samples", "40"]
+    flags += ["--max_seq_length", "32", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "8"]
+    flags += ["--learning_rate", "3e-3", "--num_train_epochs", "1", "--seed", "0", "--report_to", "none"]
+    single = run_glue(*flags, "--output_dir", str(tmp_path / "one"))
+    assert single.returncode == 0, single.stderr[-3000:]
+    torchrun = ["--nproc_per_node=2", f"--master_port={free_port()}"]
+    args = [*torchrun, "run_glue.py", *flags, "--output_dir", str(tmp_path / "two")]
+    staged = run_torchrun(args, cwd=GLUE_DIR, env=env(), timeout=600)
+    assert staged.returncode == 0, staged.stderr[-3000:]
+    one, two = (json.loads((tmp_path / d / "all_results.json").read_text()) for d in ("one", "two"))
+    assert two["eval_samples"] == one["eval_samples"] == 40
+    for key in ("train_loss", "eval_loss", "eval_accuracy"):
+        assert two[key] == pytest.approx(one[key], abs=1e-4), key
