@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
@@ -173,13 +173,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="optimum-ipu", description="optimum-ipu command line")
     parser.add_argument("--version", action="version", version=f"optimum-ipu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_env, _add_config, _add_plot, _add_benchmark):
+        add(sub)
+    return parser
 
+
+def _add_env(sub: Any) -> None:
     env = sub.add_parser(
         "env", help="versions and machine (to paste in an issue), devices, and the device slots a config would get"
     )
     env.add_argument("--ipu-config", help="folder, JSON file or id of an IPU config (default: IPUConfig())")
     env.set_defaults(func=_cmd_env)
 
+
+def _add_config(sub: Any) -> None:
     config = sub.add_parser("config", help="work with ipu_config.json files")
     config_sub = config.add_subparsers(dest="config_command", required=True)
     check = config_sub.add_parser("check", help="validate a config and print its stage layout")
@@ -200,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(func=_cmd_config_check)
 
+
+def _add_plot(sub: Any) -> None:
     plot = sub.add_parser(
         "plot", help="draw training_curves.png (loss, learning rate, evaluation metrics) of a training run"
     )
@@ -207,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--output", help="where to write the PNG (default: OUTPUT_DIR/training_curves.png)")
     plot.set_defaults(func=_cmd_plot)
 
+
+def _add_benchmark(sub: Any) -> None:
     bench = sub.add_parser(
         "benchmark", help="ours vs transformers (Trainer / Trainer.predict) vs a plain loop, on the same batches"
     )
@@ -248,7 +259,6 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--peak-tflops", type=float, help="the device's peak, for model FLOPs utilisation")
     bench.add_argument("--output-dir", default="benchmark_results")
     bench.set_defaults(func=_cmd_benchmark)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
