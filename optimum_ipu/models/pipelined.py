@@ -21,7 +21,7 @@ from ..runtime.serialization import chunked_cross_entropy, swap_serialized
 from ..runtime.stage_cut import EncoderSplit, StageCut
 from .generation import StaticGeneration
 from .layout import StageSpec, format_layout, stage_layout
-from .plans import plan_for_model
+from .plans import plan_for_model, unwrap_adapters
 from .stage_plan import StagePlan
 
 logger = get_logger(__name__)
@@ -53,8 +53,9 @@ class PipelinedModel(StaticGeneration, nn.Module):
     def __init__(self, model: nn.Module, ipu_config: IPUConfig) -> None:
         super().__init__()
         self.plan: StagePlan = plan_for_model(model)
-        # the class name as built: FSDP2's fully_shard later swaps the class for an `FSDP...` subclass
-        self.class_name = type(model).__name__
+        # the stock class name as built: FSDP2's fully_shard later swaps the class for an `FSDP...` subclass, and an
+        # adapter wrapper (peft's `PeftModelForCausalLM`) is not the class the plan knows
+        self.class_name = type(unwrap_adapters(model)[1]).__name__
         self.model = model
         self.ipu_config = ipu_config
         self._undo: list[Callable[[], None]] = []
@@ -68,9 +69,12 @@ class PipelinedModel(StaticGeneration, nn.Module):
 
     @property
     def base_prefix(self) -> str:
-        """Dotted path of `model.base_model` inside the model (`"bert"`, or `""` when it is the model)."""
-        prefix = getattr(self.model, "base_model_prefix", "")
-        return prefix if prefix and hasattr(self.model, prefix) else ""
+        """Dotted path of `model.base_model` inside the model (`"bert"`, or `""` when it is the model); through an
+        adapter wrapper (`peft`), from the wrapper (`"base_model.model.bert"`)."""
+        outer, stock = unwrap_adapters(self.model)
+        prefix = getattr(stock, "base_model_prefix", "")
+        prefix = prefix if prefix and hasattr(stock, prefix) else ""
+        return ".".join(part for part in (outer, prefix) if part)
 
     def _path(self, relative: str) -> str:
         return f"{self.base_prefix}.{relative}" if self.base_prefix else relative

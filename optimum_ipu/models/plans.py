@@ -90,9 +90,24 @@ def plan_for_class(class_name: str) -> StagePlan:
     return _PLAN_BY_CLASS[class_name]
 
 
+def unwrap_adapters(model: Any) -> tuple[str, Any]:
+    """The stock `transformers` model inside an adapter wrapper and its dotted path there: `peft`'s `PeftModel` holds
+    it at `base_model.model` (its `get_base_model()`); `("", model)` for a model that is not wrapped. Read from the
+    wrapper's own API, so `peft` is never imported here."""
+    if not callable(getattr(type(model), "get_base_model", None)):
+        return "", model
+    inner = model.get_base_model()
+    for name, module in model.named_modules():
+        if module is inner:
+            return name, inner
+    return "", model
+
+
 def plan_for_model(model: Any) -> StagePlan:
-    """The plan of a model: its class's registered plan, else one derived from its structure (said once)."""
+    """The plan of a model (seen through an adapter wrapper, `unwrap_adapters`): its class's registered plan, else
+    one derived from its structure (said once)."""
     _load_builtin()
+    model = unwrap_adapters(model)[1]
     name = type(model).__name__
     if name in _PLAN_BY_CLASS:
         return _PLAN_BY_CLASS[name]

@@ -175,7 +175,8 @@ class IPUTrainer(TrainerPrivateHooks):
         """Whether the loss averages `labels[..., 1:]` (a causal LM: position t predicts t + 1). `Trainer` knows it
         for classes named ...ForCausalLM only; the stage plan knows it for GPT-2's head too. Read before any
         sharding renames the class."""
-        return self._loss_shifts_labels or self.pipelined.plan.loss_kind(type(model).__name__) == "causal"
+        # the stock class's name (`pipelined.class_name`): a peft wrapper's class is not the one the plan knows
+        return self._loss_shifts_labels or self.pipelined.plan.loss_kind(self.pipelined.class_name) == "causal"
 
     def _check_processes_agree(self) -> None:
         """Under torchrun: the process group is released at exit, and every process must have been given the same

@@ -1,0 +1,120 @@
+"""Parameter-efficient fine-tuning: a `peft` LoRA model through `IPUTrainer` equals `peft` + `transformers.Trainer`
+(losses and adapter weights), only the adapters train, and saved models are peft's adapter files."""
+
+from __future__ import annotations
+
+import json
+
+import datasets
+import pytest
+import torch
+import transformers
+
+from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments, to_pipelined
+
+from .helpers import SHORT_RUN
+from .tiny_models import tiny_inputs, tiny_model
+
+peft = pytest.importorskip("peft", reason='the peft extra: pip install "optimum-ipu[peft]"')
+from safetensors.torch import load_file  # noqa: E402
+
+# class -> (LoRA's target modules, peft's task type)
+LORA_MODELS = {
+    "LlamaForCausalLM": (["q_proj", "v_proj"], "CAUSAL_LM"),
+    "GPT2LMHeadModel": (["c_attn"], "CAUSAL_LM"),
+    "BertForSequenceClassification": (["query", "value"], "SEQ_CLS"),
+}
+TWO_STAGES = {"layers_per_ipu": [2, 2], "ipus_per_replica": 2}
+
+
+def lora_model(class_name: str) -> peft.PeftModel:
+    """The tiny model of `class_name` with LoRA adapters (rank 4, no dropout), the same for the same class."""
+    targets, task = LORA_MODELS[class_name]
+    config = peft.LoraConfig(
+        r=4,
+        lora_alpha=8,
+        lora_dropout=0.0,
+        target_modules=targets,
+        task_type=task,
+        fan_in_fan_out=class_name[:4] == "GPT2",
+    )
+    torch.manual_seed(3)  # LoRA's A matrices are random
+    return peft.get_peft_model(tiny_model(class_name), config)
+
+
+def train_dataset(class_name: str) -> datasets.Dataset:
+    return datasets.Dataset.from_dict({k: v.tolist() for k, v in tiny_inputs(class_name, batch=16).items()})
+
+
+def losses(trainer: transformers.Trainer) -> list[float]:
+    return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+
+
+def trainable(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
+
+
+@pytest.fixture(scope="module", params=list(LORA_MODELS))
+def stock_run(request, tmp_path_factory) -> tuple[str, list[float], dict[str, torch.Tensor]]:
+    """Stock `peft` + `transformers.Trainer`: 4 optimizer steps of 2 micro-batches of 2."""
+    class_name = request.param
+    out = tmp_path_factory.mktemp("stock")
+    args = transformers.TrainingArguments(
+        str(out), per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=4, **SHORT_RUN
+    )
+    trainer = transformers.Trainer(lora_model(class_name), args, train_dataset=train_dataset(class_name))
+    if LORA_MODELS[class_name][1] == "SEQ_CLS":
+        # A loss that is a mean over examples: Trainer, passing num_items_in_batch to a model that takes it, would not
+        # divide it by the accumulation (twice the step's mean here); IPUTrainer weighs it as one big batch.
+        trainer.model_accepts_loss_kwargs = False
+    trainer.train()
+    return class_name, losses(trainer), trainable(trainer.model)
+
+
+@pytest.mark.parametrize("layout", [{}, TWO_STAGES], ids=["one-stage", "two-stages"])
+def test_lora_trains_as_stock_peft(stock_run, layout, tmp_path):
+    class_name, stock_losses, stock_weights = stock_run
+    model = lora_model(class_name)
+    frozen = {k: v.detach().clone() for k, v in model.named_parameters() if not v.requires_grad}
+    args = IPUTrainingArguments(str(tmp_path), per_device_train_batch_size=2, max_steps=4, **SHORT_RUN)
+    config = IPUConfig(gradient_accumulation_steps=2, **layout)
+    trainer = IPUTrainer(model, config, args, train_dataset=train_dataset(class_name))
+    trainer.train()
+    assert len(losses(trainer)) == len(stock_losses) == 4
+    torch.testing.assert_close(losses(trainer), stock_losses, atol=1e-5, rtol=0)
+    ours = trainable(trainer.model)
+    assert sorted(ours) == sorted(stock_weights) and all("lora_" in k or "classifier" in k for k in ours)
+    for key, value in stock_weights.items():
+        torch.testing.assert_close(ours[key], value, atol=1e-5, rtol=0, msg=key)
+    for key, value in frozen.items():  # only the adapters (and a classifier's head) trained
+        assert torch.equal(dict(trainer.model.named_parameters())[key], value), key
+
+
+def test_saved_model_is_peft_adapter_and_loads_back(tmp_path):
+    class_name = "LlamaForCausalLM"
+    args = IPUTrainingArguments(
+        str(tmp_path),
+        per_device_train_batch_size=2,
+        max_steps=2,
+        **{**SHORT_RUN, "save_strategy": "steps"},
+        save_steps=2,
+    )
+    trainer = IPUTrainer(lora_model(class_name), IPUConfig(**TWO_STAGES), args, train_dataset=train_dataset(class_name))
+    trainer.train()
+    trainer.save_model()
+    for folder in (tmp_path, tmp_path / "checkpoint-2"):
+        names = {p.name for p in folder.iterdir()}
+        assert {"adapter_model.safetensors", "adapter_config.json", "ipu_config.json"} <= names, names
+        assert "model.safetensors" not in names
+        assert json.loads((folder / "adapter_config.json").read_text())["peft_type"] == "LORA"
+    saved = load_file(tmp_path / "adapter_model.safetensors")
+    assert saved and all("lora_" in key for key in saved)
+    reloaded = peft.PeftModel.from_pretrained(tiny_model(class_name), str(tmp_path))
+    for key, value in trainable(trainer.model).items():
+        torch.testing.assert_close(dict(reloaded.named_parameters())[key], value, atol=0, rtol=0, msg=key)
+
+
+def test_pipelined_layers_are_found_through_the_peft_wrapper():
+    pipelined = to_pipelined(lora_model("LlamaForCausalLM"), IPUConfig(**TWO_STAGES))
+    assert pipelined.plan.family == "llama"
+    assert pipelined.layer_paths() == [f"base_model.model.model.layers.{i}" for i in range(4)]
