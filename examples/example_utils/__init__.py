@@ -471,6 +471,7 @@ def run_summary(output_dir: str | os.PathLike) -> str:
         ("training curves", "training_curves.png"),
         ("predictions", "eval_predictions.json"),
         ("model", "model.safetensors"),
+        ("LoRA adapters", "adapter_model.safetensors"),  # --use_peft
         ("IPU config", "ipu_config.json"),
     ]
     for label, name in outputs:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from example_utils import language_modeling as lm
+from example_utils.peft import PeftArguments, maybe_wrap_with_lora
 from transformers import AutoModelForCausalLM, default_data_collator, set_seed
 
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
@@ -67,8 +68,8 @@ class DataTrainingArguments:
 
 
 def main() -> None:
-    model_args, data_args, training_args = example_utils.parse_args(
-        lm.ModelArguments, DataTrainingArguments, IPUTrainingArguments
+    model_args, data_args, training_args, peft_args = example_utils.parse_args(
+        lm.ModelArguments, DataTrainingArguments, IPUTrainingArguments, PeftArguments
     )
     example_utils.setup_logging(training_args, logger)
 
@@ -78,6 +79,7 @@ def main() -> None:
     raw = lm.load_raw_datasets(data_args, model_args)
     config, tokenizer = lm.load_config_and_tokenizer(model_args)
     model = lm.load_model(AutoModelForCausalLM, model_args, config, tokenizer, training_args)
+    model = maybe_wrap_with_lora(model, peft_args, "CAUSAL_LM")
 
     text, _ = lm.raw_text_columns(raw, training_args)
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from example_utils import language_modeling as lm
+from example_utils.peft import PeftArguments, maybe_wrap_with_lora
 from transformers import AutoModelForMaskedLM, DataCollatorForLanguageModeling, set_seed
 
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
@@ -104,8 +105,8 @@ def tokenize_texts(raw: Any, tokenizer: Any, max_seq_length: int, data_args: Any
 
 
 def main() -> None:
-    model_args, data_args, training_args = example_utils.parse_args(
-        lm.ModelArguments, DataTrainingArguments, IPUTrainingArguments
+    model_args, data_args, training_args, peft_args = example_utils.parse_args(
+        lm.ModelArguments, DataTrainingArguments, IPUTrainingArguments, PeftArguments
     )
     example_utils.setup_logging(training_args, logger)
 
@@ -120,6 +121,7 @@ def main() -> None:
             "RoBERTa tokenizer (train_tokenizer.py --family roberta builds one), or run_clm.py for causal LM"
         )
     model = lm.load_model(AutoModelForMaskedLM, model_args, config, tokenizer, training_args)
+    model = maybe_wrap_with_lora(model, peft_args)  # peft has no masked-LM task type: the plain PeftModel
 
     max_seq_length = lm.sequence_length(data_args.max_seq_length, "max_seq_length", tokenizer, model.config)
 

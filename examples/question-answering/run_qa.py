@@ -32,6 +32,7 @@ from functools import partial
 from typing import Any
 
 import datasets
+from example_utils.peft import PeftArguments, maybe_wrap_with_lora
 from trainer_qa import IPUQuestionAnsweringTrainer
 from transformers import (
     AutoConfig,
@@ -278,14 +279,15 @@ def build_trainer(
 
 
 def main() -> None:
-    model_args, data_args, training_args = example_utils.parse_args(
-        example_utils.ModelArguments, DataTrainingArguments, IPUTrainingArguments
+    model_args, data_args, training_args, peft_args = example_utils.parse_args(
+        example_utils.ModelArguments, DataTrainingArguments, IPUTrainingArguments, PeftArguments
     )
     example_utils.setup_logging(training_args, logger)
     last_checkpoint = example_utils.start_run(training_args)
     set_seed(training_args.seed)
     raw = load_raw_datasets(data_args, model_args)
     model, tokenizer = load_model_and_tokenizer(model_args, training_args)
+    model = maybe_wrap_with_lora(model, peft_args, "QUESTION_ANS")  # --use_peft: the span head trains too
     features = build_features(raw, tokenizer, data_args, training_args)
     trainer = build_trainer(model, tokenizer, features, data_args, training_args)
 

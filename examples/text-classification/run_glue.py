@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 import torch
 import transformers
+from example_utils.peft import PeftArguments, maybe_wrap_with_lora
 from torchmetrics.functional import (
     accuracy,
     f1_score,
@@ -504,8 +505,8 @@ def write_predictions(
 
 
 def main() -> None:
-    model_args, data_args, training_args = example_utils.parse_args(
-        ModelArguments, DataTrainingArguments, IPUTrainingArguments
+    model_args, data_args, training_args, peft_args = example_utils.parse_args(
+        ModelArguments, DataTrainingArguments, IPUTrainingArguments, PeftArguments
     )
     example_utils.setup_logging(training_args, logger)
     last_checkpoint = example_utils.start_run(training_args)
@@ -524,6 +525,7 @@ def main() -> None:
     model, tokenizer = load_model_and_tokenizer(model_args, num_labels, training_args)
     if not is_regression:
         label_list, label_to_id = align_labels(model, label_list, label_to_id, num_labels)
+    model = maybe_wrap_with_lora(model, peft_args, "SEQ_CLS")  # --use_peft: the classifier head trains too
     max_seq_length = min(data_args.max_seq_length, tokenizer.model_max_length)
     if data_args.max_seq_length > tokenizer.model_max_length:
         logger.warning("max_seq_length %d > the model's %d: using the latter", data_args.max_seq_length, max_seq_length)

@@ -238,3 +238,75 @@ def test_llama_with_grouped_query_attention_trains_on_wikitext_in_2_stages(tmp_p
     assert len(losses) == 40  # 160 blocks, full batches of 4, one micro-batch per step
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     assert last < first - 0.5, (first, last)
+
+
+def test_use_peft_trains_lora_adapters_and_saves_peft_files(tmp_path, shared_data, tiny_pretrained):
+    """`--use_peft` with TRL's LoRA flags: only the adapters train (recompute and embedding serialization on, as the
+    GPT-2 config has them), and the output folder holds peft's adapter files, which load onto the base model."""
+    peft = pytest.importorskip("peft")
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    model_dir = tiny_pretrained("GPT2LMHeadModel")
+    out = tmp_path / "output"
+    lora = ["--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--lora_dropout", "0"]
+    lora += ["--lora_target_modules", "c_attn"]
+    result = run_script(
+        "run_clm.py",
+        *lora,
+        "--model_name_or_path",
+        str(model_dir),
+        *wikitext_files(shared_data),
+        "--ipu_config_name",
+        "./ipu_config_gpt2.json",
+        "--ipu_config_overrides",
+        "gradient_accumulation_steps=1",
+        "--do_train",
+        "--do_eval",
+        "--block_size",
+        "32",
+        "--max_train_samples",
+        "80",
+        "--max_eval_samples",
+        "8",
+        "--per_device_train_batch_size",
+        "4",
+        "--num_train_epochs",
+        "1",
+        "--learning_rate",
+        "1e-2",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "3",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    names = {p.name for p in out.iterdir()}
+    assert {"adapter_model.safetensors", "adapter_config.json", "ipu_config.json", "all_results.json"} <= names
+    assert "model.safetensors" not in names  # the base model is not saved again
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["r"] == 4 and config["lora_alpha"] == 8 and config["target_modules"] == ["c_attn"]
+    adapters = load_file(out / "adapter_model.safetensors")
+    assert adapters and all("lora_" in key for key in adapters)
+    assert any(value.abs().max() > 0 for key, value in adapters.items() if "lora_B" in key)  # B starts at zero
+    losses = [e["loss"] for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in e]
+    assert len(losses) == 20 and sum(losses[-5:]) < sum(losses[:5])
+    reloaded = peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir), str(out))
+    state = reloaded.state_dict()
+    for key, value in adapters.items():  # peft's own loader reads them back
+        torch.testing.assert_close(state[key.replace(".weight", ".default.weight")], value, atol=0, rtol=0)
+
+
+def test_use_peft_without_peft_names_the_extra(monkeypatch):
+    from example_utils.peft import PeftArguments, maybe_wrap_with_lora
+
+    monkeypatch.setitem(sys.modules, "peft", None)  # as if not installed
+    with pytest.raises(ImportError, match=r'pip install "optimum-ipu\[peft\]"'):
+        maybe_wrap_with_lora(object(), PeftArguments(use_peft=True))
+    model = object()
+    assert maybe_wrap_with_lora(model, PeftArguments()) is model  # without --use_peft, peft is never imported
