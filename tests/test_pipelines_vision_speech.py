@@ -161,6 +161,17 @@ def test_whisper_speech_recognition_equals_transformers(whisper_dir, fsdd_files,
         ours(long, generate_kwargs=generate)
 
 
+def test_pretrained_whisper_transcribes_jfk_exactly(shared_data, jfk):
+    """OpenAI's Whisper tiny.en (`../shared/models/whisper-tiny.en`) on the 11 s JFK clip (44.1 kHz stereo FLAC,
+    decoded and resampled here): the known transcript, word for word, and `transformers`' own pipeline's text."""
+    model_dir = shared_data.parent / "models" / "whisper-tiny.en"
+    ours = pipeline("automatic-speech-recognition", model=model_dir)
+    said = " And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
+    assert ours(jfk) == {"text": said}
+    reference = transformers.pipeline("automatic-speech-recognition", model=str(model_dir))
+    assert reference(load_audio(jfk, RATE)) == {"text": said}
+
+
 def test_processors_and_classes_are_checked(vit_dir, wav2vec2_dirs, tmp_path):
     classifier_dir, _ = wav2vec2_dirs
     with pytest.raises(IncompatibleIPUConfigError, match="audio-classification: .* holds a 'vit' model"):
