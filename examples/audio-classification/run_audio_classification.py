@@ -40,7 +40,7 @@ from example_utils import audio, classification
 from transformers import AutoFeatureExtractor, AutoModelForAudioClassification, set_seed
 from transformers.models.auto.feature_extraction_auto import feature_extractor_class_from_name
 
-from optimum_ipu import IPUTrainer, IPUTrainingArguments
+from optimum_ipu import IPUTrainingArguments
 from optimum_ipu.errors import run_script
 from optimum_ipu.pipelines.audio import load_audio
 
@@ -211,28 +211,13 @@ def main() -> None:
             raw, split, limit, flag, training_args.seed, lambda batch: transform(batch, train=train)
         )
 
-    train_dataset = prepared("train", data_args.max_train_samples, "--do_train") if training_args.do_train else None
-    eval_dataset = prepared("eval", data_args.max_eval_samples, "--do_eval") if training_args.do_eval else None
-    training_args.remove_unused_columns = False  # the transform reads the audio column: keep it
-
-    trainer = IPUTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        compute_metrics=classification.accuracy_metric(len(labels)),
-        processing_class=feature_extractor,
-        data_collator=collate_fn,
+    splits = {
+        "train": lambda: prepared("train", data_args.max_train_samples, "--do_train"),
+        "eval": lambda: prepared("eval", data_args.max_eval_samples, "--do_eval"),
+    }
+    classification.train_and_evaluate(
+        model, training_args, splits, len(labels), feature_extractor, collate_fn, last_checkpoint, model_args, data_args
     )
-
-    if training_args.do_train:
-        if not example_utils.train(trainer, training_args, last_checkpoint, len(train_dataset)):
-            return
-
-    if training_args.do_eval:
-        example_utils.evaluate(trainer, len(eval_dataset))
-
-    example_utils.finish(trainer, training_args, model_args, data_args)
 
 
 if __name__ == "__main__":

@@ -127,3 +127,42 @@ def accuracy_metric(num_labels: int) -> Callable[[EvalPrediction], dict[str, flo
         return {"accuracy": float(accuracy(preds, labels, task="multiclass", num_classes=classes, average="micro"))}
 
     return compute
+
+
+def train_and_evaluate(
+    model: Any,
+    args: Any,
+    splits: dict[str, Callable[[], datasets.Dataset]],
+    num_labels: int,
+    processing_class: Any,
+    collate_fn: Callable[[list], dict[str, Any]],
+    last_checkpoint: str | None,
+    model_args: Any,
+    data_args: Any,
+) -> None:
+    """The audio and image scripts' run once their splits are ready: `IPUTrainer` with accuracy, then train, evaluate
+    and finish (`example_utils.train` / `evaluate` / `finish`).
+
+    Args:
+        splits (`dict`): `"train"` and `"eval"` -> a function making the split (called only when `--do_train` /
+            `--do_eval` asks for it).
+    """
+    from optimum_ipu import IPUTrainer
+
+    train_dataset = splits["train"]() if args.do_train else None
+    eval_dataset = splits["eval"]() if args.do_eval else None
+    args.remove_unused_columns = False  # the on-the-fly transform reads the raw column: keep it
+    trainer = IPUTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        compute_metrics=accuracy_metric(num_labels),
+        processing_class=processing_class,
+        data_collator=collate_fn,
+    )
+    if args.do_train and not example_utils.train(trainer, args, last_checkpoint, len(train_dataset)):
+        return
+    if args.do_eval:
+        example_utils.evaluate(trainer, len(eval_dataset))
+    example_utils.finish(trainer, args, model_args, data_args)

@@ -38,7 +38,7 @@ from transformers import AutoImageProcessor, AutoModelForImageClassification, se
 from transformers.models.auto import image_processing_auto
 from transformers.utils import is_torchvision_available
 
-from optimum_ipu import IPUTrainer, IPUTrainingArguments
+from optimum_ipu import IPUTrainingArguments
 from optimum_ipu.errors import run_script
 
 logger = logging.getLogger(__name__)
@@ -196,28 +196,13 @@ def main() -> None:
     def prepared(split: str, limit: int | None, flag: str) -> datasets.Dataset:
         return classification.transformed_split(raw, split, limit, flag, training_args.seed, transform)
 
-    train_dataset = prepared("train", data_args.max_train_samples, "--do_train") if training_args.do_train else None
-    eval_dataset = prepared("validation", data_args.max_eval_samples, "--do_eval") if training_args.do_eval else None
-    training_args.remove_unused_columns = False  # the transform reads the image column: keep it
-
-    trainer = IPUTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        compute_metrics=classification.accuracy_metric(len(labels)),
-        processing_class=image_processor,
-        data_collator=collate_fn,
+    splits = {
+        "train": lambda: prepared("train", data_args.max_train_samples, "--do_train"),
+        "eval": lambda: prepared("validation", data_args.max_eval_samples, "--do_eval"),
+    }
+    classification.train_and_evaluate(
+        model, training_args, splits, len(labels), image_processor, collate_fn, last_checkpoint, model_args, data_args
     )
-
-    if training_args.do_train:
-        if not example_utils.train(trainer, training_args, last_checkpoint, len(train_dataset)):
-            return
-
-    if training_args.do_eval:
-        example_utils.evaluate(trainer, len(eval_dataset))
-
-    example_utils.finish(trainer, training_args, model_args, data_args)
 
 
 if __name__ == "__main__":
