@@ -12,7 +12,8 @@ import transformers
 
 from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments, to_pipelined
 
-from .helpers import SHORT_RUN
+from .conftest import PYTHON, REPO_ROOT
+from .helpers import SHORT_RUN, TORCHRUN, free_port, launch
 from .tiny_models import tiny_inputs, tiny_model
 
 peft = pytest.importorskip("peft", reason='the peft extra: pip install "optimum-ipu[peft]"')
@@ -118,3 +119,21 @@ def test_pipelined_layers_are_found_through_the_peft_wrapper():
     pipelined = to_pipelined(lora_model("LlamaForCausalLM"), IPUConfig(**TWO_STAGES))
     assert pipelined.plan.family == "llama"
     assert pipelined.layer_paths() == [f"base_model.model.model.layers.{i}" for i in range(4)]
+
+
+def test_stages_on_two_processes_equal_one_process(tmp_path):
+    """LoRA on a tiny Llama in 2 pipeline stages: a stage per gloo process gives the losses and saved adapters of one
+    process running both stages in turn."""
+    worker = str(REPO_ROOT / "tests" / "distributed" / "peft_worker.py")
+    one = launch(PYTHON, worker, str(tmp_path / "one"))
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = launch(*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", worker, str(tmp_path / "two"))
+    assert two.returncode == 0, two.stderr[-3000:]
+    want, got = (json.loads((tmp_path / run / "losses.json").read_text()) for run in ("one", "two"))
+    assert len(got) == 3
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    want, got = (load_file(tmp_path / run / "final" / "adapter_model.safetensors") for run in ("one", "two"))
+    assert got.keys() == want.keys() and len(got) == 16  # A and B of q_proj and v_proj in 4 layers: both stages'
+    for key, value in want.items():
+        torch.testing.assert_close(got[key], value, atol=1e-5, rtol=0, msg=key)
+    assert all(value.abs().max() > 0 for key, value in got.items() if "lora_B" in key)  # every layer's trained

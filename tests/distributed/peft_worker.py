@@ -1,0 +1,52 @@
+"""LoRA adapters (peft) on a tiny Llama in 2 pipeline stages, for tests/test_peft.py:
+
+    python peft_worker.py OUT_DIR
+
+run in one process (the stages in turn) or under `torchrun --nproc_per_node 2` (a stage per process). Rank 0 writes
+OUT_DIR/losses.json; the model is saved to OUT_DIR/final (peft's adapter files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import peft
+import torch
+
+from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments
+from tests.distributed.fsdp_worker import tiny_llama, unevenly_padded
+
+
+def main() -> None:
+    out = sys.argv[1]
+    args = IPUTrainingArguments(
+        output_dir=out,
+        per_device_train_batch_size=2,
+        max_steps=3,
+        learning_rate=1e-2,
+        logging_steps=1,
+        lr_scheduler_type="constant",
+        report_to=[],
+        seed=7,
+        save_strategy="no",
+        disable_tqdm=True,
+        ddp_timeout=60,
+    )
+    config = IPUConfig(layers_per_ipu=[2, 2], ipus_per_replica=2, gradient_accumulation_steps=2)
+    lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
+    model = tiny_llama()
+    torch.manual_seed(3)  # LoRA's A matrices: the same in every process
+    model = peft.get_peft_model(model, lora)
+    trainer = IPUTrainer(model, config, args, train_dataset=unevenly_padded())
+    trainer.train()
+    trainer.save_model(os.path.join(out, "final"))
+    if trainer.is_world_process_zero():
+        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        with open(os.path.join(out, "losses.json"), "w", encoding="utf-8") as file:
+            json.dump(losses, file)
+
+
+if __name__ == "__main__":
+    main()
