@@ -137,3 +137,10 @@ def test_stages_on_two_processes_equal_one_process(tmp_path):
     for key, value in want.items():
         torch.testing.assert_close(got[key], value, atol=1e-5, rtol=0, msg=key)
     assert all(value.abs().max() > 0 for key, value in got.items() if "lora_B" in key)  # every layer's trained
+    names = {p.name for p in (tmp_path / "two" / "checkpoint-2").iterdir()}  # the optimizer state of both stages
+    assert {"adapter_model.safetensors", "adapter_config.json", "optimizer.pt"} <= names, names
+    want, got = (torch.load(tmp_path / run / "checkpoint-2" / "optimizer.pt")["state"] for run in ("one", "two"))
+    assert got.keys() == want.keys() and len(got) == 16  # the adapters' Adam moments, of both stages
+    for index, state in want.items():
+        for key, value in state.items():
+            torch.testing.assert_close(got[index][key], value, atol=1e-5, rtol=0, msg=f"{index} {key}")

@@ -157,7 +157,7 @@ def start_run(training_args: Any) -> str | None:
     return last_checkpoint
 
 
-def load_pretrained(auto_class: Any, name_or_path: str, training_args: Any, **kwargs: Any) -> Any:
+def load_pretrained(auto_class: Any, name_or_path: str, training_args: Any, whole: bool = False, **kwargs: Any) -> Any:
     """
     `auto_class.from_pretrained(name_or_path, **kwargs)`, the stock `transformers` model; under `torchrun` with the
     IPU config's stages on separate processes, each process builds it on the meta device and reads only its own
@@ -168,11 +168,13 @@ def load_pretrained(auto_class: Any, name_or_path: str, training_args: Any, **kw
         auto_class (`type`): A `transformers` auto class, e.g. `AutoModelForQuestionAnswering`.
         name_or_path (`str`): A model folder or Hub id.
         training_args (`IPUTrainingArguments`): The run's arguments (its IPU config, `--ipu_config_overrides` applied).
+        whole (`bool`, *optional*): Load the whole model on every process all the same: LoRA adapters (`--use_peft`)
+            wrap the stock model before `IPUTrainer` cuts it, and a stage-held model cannot be wrapped yet.
         kwargs: `from_pretrained`'s keyword arguments (`config`, `dtype`, Hub options, `ignore_mismatched_sizes`).
     """
     ipu_config = training_args.load_ipu_config()
     stages = ipu_config.value("ipus_per_replica")
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or stages <= 1:
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or stages <= 1 or whole:
         return auto_class.from_pretrained(name_or_path, **kwargs)
     import optimum_ipu
 

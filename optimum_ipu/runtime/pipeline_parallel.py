@@ -311,7 +311,11 @@ class PipelineEngine:
         if optimizer is None:
             return
         params = self.params
-        own = {i: optimizer.state[p] for i, p in enumerate(params) if self._owner[i] == self.stage}
+        # only parameters the optimizer has state for: reading `optimizer.state` (a defaultdict) at a frozen one (peft's
+        # base weights, a frozen feature encoder) would add an entry that `optimizer.state_dict()` cannot map
+        own = {
+            i: optimizer.state[p] for i, p in enumerate(params) if self._owner[i] == self.stage and p in optimizer.state
+        }
         own = {i: {k: v.cpu() if torch.is_tensor(v) else v for k, v in state.items()} for i, state in own.items()}
         gathered: list[Any] = [None] * self.num_stages
         dist.all_gather_object(gathered, own, group=self.stage_group)

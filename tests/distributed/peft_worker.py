@@ -3,7 +3,7 @@
     python peft_worker.py OUT_DIR
 
 run in one process (the stages in turn) or under `torchrun --nproc_per_node 2` (a stage per process). Rank 0 writes
-OUT_DIR/losses.json; the model is saved to OUT_DIR/final (peft's adapter files).
+OUT_DIR/losses.json; a checkpoint is written at step 2 and the model saved to OUT_DIR/final (peft's adapter files).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def main() -> None:
         lr_scheduler_type="constant",
         report_to=[],
         seed=7,
-        save_strategy="no",
+        save_strategy="steps",
+        save_steps=2,
         disable_tqdm=True,
         ddp_timeout=60,
     )
