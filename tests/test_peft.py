@@ -144,3 +144,24 @@ def test_stages_on_two_processes_equal_one_process(tmp_path):
     for index, state in want.items():
         for key, value in state.items():
             torch.testing.assert_close(got[index][key], value, atol=1e-5, rtol=0, msg=f"{index} {key}")
+
+
+def test_fsdp_over_two_processes_equals_one_process(tmp_path):
+    """LoRA on a tiny Llama, 2 replicas: `--fsdp` over 2 gloo processes (parameters sharded) gives the losses and saved
+    adapters of one process running the replicas in turn."""
+    worker = str(REPO_ROOT / "tests" / "distributed" / "peft_worker.py")
+    one = launch(PYTHON, worker, str(tmp_path / "one"), "--fsdp")
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = launch(
+        *TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", worker, str(tmp_path / "two"), "--fsdp"
+    )
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert all(json.loads((tmp_path / "two" / f"rank{r}.json").read_text())["sharded"] for r in (0, 1))
+    want, got = (json.loads((tmp_path / run / "losses.json").read_text()) for run in ("one", "two"))
+    assert len(got) == 3
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    want, got = (load_file(tmp_path / run / "final" / "adapter_model.safetensors") for run in ("one", "two"))
+    assert got.keys() == want.keys() and len(got) == 16
+    for key, value in want.items():
+        torch.testing.assert_close(got[key], value, atol=1e-5, rtol=0, msg=key)
+    assert (tmp_path / "two" / "checkpoint-2" / "adapter_model.safetensors").is_file()

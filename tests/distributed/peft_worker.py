@@ -1,8 +1,9 @@
 """LoRA adapters (peft) on a tiny Llama in 2 pipeline stages, for tests/test_peft.py:
 
-    python peft_worker.py OUT_DIR
+    python peft_worker.py OUT_DIR [--fsdp]
 
-run in one process (the stages in turn) or under `torchrun --nproc_per_node 2` (a stage per process). Rank 0 writes
+run in one process (the stages in turn) or under `torchrun --nproc_per_node 2` (a stage per process); with `--fsdp`,
+2 replicas of the whole model instead of 2 stages, their parameters sharded under torchrun. Rank 0 writes
 OUT_DIR/losses.json; a checkpoint is written at step 2 and the model saved to OUT_DIR/final (peft's adapter files).
 """
 
@@ -14,6 +15,7 @@ import sys
 
 import peft
 import torch
+from torch.distributed.tensor import DTensor
 
 from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments
 from tests.distributed.fsdp_worker import tiny_llama, unevenly_padded
@@ -21,6 +23,7 @@ from tests.distributed.fsdp_worker import tiny_llama, unevenly_padded
 
 def main() -> None:
     out = sys.argv[1]
+    fsdp = "--fsdp" in sys.argv[2:]
     args = IPUTrainingArguments(
         output_dir=out,
         per_device_train_batch_size=2,
@@ -34,8 +37,10 @@ def main() -> None:
         save_steps=2,
         disable_tqdm=True,
         ddp_timeout=60,
+        fsdp=fsdp,
     )
-    config = IPUConfig(layers_per_ipu=[2, 2], ipus_per_replica=2, gradient_accumulation_steps=2)
+    layout = {"replication_factor": 2} if fsdp else {"layers_per_ipu": [2, 2], "ipus_per_replica": 2}
+    config = IPUConfig(gradient_accumulation_steps=2, **layout)
     lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
     model = tiny_llama()
     torch.manual_seed(3)  # LoRA's A matrices: the same in every process
@@ -43,6 +48,10 @@ def main() -> None:
     trainer = IPUTrainer(model, config, args, train_dataset=unevenly_padded())
     trainer.train()
     trainer.save_model(os.path.join(out, "final"))
+    # --fsdp under torchrun: each process holds shards (DTensors) of the parameters
+    sharded = any(isinstance(p, DTensor) for p in trainer.model.parameters())
+    with open(os.path.join(out, f"rank{trainer.args.process_index}.json"), "w", encoding="utf-8") as file:
+        json.dump({"sharded": sharded}, file)
     if trainer.is_world_process_zero():
         losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
         with open(os.path.join(out, "losses.json"), "w", encoding="utf-8") as file:
