@@ -277,3 +277,69 @@ def test_torchrun_stages_evaluate_as_one_process(tmp_path, shared_data, tiny_pre
     assert two["eval_samples"] == one["eval_samples"] == 40
     for key in ("train_loss", "eval_loss", "eval_accuracy"):
         assert two[key] == pytest.approx(one[key], abs=1e-4), key
+
+
+def test_sst2_with_lora_adapters(tmp_path, shared_data, tiny_pretrained):
+    """`--use_peft` (TRL's flags): the LoRA adapters and the new classifier head train, the base weights do not, and
+    the output folder holds peft's adapter files, the head included."""
+    pytest.importorskip("peft")
+    from safetensors.torch import load_file
+
+    model = tiny_pretrained("BertForSequenceClassification", num_labels=2)
+    out = tmp_path / "sst2-lora"
+    sst2 = shared_data / "glue" / "SST-2"
+    result = run_glue(
+        "--use_peft",
+        "--lora_r",
+        "4",
+        "--lora_alpha",
+        "8",
+        "--lora_dropout",
+        "0",
+        "--lora_target_modules",
+        "query",
+        "value",
+        "--model_name_or_path",
+        str(model),
+        "--task_name",
+        "sst2",
+        "--train_file",
+        str(sst2 / "train.tsv"),
+        "--validation_file",
+        str(sst2 / "dev.tsv"),
+        "--do_train",
+        "--do_eval",
+        "--max_train_samples",
+        "64",
+        "--max_eval_samples",
+        "32",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "16",
+        "--learning_rate",
+        "1e-2",
+        "--num_train_epochs",
+        "5",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "0",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    names = {p.name for p in out.iterdir()}
+    assert {"adapter_model.safetensors", "adapter_config.json", "eval_results.json"} <= names
+    assert "model.safetensors" not in names
+    adapters = load_file(out / "adapter_model.safetensors")
+    assert any("lora_" in key for key in adapters) and any("classifier" in key for key in adapters)
+    assert all("lora_" in key or "classifier" in key for key in adapters)
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["task_type"] == "SEQ_CLS" and sorted(config["target_modules"]) == ["query", "value"]
+    losses = logged_losses(out)
+    assert len(losses) == 20 and sum(losses[-5:]) < sum(losses[:5])

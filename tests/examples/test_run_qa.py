@@ -314,3 +314,54 @@ def test_packing_trains_on_packed_rows_and_evaluates_unpacked(tmp_path, shared_d
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     logged = [entry["loss"] for entry in history if "loss" in entry]
     assert all(math.isfinite(loss) for loss in logged) and logged[-1] < logged[0]
+
+
+def test_lora_adapters_train_and_evaluate(tmp_path, shared_data, tiny_qa_model_dir):
+    """`--use_peft` (TRL's flags) on the MiniLM reader: the adapters and the span head train, evaluation runs through
+    the adapted model, and the output folder holds peft's adapter files, the head included."""
+    pytest.importorskip("peft")
+    from safetensors.torch import load_file
+
+    out = tmp_path / "output"
+    lora = ["--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--lora_dropout", "0"]
+    result = run_qa(
+        *lora,
+        "--ipu_config_name=./",
+        "--ipu_config_overrides",
+        "gradient_accumulation_steps=1",
+        "--model_name_or_path",
+        str(tiny_qa_model_dir),
+        *squad_files(shared_data),
+        "--output_dir",
+        str(out),
+        "--do_train",
+        "--do_eval",
+        "--per_device_train_batch_size",
+        "4",
+        "--learning_rate",
+        "5e-3",
+        "--num_train_epochs",
+        "1",
+        "--max_seq_length",
+        "128",
+        "--doc_stride",
+        "64",
+        "--max_train_samples",
+        "64",
+        "--max_eval_samples",
+        "16",
+        "--logging_steps",
+        "1",
+        "--seed",
+        "3",
+        "--report_to",
+        "none",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    everything = json.loads((out / "all_results.json").read_text())
+    assert 0 <= everything["eval_exact_match"] <= everything["eval_f1"] <= 100
+    names = {p.name for p in out.iterdir()}
+    assert {"adapter_model.safetensors", "adapter_config.json"} <= names and "model.safetensors" not in names
+    adapters = load_file(out / "adapter_model.safetensors")
+    assert any("lora_" in key for key in adapters) and any("qa_outputs" in key for key in adapters)
+    assert json.loads((out / "adapter_config.json").read_text())["task_type"] == "QUESTION_ANS"
