@@ -112,3 +112,56 @@ def test_roberta_blocks_and_bert_line_by_line_train_on_wikitext(tmp_path, shared
 
     check_results(bert_out, steps=24, train_samples=96, eval_samples=24)
     assert json.loads((bert_out / "ipu_config.json").read_text())["projection_serialization_factor"] == 1
+
+
+def test_roberta_with_lora_adapters(tmp_path, shared_data, tiny_pretrained):
+    """`--use_peft` on a masked LM (no peft task type: the plain PeftModel), with the projection serialized as the
+    RoBERTa config has it: only the adapters are saved, as peft's files."""
+    pytest.importorskip("peft")
+    from safetensors.torch import load_file
+
+    folder = shared_data / "wikitext2_tokens"
+    out = tmp_path / "roberta-lora"
+    run_script(
+        "run_mlm.py",
+        "--use_peft",
+        "--lora_r",
+        "4",
+        "--lora_dropout",
+        "0",
+        "--model_name_or_path",
+        str(tiny_pretrained("RobertaForMaskedLM")),
+        "--ipu_config_name",
+        "./ipu_config_roberta.json",
+        "--ipu_config_overrides",
+        "projection_serialization_factor=2,gradient_accumulation_steps=1",
+        "--train_file",
+        str(folder / "wiki.valid.tokens"),
+        "--validation_file",
+        str(folder / "wiki.test.tokens"),
+        "--do_train",
+        "--do_eval",
+        "--per_device_train_batch_size",
+        "4",
+        "--learning_rate",
+        "1e-2",
+        "--num_train_epochs",
+        "1",
+        "--max_seq_length",
+        "32",
+        "--max_train_samples",
+        "32",
+        "--max_eval_samples",
+        "8",
+        "--seed",
+        "3",
+        "--report_to",
+        "none",
+        "--output_dir",
+        str(out),
+    )
+    names = {p.name for p in out.iterdir()}
+    assert {"adapter_model.safetensors", "adapter_config.json", "eval_results.json"} <= names
+    assert "model.safetensors" not in names
+    adapters = load_file(out / "adapter_model.safetensors")
+    assert adapters and all("lora_" in key for key in adapters)
