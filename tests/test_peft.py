@@ -165,3 +165,26 @@ def test_fsdp_over_two_processes_equals_one_process(tmp_path):
     for key, value in want.items():
         torch.testing.assert_close(got[key], value, atol=1e-5, rtol=0, msg=key)
     assert (tmp_path / "two" / "checkpoint-2" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("flags", [[], ["--fsdp"]], ids=["stages", "fsdp"])
+def test_resumed_from_an_adapter_checkpoint_on_processes_ends_as_uninterrupted(tmp_path, flags):
+    """A run on 2 processes (a stage each, or --fsdp shards) resumed from the adapter checkpoint of step 2 ends with the
+    uninterrupted run's adapters: the adapters and their optimizer state are read back, the base weights kept."""
+    worker = str(REPO_ROOT / "tests" / "distributed" / "peft_worker.py")
+    torchrun = [*TORCHRUN, "--nproc_per_node=2"]
+    full = launch(*torchrun, f"--master_port={free_port()}", worker, str(tmp_path / "full"), *flags)
+    assert full.returncode == 0, full.stderr[-3000:]
+    resumed = launch(
+        *torchrun,
+        f"--master_port={free_port()}",
+        worker,
+        str(tmp_path / "resumed"),
+        *flags,
+        extra_env={"RESUME_FROM": str(tmp_path / "full" / "checkpoint-2")},
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    want, got = (load_file(tmp_path / run / "final" / "adapter_model.safetensors") for run in ("full", "resumed"))
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        torch.testing.assert_close(got[key], value, atol=1e-6, rtol=0, msg=key)

@@ -89,11 +89,13 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=options)
 
 
-def load_full_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
+def load_full_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor], partial: bool = False) -> None:
     """Load a whole `state_dict` (a one-process checkpoint) into a sharded model: each process keeps its shards.
+    `partial`: the state of some parameters only (peft's adapters), the others kept as they are.
 
     Raises:
-        ValueError: the checkpoint has keys the model lacks, or lacks keys other than tied duplicates.
+        ValueError: the checkpoint has keys the model lacks, or lacks keys other than tied duplicates (unless
+            `partial`).
     """
     shards = stage_hold(model)
     if shards is not None:
@@ -102,7 +104,7 @@ def load_full_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor]) 
     result = set_model_state_dict(model, state_dict, options=options)
     # A tied parameter (output projection = embeddings) is saved once, under one of its names.
     tied = {n for n, _ in model.named_parameters(remove_duplicate=False)} - {n for n, _ in model.named_parameters()}
-    missing = [k for k in result.missing_keys if k not in tied]
+    missing = [k for k in result.missing_keys if k not in tied and not partial]
     if missing or result.unexpected_keys:
         raise ValueError(
             f"the checkpoint does not fit the model: missing {missing}, unexpected {result.unexpected_keys}"

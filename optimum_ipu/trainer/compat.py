@@ -35,7 +35,7 @@ from safetensors.torch import load_file
 from torch import nn
 from transformers import Trainer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
-from transformers.utils import SAFE_WEIGHTS_NAME
+from transformers.utils import ADAPTER_SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_NAME
 
 from ..packing import PACKED_SEQUENCE_IDS, with_packed_block_mask
 from ..runtime import fsdp
@@ -153,6 +153,11 @@ class TrainerPrivateHooks(Trainer):
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         if not (self.fsdp or stage_hold(self.model) is not None):
             return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        adapters = os.path.join(resume_from_checkpoint, ADAPTER_SAFE_WEIGHTS_NAME)
+        if stage_hold(self.model) is None and os.path.isfile(adapters):
+            # a peft model under --fsdp: its checkpoint holds the adapters only (the base weights are loaded already)
+            fsdp.load_full_state_dict(self.model, _adapters_by_name(self.model, load_file(adapters)), partial=True)
+            return
         if stage_hold(self.model) is not None:  # one stage held: read only its entries (one file or the stage shards)
             weights = read_held_state_dict(self.model, resume_from_checkpoint)
         else:
@@ -191,3 +196,18 @@ class TrainerPrivateHooks(Trainer):
     def save_state_dict(self, output_dir: str | None, state_dict: dict[str, torch.Tensor]) -> None:
         """Write a model `state_dict` as `Trainer` writes the model (`_save`: safetensors, config, processor)."""
         self._save(output_dir, state_dict=state_dict)
+
+
+def _adapters_by_name(model: nn.Module, saved: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """peft's saved adapter tensors under the model's parameter names: `get_peft_model_state_dict` drops the adapter's
+    name (`lora_A.default.weight` -> `lora_A.weight`, `classifier.modules_to_save.default.weight` ->
+    `classifier.weight`)."""
+    adapter = getattr(model, "active_adapter", "default")
+    named = {}
+    for name, _ in model.named_parameters():
+        key = name.replace(f".modules_to_save.{adapter}", "").replace(f".{adapter}.", ".")
+        if key in saved and ("lora_" in name or ".modules_to_save." in name):
+            named[name] = saved[key]
+    if len(named) != len(saved):
+        raise ValueError(f"the adapter checkpoint does not fit the model: {sorted(saved)[:5]}...")
+    return named

@@ -3,7 +3,8 @@
     python peft_worker.py OUT_DIR [--fsdp]
 
 run in one process (the stages in turn) or under `torchrun --nproc_per_node 2` (a stage per process); with `--fsdp`,
-2 replicas of the whole model instead of 2 stages, their parameters sharded under torchrun. Rank 0 writes
+2 replicas of the whole model instead of 2 stages, their parameters sharded under torchrun. With the environment
+variable RESUME_FROM, training resumes from that checkpoint. Rank 0 writes
 OUT_DIR/losses.json; a checkpoint is written at step 2 and the model saved to OUT_DIR/final (peft's adapter files).
 """
 
@@ -46,7 +47,7 @@ def main() -> None:
     torch.manual_seed(3)  # LoRA's A matrices: the same in every process
     model = peft.get_peft_model(model, lora)
     trainer = IPUTrainer(model, config, args, train_dataset=unevenly_padded())
-    trainer.train()
+    trainer.train(resume_from_checkpoint=os.environ.get("RESUME_FROM") or None)
     trainer.save_model(os.path.join(out, "final"))
     # --fsdp under torchrun: each process holds shards (DTensors) of the parameters
     sharded = any(isinstance(p, DTensor) for p in trainer.model.parameters())
