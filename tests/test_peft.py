@@ -188,3 +188,25 @@ def test_resumed_from_an_adapter_checkpoint_on_processes_ends_as_uninterrupted(t
     assert got.keys() == want.keys()
     for key, value in want.items():
         torch.testing.assert_close(got[key], value, atol=1e-6, rtol=0, msg=key)
+
+
+def test_fsdp_on_stages_trains_as_one_process(tmp_path):
+    """LoRA on a tiny Llama, 2 stages x 2 replicas sharded (`--fsdp`, 4 gloo processes): one process's losses. (Its
+    saved model is the stage-sharded layout of the wrapped model, not yet peft's adapter files.)"""
+    worker = str(REPO_ROOT / "tests" / "distributed" / "peft_worker.py")
+    one = launch(PYTHON, worker, str(tmp_path / "one"), "--fsdp", "--stages")
+    assert one.returncode == 0, one.stderr[-3000:]
+    four = launch(
+        *TORCHRUN,
+        "--nproc_per_node=4",
+        f"--master_port={free_port()}",
+        worker,
+        str(tmp_path / "four"),
+        "--fsdp",
+        "--stages",
+    )
+    assert four.returncode == 0, four.stderr[-3000:]
+    assert all(json.loads((tmp_path / "four" / f"rank{r}.json").read_text())["sharded"] for r in range(4))
+    want, got = (json.loads((tmp_path / run / "losses.json").read_text()) for run in ("one", "four"))
+    assert len(got) == 3
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)

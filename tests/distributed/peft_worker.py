@@ -1,9 +1,10 @@
 """LoRA adapters (peft) on a tiny Llama in 2 pipeline stages, for tests/test_peft.py:
 
-    python peft_worker.py OUT_DIR [--fsdp]
+    python peft_worker.py OUT_DIR [--fsdp [--stages]]
 
 run in one process (the stages in turn) or under `torchrun --nproc_per_node 2` (a stage per process); with `--fsdp`,
-2 replicas of the whole model instead of 2 stages, their parameters sharded under torchrun. With the environment
+2 replicas of the whole model instead of 2 stages, their parameters sharded under torchrun (`--stages`: of each of
+2 stages, 4 processes). With the environment
 variable RESUME_FROM, training resumes from that checkpoint. Rank 0 writes
 OUT_DIR/losses.json; a checkpoint is written at step 2 and the model saved to OUT_DIR/final (peft's adapter files).
 """
@@ -40,7 +41,9 @@ def main() -> None:
         ddp_timeout=60,
         fsdp=fsdp,
     )
-    layout = {"replication_factor": 2} if fsdp else {"layers_per_ipu": [2, 2], "ipus_per_replica": 2}
+    layout = {"replication_factor": 2} if fsdp else {}
+    if not fsdp or "--stages" in sys.argv[2:]:  # --fsdp --stages: 2 stages x 2 replicas (4 processes)
+        layout.update(layers_per_ipu=[2, 2], ipus_per_replica=2)
     config = IPUConfig(gradient_accumulation_steps=2, **layout)
     lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
     model = tiny_llama()
