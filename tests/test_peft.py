@@ -167,12 +167,13 @@ def test_fsdp_over_two_processes_equals_one_process(tmp_path):
     assert (tmp_path / "two" / "checkpoint-2" / "adapter_model.safetensors").is_file()
 
 
-@pytest.mark.parametrize("flags", [[], ["--fsdp"]], ids=["stages", "fsdp"])
+@pytest.mark.parametrize("flags", [[], ["--fsdp"], ["--fsdp", "--stages"]], ids=["stages", "fsdp", "fsdp-stages"])
 def test_resumed_from_an_adapter_checkpoint_on_processes_ends_as_uninterrupted(tmp_path, flags):
-    """A run on 2 processes (a stage each, or --fsdp shards) resumed from the adapter checkpoint of step 2 ends with the
-    uninterrupted run's adapters: the adapters and their optimizer state are read back, the base weights kept."""
+    """A run on 2 processes (a stage each, or --fsdp shards) or 4 (--fsdp on 2 stages) resumed from the adapter
+    checkpoint of step 2 ends with the uninterrupted run's adapters: the adapters and their optimizer state are read
+    back, the base weights kept."""
     worker = str(REPO_ROOT / "tests" / "distributed" / "peft_worker.py")
-    torchrun = [*TORCHRUN, "--nproc_per_node=2"]
+    torchrun = [*TORCHRUN, f"--nproc_per_node={4 if '--stages' in flags else 2}"]
     full = launch(*torchrun, f"--master_port={free_port()}", worker, str(tmp_path / "full"), *flags)
     assert full.returncode == 0, full.stderr[-3000:]
     resumed = launch(
@@ -190,9 +191,9 @@ def test_resumed_from_an_adapter_checkpoint_on_processes_ends_as_uninterrupted(t
         torch.testing.assert_close(got[key], value, atol=1e-6, rtol=0, msg=key)
 
 
-def test_fsdp_on_stages_trains_as_one_process(tmp_path):
-    """LoRA on a tiny Llama, 2 stages x 2 replicas sharded (`--fsdp`, 4 gloo processes): one process's losses. (Its
-    saved model is the stage-sharded layout of the wrapped model, not yet peft's adapter files.)"""
+def test_fsdp_on_stages_trains_and_saves_as_one_process(tmp_path):
+    """LoRA on a tiny Llama, 2 stages x 2 replicas sharded (`--fsdp`, 4 gloo processes): one process's losses, and
+    peft's adapter files, each stage's adapters gathered to the main process."""
     worker = str(REPO_ROOT / "tests" / "distributed" / "peft_worker.py")
     one = launch(PYTHON, worker, str(tmp_path / "one"), "--fsdp", "--stages")
     assert one.returncode == 0, one.stderr[-3000:]
@@ -210,3 +211,13 @@ def test_fsdp_on_stages_trains_as_one_process(tmp_path):
     want, got = (json.loads((tmp_path / run / "losses.json").read_text()) for run in ("one", "four"))
     assert len(got) == 3
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    for folder in ("final", "checkpoint-2"):
+        names = {p.name for p in (tmp_path / "four" / folder).iterdir()}
+        assert {
+            "adapter_model.safetensors",
+            "adapter_config.json",
+        } <= names and "model.safetensors.index.json" not in names
+    want, got = (load_file(tmp_path / run / "final" / "adapter_model.safetensors") for run in ("one", "four"))
+    assert got.keys() == want.keys() and len(got) == 16
+    for key, value in want.items():
+        torch.testing.assert_close(got[key], value, atol=1e-5, rtol=0, msg=key)

@@ -99,7 +99,7 @@ def load_full_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor], 
     """
     shards = stage_hold(model)
     if shards is not None:
-        return _load_stage(model, state_dict, shards)
+        return _load_stage(model, state_dict, shards, partial)
     options = StateDictOptions(full_state_dict=True, strict=False)
     result = set_model_state_dict(model, state_dict, options=options)
     # A tied parameter (output projection = embeddings) is saved once, under one of its names.
@@ -298,8 +298,11 @@ def held_like(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
     return full
 
 
-def _load_stage(model: nn.Module, state_dict: dict[str, torch.Tensor], shards: StageHold) -> None:
-    """Copy into this stage's parameters and buffers (their shards) the entries of a whole `state_dict`."""
+def _load_stage(
+    model: nn.Module, state_dict: dict[str, torch.Tensor], shards: StageHold, partial: bool = False
+) -> None:
+    """Copy into this stage's parameters and buffers (their shards) the entries of a whole `state_dict` (`partial`:
+    of some parameters only, the others kept)."""
     aliases: dict[str, list[str]] = {}
     for name, first in _canonical_names(model).items():
         aliases.setdefault(first, []).append(name)
@@ -321,7 +324,7 @@ def _load_stage(model: nn.Module, state_dict: dict[str, torch.Tensor], shards: S
         for name, buffer in model.named_buffers():
             if not buffer.is_meta and name in state_dict:
                 buffer.copy_(state_dict[name])
-    if missing or unexpected:
+    if (missing and not partial) or unexpected:
         raise ValueError(f"the checkpoint does not fit the model: missing {missing}, unexpected {unexpected}")
 
 

@@ -154,8 +154,9 @@ class TrainerPrivateHooks(Trainer):
         if not (self.fsdp or stage_hold(self.model) is not None):
             return super()._load_from_checkpoint(resume_from_checkpoint, model)
         adapters = os.path.join(resume_from_checkpoint, ADAPTER_SAFE_WEIGHTS_NAME)
-        if stage_hold(self.model) is None and os.path.isfile(adapters):
-            # a peft model under --fsdp: its checkpoint holds the adapters only (the base weights are loaded already)
+        if os.path.isfile(adapters):
+            # a peft model under --fsdp (on stages or not): its checkpoint holds the adapters only (the base weights
+            # are loaded already); each process takes those of the parameters it holds
             fsdp.load_full_state_dict(self.model, _adapters_by_name(self.model, load_file(adapters)), partial=True)
             return
         if stage_hold(self.model) is not None:  # one stage held: read only its entries (one file or the stage shards)

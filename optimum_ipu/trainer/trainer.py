@@ -34,10 +34,11 @@ from ..config_validation import check_sequence_buckets
 from ..errors import SkippedStepsError
 from ..files import write_text_atomic
 from ..models.pipelined import to_pipelined
+from ..models.plans import unwrap_adapters
 from ..runtime.devices import default_device
 from ..runtime.distributed import check_ranks_agree, release_process_group_at_exit, replicas_per_process, world_size
 from ..runtime.engine import Engine
-from ..runtime.fsdp import full_state_dict, reshard, shard_model, shard_pipeline, sync_gradients_at
+from ..runtime.fsdp import full_state_dict, reshard, shard_model, shard_pipeline, sync_gradients_at, whole_on_cpu
 from ..runtime.inference import buckets_within, trim_to_bucket
 from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
@@ -540,13 +541,35 @@ class IPUTrainer(TrainerPrivateHooks):
             self.processing_class.save_pretrained(folder)
         torch.save(self.args, os.path.join(folder, TRAINING_ARGS_NAME))
 
+    def _save_stage_adapters(self, hold: Any, folder: str) -> None:
+        """peft's adapter files of a wrapped model whose stages are held apart (`--fsdp` on stages): the trainable
+        tensors (adapters, a new head) are few, so each stage's are gathered whole to the main process, which writes
+        them with the wrapper's own `save_pretrained`, as `Trainer` does in one process. Every process calls it."""
+        reshard(self.model)
+        mine = {}
+        for name, param in self.model.named_parameters():
+            held = not (param.to_local() if hasattr(param, "to_local") else param).is_meta
+            if param.requires_grad and held:
+                value = whole_on_cpu(param)  # gathered over the stage's replicas: a collective of the stage
+                if hold.mesh.get_local_rank("dp") == 0:
+                    mine[name] = value
+        gathered: list[Any] = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(gathered, mine)
+        if self.args.should_save:
+            self.model.save_pretrained(folder, state_dict={k: v for part in gathered for k, v in part.items()})
+            if self.processing_class is not None:
+                self.processing_class.save_pretrained(folder)
+            torch.save(self.args, os.path.join(folder, TRAINING_ARGS_NAME))
+
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Save the stock model (`transformers` layout) and `ipu_config.json` beside it; in checkpoints also
         the fp16 loss scale, so a resumed run continues with it."""
         if self.process_pipeline is not None:
             self.process_pipeline.synchronize()  # called by every process, as in the example scripts
         hold = stage_hold(self.model)
-        if hold is not None:  # each stage writes its own shard of the stock sharded layout: nothing is gathered
+        if hold is not None and unwrap_adapters(self.model)[0]:  # peft's adapter files, as in one process
+            self._save_stage_adapters(hold, output_dir or self.args.output_dir)
+        elif hold is not None:  # each stage writes its own shard of the stock sharded layout: nothing is gathered
             folder = output_dir or self.args.output_dir
             save_stage_shards(self.model, hold, folder)
             if self.args.should_save:
