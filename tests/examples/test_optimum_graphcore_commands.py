@@ -20,6 +20,8 @@ from typing import Any
 import example_utils  # installed with the package (`pip install -e ".[examples]"`), as the scripts import it
 import pytest
 
+from optimum_ipu import IPUTrainingArguments
+
 from ..conftest import REPO_ROOT
 from .optimum_graphcore_commands import COMMANDS, Command
 
@@ -170,7 +172,7 @@ def test_an_optimum_graphcore_command_runs_or_names_the_flag_that_differs(comman
         assert "leave it out" in message  # says what to do
         return
     parsed = parse(command, tmp_path, monkeypatch)
-    training_args = parsed[-1]
+    (training_args,) = [args for args in parsed if isinstance(args, IPUTrainingArguments)]  # among model, data, peft
     argv = local_argv(command, tmp_path)
     for flag, words in given_flags(argv).items():
         if flag in TRANSLATED:
