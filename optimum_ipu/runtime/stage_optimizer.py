@@ -109,8 +109,7 @@ def stage_optimizer_as_one(model: nn.Module, optimizer: torch.optim.Optimizer, f
     order = [names[p] for group in optimizer.param_groups for p in group["params"]]
     state, hyper = _read(folder, set(order))
     number = {name: i for i, name in enumerate(order)}
-    if hyper and len(hyper) != len(optimizer.param_groups):
-        _set_hyper_parameters(optimizer, hyper)  # raises: the groups differ
+    _check_groups(optimizer, hyper)
     groups, start = [], 0
     for group, saved in zip(optimizer.param_groups, hyper or [{}] * len(optimizer.param_groups), strict=True):
         numbers = list(range(start, start + len(group["params"])))
@@ -120,11 +119,16 @@ def stage_optimizer_as_one(model: nn.Module, optimizer: torch.optim.Optimizer, f
     return {"state": cloned, "param_groups": groups}
 
 
-def _set_hyper_parameters(optimizer: torch.optim.Optimizer, hyper: list[dict[str, Any]]) -> None:
+def _check_groups(optimizer: torch.optim.Optimizer, hyper: list[dict[str, Any]]) -> None:
+    """The saved state has as many parameter groups as `optimizer` (or none saved)."""
     if hyper and len(hyper) != len(optimizer.param_groups):
         raise ValueError(
             f"the optimizer state does not fit the model: {len(hyper)} parameter groups saved, the optimizer has "
             f"{len(optimizer.param_groups)}"
         )
+
+
+def _set_hyper_parameters(optimizer: torch.optim.Optimizer, hyper: list[dict[str, Any]]) -> None:
+    _check_groups(optimizer, hyper)
     for group, saved in zip(optimizer.param_groups, hyper, strict=False):
         group.update(saved)
