@@ -9,7 +9,7 @@ SHARED_DATA ?= ../shared/data
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast lint
+.PHONY: setup demo test test-fast lint docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,3 +58,13 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# The documentation site (mkdocs.yml: docs/, with the IPUConfig field reference and the API reference generated from the
+# code), built strict into site/: a broken link, anchor or reference fails. Its tools are the `[docs]` extra.
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[docs]"
+	touch $@
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site

@@ -2,7 +2,7 @@
 
 Pure Python and JSON: this module imports no torch (a test checks it), so a config can be
 written, validated and inspected anywhere. What each field becomes on real hardware is
-decided by `optimum_ipu.runtime`; the table lives in the README and in DESIGN.md.
+decided by `optimum_ipu.runtime`; the table lives in docs/ipu-config.md and in DESIGN.md.
 """
 
 from __future__ import annotations
@@ -117,14 +117,24 @@ class IPUConfig:
             (reduced-precision reductions on CUDA).
         embedding_serialization_factor (`int`, *optional*, defaults to 1):
             Compute the vocabulary embedding in this many chunks, to bound peak memory.
+        inference_embedding_serialization_factor (`int`, *optional*, defaults to 1):
+            Same as `embedding_serialization_factor`, for inference. Not inherited from training, as in Optimum
+            Graphcore.
         serialized_embedding_splits_per_ipu (`List[int]`, *optional*):
             Chunks of the embedding placed on each slot, e.g. `[2, 2, 0, 0]`; the non-zero entries must be
             on consecutive slots. Mutually exclusive with `embedding_serialization_factor`, which then
             becomes their sum.
+        inference_serialized_embedding_splits_per_ipu (`List[int]`, *optional*):
+            Same as `serialized_embedding_splits_per_ipu`, for inference.
         projection_serialization_factor (`int`, *optional*, defaults to 1):
             Compute the output projection onto the vocabulary (and its loss) in this many chunks.
+        inference_projection_serialization_factor (`int`, *optional*, defaults to 1):
+            Same as `projection_serialization_factor`, for inference. Not inherited from training, as in Optimum
+            Graphcore.
         serialized_projection_splits_per_ipu (`List[int]`, *optional*):
             Like `serialized_embedding_splits_per_ipu`, for the output projection.
+        inference_serialized_projection_splits_per_ipu (`List[int]`, *optional*):
+            Same as `serialized_projection_splits_per_ipu`, for inference.
         recompute_checkpoint_every_layer (`bool`, *optional*, defaults to `False`):
             Activation checkpointing of every transformer layer: recompute activations in the backward
             pass instead of storing them.

@@ -85,7 +85,7 @@ def check_unknown_keys(keys: list[str]) -> None:
     known = known_keys()
     for key in keys:
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        hint = f"did you mean `{close[0]}`?" if close else "see the README's table of fields for the keys allowed"
+        hint = f"did you mean `{close[0]}`?" if close else "see docs/ipu-config.md for the keys allowed"
         raise IncompatibleIPUConfigError(f"IPUConfig has no field `{key}`; {hint}")
 
 

@@ -222,7 +222,7 @@ BAD_CONFIGS = [
     ({"parallelize_kwargs": [1]}, r"`parallelize_kwargs`: got \[1\]"),
     ({"executable_cache_dir": 3}, r"`executable_cache_dir`: got 3"),
     ({"layers_per_ipus": [1]}, r"no field `layers_per_ipus`; did you mean `layers_per_ipu`"),
-    ({"frobnicate": 1}, r"no field `frobnicate`; see the README"),
+    ({"frobnicate": 1}, r"no field `frobnicate`; see docs/ipu-config.md"),
 ]
 
 

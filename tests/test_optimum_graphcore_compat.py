@@ -1,8 +1,8 @@
 """Optimum Graphcore users change one import line: their files, their `IPUConfig` calls, their helpers, their ids.
 
 Expectations marked "OG" are taken from Optimum Graphcore's own tests (tests/test_ipu_configuration.py) and source
-(optimum/graphcore/ipu_configuration.py, modeling_utils.py, tests/utils.py); the differences are in the README's
-"Moving from Optimum Graphcore".
+(optimum/graphcore/ipu_configuration.py, modeling_utils.py, tests/utils.py); the differences are in
+docs/migrating.md.
 """
 
 from __future__ import annotations

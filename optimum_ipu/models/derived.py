@@ -12,7 +12,7 @@ pass-through cannot stand in for (a layer run twice, state handed between layers
 refuses it clearly.
 
 How many architectures this covers, measured over every class that `transformers` registers for four auto
-classes, is in the README (`benchmarks/model_zoo.py` measures it).
+classes, is in docs/model-zoo.md (`benchmarks/model_zoo.py` measures it).
 """
 
 from __future__ import annotations

@@ -301,8 +301,8 @@ class IPUTrainingArguments(TrainingArguments):
                 raise ValueError(f"--{name}: got {short_repr(value)}; expected an integer >= {low}")
 
     def _check_resume(self) -> None:
-        """`--resume_from_checkpoint True` means the newest complete checkpoint (as the README says), not a folder
-        named "True"; combined with `--overwrite_output_dir` (which discards checkpoints) it is refused."""
+        """`--resume_from_checkpoint True` means the newest complete checkpoint (as docs/reliability.md says), not a
+        folder named "True"; combined with `--overwrite_output_dir` (which discards checkpoints) it is refused."""
         resume = self.resume_from_checkpoint
         if isinstance(resume, str) and resume.strip().lower() in ("true", "false", ""):
             resume = self.resume_from_checkpoint = True if resume.strip().lower() == "true" else None

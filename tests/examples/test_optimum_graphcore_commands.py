@@ -4,7 +4,7 @@ Each command is parsed by its script's `main()` up to `example_utils.parse_args`
 with only its placeholder paths swapped for local files; then its IPU config is loaded (the `Graphcore/*-ipu` ids
 load offline). It parses, and every flag it gives has the value it gave, or it stops in one line that names the flag
 (or IPU config field) that differs here and why. Scripts that Optimum Graphcore has and this library does not are
-listed in `WITHOUT_SCRIPT`, and the README says so.
+listed in `WITHOUT_SCRIPT`, and docs/migrating.md says so.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .optimum_graphcore_commands import COMMANDS, Command
 
 EXAMPLES = REPO_ROOT / "examples"
 
-# Optimum Graphcore's scripts that have no counterpart here (the README's "Moving from Optimum Graphcore" says so).
+# Optimum Graphcore's scripts that have no counterpart here (docs/migrating.md says so).
 WITHOUT_SCRIPT = {
     "run_pretraining.py": "BERT / GroupBERT pretraining on Graphcore's preprocessed Wikipedia, wav2vec2 pretraining",
     "run_vqa.py": "LXMERT visual question answering",
