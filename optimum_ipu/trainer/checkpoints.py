@@ -8,6 +8,9 @@ records the run: a run id and the arguments that shape training (its identity). 
 
 - takes only marked folders whose files all have the listed sizes and hashes; a folder that fails is named
   and skipped for the previous whole one (or refused, when it was asked for by path);
+- takes a folder written by a plain `transformers.Trainer` (no marker, no `ipu_config.json`) as `Trainer` would,
+  when each of its files loads (JSON parses, safetensors headers cover their files, the zip records of `.pt`/`.bin`
+  files match their CRC-32, the shards an index lists exist), saying in one line that it carries no marker;
 - refuses a folder that holds whole checkpoints of several runs (an earlier run's left beside this one's);
 - refuses a checkpoint written with other training arguments, naming them.
 
@@ -25,11 +28,15 @@ import os
 import re
 import shutil
 import uuid
+import zipfile
 from typing import Any
 
+from safetensors import SafetensorError, safe_open
 from transformers import TrainerCallback
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import rotate_checkpoints
 
+from ..config_schema import CONFIG_NAME as IPU_CONFIG_NAME
 from ..errors import short_repr
 from ..files import write_text_atomic
 
@@ -127,12 +134,69 @@ def read_marker(checkpoint: str) -> dict[str, Any] | None:
     return marker if isinstance(marker, dict) and "files" in marker else None
 
 
+def written_by_trainer(checkpoint: str) -> bool:
+    """Whether `checkpoint` was written by a plain `transformers.Trainer`: its `trainer_state.json`, no marker and no
+    `ipu_config.json` (`IPUTrainer` writes one into each of its checkpoints before marking it: an unmarked folder
+    that has one is a save of ours cut short)."""
+    return (
+        not is_complete(checkpoint)
+        and os.path.isfile(os.path.join(checkpoint, TRAINER_STATE_NAME))
+        and not os.path.isfile(os.path.join(checkpoint, IPU_CONFIG_NAME))
+    )
+
+
+def _load_problem(path: str) -> str | None:
+    """Why the file at `path` does not load, in a few words (None when it does); checked by what it is: JSON
+    parses, a safetensors header covers its file, the records of a zip (`torch.save`'s format) match their CRC-32."""
+    name = os.path.basename(path)
+    try:
+        if name.endswith(".json"):
+            with open(path, encoding="utf-8") as f:
+                json.load(f)
+        elif name.endswith(".safetensors"):
+            with safe_open(path, framework="pt") as f:
+                f.keys()
+        elif name.endswith((".pt", ".pth", ".bin")):
+            with zipfile.ZipFile(path) as archive:
+                bad = archive.testzip()
+            if bad is not None:
+                return f"does not load ({bad} fails its CRC-32 check)"
+    except (OSError, ValueError, SafetensorError, zipfile.BadZipFile) as err:
+        return f"does not load ({_first_line(err)})"
+    return None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return short_repr(text[0], 80).strip("'\"") if text else type(err).__name__
+
+
+def trainer_checkpoint_problem(checkpoint: str) -> str | None:
+    """Why a checkpoint of a plain `transformers.Trainer` (no marker) cannot be resumed from; None when every file
+    loads (`_load_problem`) and the shards its index files list are there."""
+    for rel in _checkpoint_files(checkpoint):
+        path = os.path.join(checkpoint, rel)
+        problem = _load_problem(path)
+        if problem is not None:
+            return f"{rel} {problem}"
+        if rel.endswith(".index.json"):
+            with open(path, encoding="utf-8") as f:
+                shards = set((json.load(f).get("weight_map") or {}).values())
+            missing = sorted(s for s in shards if not os.path.isfile(os.path.join(checkpoint, os.path.dirname(rel), s)))
+            if missing:
+                return f"{missing[0]} is missing (listed in {rel})"
+    return None
+
+
 def checkpoint_problem(checkpoint: str) -> str | None:
-    """Why `checkpoint` cannot be resumed from, in a few words; None when it is marked complete and whole.
+    """Why `checkpoint` cannot be resumed from, in a few words; None when it is marked complete and whole, or was
+    written by a plain `transformers.Trainer` and its files load (`trainer_checkpoint_problem`).
 
     Every file the marker lists must be there with its size (all sizes are checked first, cheaply) and its
     SHA-256. Markers of earlier versions list names only: those files must exist.
     """
+    if written_by_trainer(checkpoint):
+        return trainer_checkpoint_problem(checkpoint)
     if not is_complete(checkpoint):
         return "no completion marker: a save cut short"
     marker = read_marker(checkpoint)
@@ -155,6 +219,14 @@ def checkpoint_problem(checkpoint: str) -> str | None:
     return None
 
 
+def _say_unmarked(checkpoint: str) -> None:
+    logger.warning(
+        "%s carries no %s (written by transformers.Trainer): its files load, resuming from it as Trainer would",
+        checkpoint,
+        COMPLETE_MARKER,
+    )
+
+
 def _checkpoints_newest_first(folder: str) -> list[tuple[int, str]]:
     if not os.path.isdir(folder):
         return []
@@ -169,10 +241,11 @@ def _run_id(checkpoint: str) -> str | None:
 
 
 def last_complete_checkpoint(folder: str) -> str | None:
-    """The `checkpoint-N` folder of `folder` with the highest N that is marked complete and whole (None if none).
+    """The `checkpoint-N` folder of `folder` with the highest N that is marked complete and whole, or written by a
+    plain `transformers.Trainer` with files that load (said in one line); None if none.
 
-    Newer folders that fail (unmarked: a save cut short; a listed file missing, truncated or changed) are
-    skipped, with one warning naming each and why.
+    Newer folders that fail (unmarked: a save cut short; a listed file missing, truncated or changed; a file of a
+    `Trainer` checkpoint that does not load) are skipped, with one warning naming each and why.
 
     Raises:
         ValueError: the whole checkpoints of `folder` come from more than one run (an earlier run's were left
@@ -190,6 +263,8 @@ def last_complete_checkpoint(folder: str) -> str | None:
         logger.warning("skipping checkpoint(s) that cannot be resumed from: %s%s", "; ".join(skipped), where)
     if chosen is not None:
         _refuse_mixed_runs(folder, chosen)
+        if written_by_trainer(chosen):
+            _say_unmarked(chosen)
     return chosen
 
 
@@ -211,8 +286,8 @@ def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str) -
     """The checkpoint folder a run resumes from, checked; None for a fresh start.
 
     `True` (or the string `"true"`) takes `last_complete_checkpoint(output_dir)`, which must exist. A folder
-    given by path must be complete and whole; a folder without a marker but with `trainer_state.json` (written
-    by a plain `transformers.Trainer`) is resumed from with a warning.
+    given by path must be complete and whole, or written by a plain `transformers.Trainer` with files that load
+    (said in one line).
 
     Raises:
         ValueError: one line naming the folder and why it cannot be resumed from.
@@ -233,15 +308,14 @@ def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str) -
             f"--resume_from_checkpoint {short_repr(path)}: no such folder; give a checkpoint-N folder, or True for "
             "the newest complete one in --output_dir"
         )
-    if not is_complete(path) and os.path.isfile(os.path.join(path, "trainer_state.json")):
-        logger.warning("%s has no %s: not written by IPUTrainer, resuming anyway", path, COMPLETE_MARKER)
-        return path
     problem = checkpoint_problem(path)
     if problem is not None:
         raise ValueError(
             f"--resume_from_checkpoint {path}: cannot resume from it ({problem}); pass True to take the newest "
             "whole checkpoint of --output_dir, or an earlier folder"
         )
+    if written_by_trainer(path):
+        _say_unmarked(path)
     return path
 
 

@@ -427,9 +427,9 @@ class IPUTrainer(TrainerPrivateHooks):
         scale, and refusing to exit normally from an fp16 run that skipped every step.
 
         `resume_from_checkpoint=True` takes the newest `checkpoint-N` of `output_dir` that is marked complete and
-        whose files match their sizes and hashes (others are named and skipped); a folder given by path must be
-        whole too (or come from a plain `transformers.Trainer`, with a warning). The arguments that shape training
-        must be those recorded in the checkpoint (`checkpoints.run_identity`).
+        whose files match their sizes and hashes, or that a plain `transformers.Trainer` wrote (no marker) and whose
+        files load, said in one line (others are named and skipped); a folder given by path must be whole too. The
+        arguments that shape training must be those recorded in the checkpoint (`checkpoints.run_identity`).
 
         With `torch_compile`, `train_samples_per_second` and `train_steps_per_second` exclude the compilation
         of the first step, reported as `train_compile_time`; `train_runtime` stays the wall-clock time.
