@@ -137,7 +137,8 @@ def test_compiled_training_reports_compilation_apart(tmp_path):
         max(0.0, durations[0] - statistics.median(durations[1:])), abs=1e-4
     )
     wall_clock_rate = 16 / metrics["train_runtime"]
-    assert metrics["train_samples_per_second"] >= wall_clock_rate
+    # transformers rounds the rate to 3 decimals: with compile time ~0 the two differ only by that rounding
+    assert metrics["train_samples_per_second"] >= wall_clock_rate - 1e-3
 
 
 def test_lamb_flag_selects_lamb_with_weight_decay_groups(tmp_path):

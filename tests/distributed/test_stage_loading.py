@@ -141,7 +141,7 @@ def test_trainer_stage_local_predicts_as_one_process(tmp_path, pretrained_llama,
     want_logits = torch.load(tmp_path / "one" / "predictions_before.pt")
     torch.testing.assert_close(got_logits, want_logits, atol=1e-5, rtol=0)
     if replicas == 1:
-        assert got["eval_before"]["before_loss"] == pytest.approx(want["eval_before"]["before_loss"], abs=1e-6)
+        assert got["eval_before"]["before_loss"] == pytest.approx(want["eval_before"]["before_loss"], abs=1e-5)
     assert got["parameter_bytes"] < 0.6 * got["whole_parameter_bytes"]  # each process: its stage only
     # the trained model, gathered from the stages, is the stock layout
     import transformers
