@@ -49,11 +49,11 @@ demo: $(STAMP)
 # workers) are forked from a process with the imports done (tests/zygote.py).
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 # The inner loop: everything but the multi-process, example-script, reliability and slow tests (the CI runs all).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" tests \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow" tests \
 		--ignore=tests/distributed --ignore=tests/examples --ignore=tests/reliability
 
 lint: $(STAMP)

@@ -18,6 +18,9 @@ SHARED_DATA = Path(os.environ.get("OPTIMUM_IPU_SHARED_DATA", REPO_ROOT.parent / 
 PYTHON = sys.executable
 RELIABILITY_COUNTS = pytest.StashKey[Counter]()  # the reliability suite's counters (tests/reliability/conftest.py)
 
+# the heaviest files first (xdist's workers finish together); the table of each file's seconds, re-recordable
+from .scheduling import pytest_collection_modifyitems, pytest_runtest_logreport, record_file_seconds  # noqa: E402,F401
+
 
 def pytest_configure(config: pytest.Config) -> None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
@@ -138,6 +141,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """A run whose tests all passed fails anyway when its counts do not add up: a fault counted and never checked
     (or a check missing) would otherwise pass unseen."""
+    record_file_seconds(session.config)
     counts = session.config.stash.get(RELIABILITY_COUNTS, None)
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the controller adds the counts up (pytest_testnodedown)

@@ -11,9 +11,8 @@ import socket
 import subprocess
 import time
 
-import pytest
-
 from ..conftest import PYTHON, REPO_ROOT
+from ..processes import free_port
 
 TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]  # the venv's `torchrun`, whatever PATH says
 BOUND_S = 120  # the launcher gives up at once; the bound leaves room for a slow, busy machine
@@ -74,34 +73,41 @@ run_script(main)
 """
 
 
-def torchrun(tmp_path, job: str, *args: str) -> subprocess.CompletedProcess:
+def start_torchrun(tmp_path, job: str, *args: str) -> subprocess.Popen:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     script = tmp_path / "job.py"
     script.write_text(job)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    command = [*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", str(script), *args]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+
+
+def finish(process: subprocess.Popen) -> subprocess.CompletedProcess:
     # the bound of a hang: the launcher's own SIGTERM grace (30 s) comes on top of ddp_timeout
-    return subprocess.run(
-        [*TORCHRUN, "--nproc_per_node=2", str(script), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=BOUND_S * 3,
-        cwd=tmp_path,
-    )
+    stdout, stderr = process.communicate(timeout=BOUND_S * 3)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
-@pytest.mark.parametrize("group", ["default", "mesh"])
-def test_a_stopped_rank_ends_the_job_after_ddp_timeout_naming_it(tmp_path, group, reliability):
+def torchrun(tmp_path, job: str, *args: str) -> subprocess.CompletedProcess:
+    return finish(start_torchrun(tmp_path, job, *args))
+
+
+def test_a_stopped_rank_ends_the_job_after_ddp_timeout_naming_it(tmp_path, reliability):
     """transformers drops `ddp_timeout` on CPUs, and groups made later (a device mesh) never had it: gloo waited 30
     minutes. Now the waiting rank gives up after the configured 5 s (gloo's message says so) and names the rank whose
-    heartbeat stopped."""
-    reliability.fault_injected()
-    run = torchrun(tmp_path, STOPPED_RANK_JOB, str(tmp_path / "out"), group)
-    assert run.returncode != 0 and "reduced" not in run.stdout, (run.returncode, run.stdout)
-    lines = [line for line in run.stderr.splitlines() if line.startswith("job.py (rank 0): error:")]
-    # one line from the waiting rank, no traceback from it (the launcher's own report follows, naming ranks 0 and 1)
-    assert len(lines) == 1 and "[rank0]: Traceback" not in run.stderr, run.stderr[-3000:]
-    assert "Timed out waiting 5000ms" in lines[0] and "rank(s) 1 stopped responding" in lines[0], lines[0]
-    reliability.fault_survived()
+    heartbeat stopped. Both kinds of group run at once: each job mostly waits (the timeout, then the launcher's 30 s
+    grace for the stopped rank, which cannot act on its SIGTERM)."""
+    groups = ("default", "mesh")
+    jobs = {g: start_torchrun(tmp_path / g, STOPPED_RANK_JOB, str(tmp_path / g / "out"), g) for g in groups}
+    for group, process in jobs.items():
+        reliability.fault_injected()
+        run = finish(process)
+        assert run.returncode != 0 and "reduced" not in run.stdout, (group, run.returncode, run.stdout)
+        lines = [line for line in run.stderr.splitlines() if line.startswith("job.py (rank 0): error:")]
+        # one line from the waiting rank, no traceback from it (the launcher's own report follows, naming ranks 0, 1)
+        assert len(lines) == 1 and "[rank0]: Traceback" not in run.stderr, (group, run.stderr[-3000:])
+        assert "Timed out waiting 5000ms" in lines[0] and "rank(s) 1 stopped responding" in lines[0], lines[0]
+        reliability.fault_survived()
 
 
 RANKS_DISAGREE_JOB = """
