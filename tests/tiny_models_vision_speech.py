@@ -3,7 +3,8 @@
 The same interface as `tests/tiny_models.py` (`tiny_config(family)`, `tiny_model(class_name)`,
 `tiny_inputs(class_name)`, `scalar_objective(outputs)`) for the plans of `optimum_ipu.models.families.vision` and
 `.speech`. Dropout, layer drop, drop path and SpecAugment masking are off, so two runs of the same model give the
-same numbers. Every family has 4 pipeline layers (ConvNeXt: 4 stages; Whisper: 2 encoder + 2 decoder layers).
+same numbers. Every family has 4 pipeline layers (ConvNeXt: 4 stages; Whisper: 2 encoder + 2 decoder layers; its audio
+classifier: 4 encoder layers).
 `Wav2Vec2ForPreTraining` draws Gumbel noise in its quantizer while training: seed torch (`torch.manual_seed`)
 before each forward that is compared.
 """
@@ -31,6 +32,7 @@ CLASSES = (
     "HubertForCTC",
     "HubertForSequenceClassification",
     "WhisperForConditionalGeneration",
+    "WhisperForAudioClassification",
 )
 
 
@@ -111,6 +113,8 @@ def tiny_config(family: str) -> transformers.PretrainedConfig:
             decoder_start_token_id=3,
             suppress_tokens=None,
             begin_suppress_tokens=None,
+            classifier_proj_size=8,
+            num_labels=LABELS,
             attn_implementation="eager",
         )
     raise KeyError(family)
@@ -122,6 +126,8 @@ def tiny_model(class_name: str, seed: int = 0) -> transformers.PreTrainedModel:
     config = tiny_config(family_of(class_name))
     if class_name.endswith("PreTraining"):
         config.mask_time_prob = 0.4  # creates `masked_spec_embed`; the masked frames are the inputs' own
+    if class_name == "WhisperForAudioClassification":
+        config.encoder_layers = 4  # the encoder alone: its 4 layers are the pipeline layers
     return getattr(transformers, class_name)(config).eval()
 
 
@@ -156,10 +162,10 @@ def tiny_inputs(class_name: str, batch: int = BATCH, seed: int = 1) -> dict[str,
             inputs["labels"] = torch.randint(0, LABELS, (batch,), generator=g)
         return inputs
     if family == "whisper":
-        return {
-            "input_features": torch.randn(batch, MEL_BINS, MEL_FRAMES, generator=g),
-            "labels": torch.randint(4, WHISPER_VOCAB, (batch, 5), generator=g),
-        }
+        features = torch.randn(batch, MEL_BINS, MEL_FRAMES, generator=g)
+        if class_name.endswith("AudioClassification"):
+            return {"input_features": features, "labels": torch.randint(0, LABELS, (batch,), generator=g)}
+        return {"input_features": features, "labels": torch.randint(4, WHISPER_VOCAB, (batch, 5), generator=g)}
     inputs = {"input_values": torch.randn(batch, AUDIO_SAMPLES, generator=g)}
     if class_name.endswith("ForCTC"):
         inputs["labels"] = _ctc_labels(batch, g)

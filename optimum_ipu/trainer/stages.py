@@ -68,11 +68,14 @@ class ProcessPipeline:
                 "process keeps the optimizer state of its stage whole. To shard it over the stage's replicas, pass "
                 "--fsdp (parameters, gradients and optimizer state), or use ipus_per_replica=1"
             )
-        plan = trainer.pipelined.plan
-        if not plan.process_stages:
+        plan, model = trainer.pipelined.plan, trainer.pipelined.model
+        reason = plan.process_stages_reason if not plan.process_stages else ""
+        if getattr(getattr(model, "config", None), "use_weighted_layer_sum", False):  # Wav2Vec2/HuBERT/Whisper heads
+            reason = "with use_weighted_layer_sum its head on the last stage reads every layer's output"
+        if reason:
             raise IncompatibleIPUConfigError(
-                f"{type(trainer.pipelined.model).__name__} cannot run its pipeline stages on separate processes: "
-                f"{plan.process_stages_reason}; run one process (the stages run in turn), or set "
+                f"{type(model).__name__} cannot run its pipeline stages on separate processes: "
+                f"{reason}; run one process (the stages run in turn), or set "
                 "layers_per_ipu=[-1] and ipus_per_replica=1 for data parallelism over the processes"
             )
         if getattr(trainer, "compute_loss_func", None) is not None:

@@ -11,7 +11,9 @@ Whisper: the encoder's two convolutions and position table, and the token embedd
 stage 0; the encoder layers then the decoder layers are the pipeline layers (`encoder_layers + decoder_layers`),
 the encoder's output travelling with every decoder stage, as T5's does. Its loss is not declared a vocabulary
 loss: the chunked projection would build `decoder_input_ids` with `prepare_decoder_input_ids_from_labels`, which
-Whisper lacks (it shifts its labels inside `forward`).
+Whisper lacks (it shifts its labels inside `forward`). `WhisperForAudioClassification` is the encoder alone (its
+own `encoder`, no decoder) with a projector and classifier on the last stage: the encoder layers are its pipeline
+layers. With `use_weighted_layer_sum` its head reads every layer's output, so its stages then run in one process.
 """
 
 from __future__ import annotations
@@ -61,6 +63,14 @@ PLANS: tuple[StagePlan, ...] = (
         layers=("encoder.layers", "decoder.layers"),
         layer_count_fields=("encoder_layers", "decoder_layers"),
         encoder="encoder",
+        input_kind="audio",
+    ),
+    StagePlan(
+        family="whisper",
+        classes=("WhisperForAudioClassification",),
+        embeddings=("encoder.conv1", "encoder.conv2", "encoder.embed_positions"),
+        layers=("encoder.layers",),
+        layer_count_fields=("encoder_layers",),
         input_kind="audio",
     ),
 )
