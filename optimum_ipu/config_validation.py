@@ -18,7 +18,7 @@ from typing import Any
 
 from .config_hub import download_config_file
 from .config_schema import CONFIG_NAME, DEPRECATED_KEYS, FIELDS, METADATA_KEYS, OUTPUT_MODES
-from .errors import IncompatibleIPUConfigError, short_repr
+from .errors import MAX_LINE, IncompatibleIPUConfigError, elide, short_repr
 
 logger = logging.getLogger(__name__)
 BUNDLED_DIR = Path(__file__).parent / "ipu_configs"
@@ -342,30 +342,74 @@ def locate_config_file(
             f"{short_repr(name_or_path)}"
         )
     path = Path(name_or_path)
-    if path.is_dir():
+    if _is(path, Path.is_dir):
         if (path / filename).is_file():
             return path / filename
         raise IncompatibleIPUConfigError(
             f"the folder {os.fspath(path)!r} has no {filename}; write one there (IPUConfig().save_pretrained(dir)) "
             "or pass the path of a JSON file"
         )
-    if path.is_file():
+    if _is(path, Path.is_file):
         return path
-    if path.exists():  # a FIFO, a device: refused by read_json with the reason, not searched for as an id
+    if _is(path, Path.exists):  # a FIFO, a device: refused by read_json with the reason, not searched for as an id
         return path
     name = os.fspath(name_or_path)
+    if _looks_like_a_path(name):  # never a Hub id: no download tried
+        raise _config_not_found(name, "no such file or folder")
     found, why_not = download_config_file(name, filename, revision=revision, cache_dir=cache_dir, **download_options)
     if found:
         return Path(found)
     bundled = BUNDLED_DIR / f"{name.split('/')[-1]}.json"
-    if name.startswith("Graphcore/") and not subfolder and bundled.is_file():
+    if name.startswith("Graphcore/") and not subfolder and _is(bundled, Path.is_file):
         logger.info("%s: %s; using the copy bundled with optimum-ipu", name, why_not)
         return bundled
-    raise IncompatibleIPUConfigError(
-        f"no IPU config found for {short_repr(name)}: it is not a folder or a file, {why_not}, and it is not a bundled "
-        f"id ({', '.join(bundled_config_ids())}). Check the id; offline, download it once with a network "
-        "(huggingface-cli download ID ipu_config.json) or pass a folder or a JSON file"
-    )
+    if name.lower().endswith(".json"):
+        raise _config_not_found(name, "no such file")
+    offline = why_not is not None and "cannot be reached" in why_not
+    reason = "not in the local cache, Hub unreachable" if offline else f"the Hub has no {filename} for it"
+    raise _config_not_found(name, reason, offline=offline)
+
+
+def _is(path: Path, test: Any) -> bool:
+    """`test(path)`, False for a name the file system refuses (longer than a file name may be)."""
+    try:
+        return test(path)
+    except OSError:
+        return False
+
+
+def _looks_like_a_path(name: str) -> bool:
+    """A name that cannot be a Hub id (`org/name`): a relative or absolute path, or more than one folder deep."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name
+
+
+def _did_you_mean(name: str) -> str | None:
+    """The nearest of what `name` may have meant: a file beside it for a path, a bundled id otherwise."""
+    folder, base = os.path.split(name)
+    if _looks_like_a_path(name) or name.lower().endswith(".json"):
+        siblings = os.listdir(folder or ".") if os.path.isdir(folder or ".") else []
+        close = difflib.get_close_matches(base, siblings, n=1, cutoff=0.6)
+        return f"{close[0]!r} beside it" if close else None
+    ids = {i.lower(): i for i in bundled_config_ids()}
+    key = name.lower() if "/" in name else f"graphcore/{name.lower()}"  # a bare name: the bundled id's end
+    close = difflib.get_close_matches(key, ids, n=1, cutoff=0.8)  # 0.8: a typo, not any id ending in "-ipu"
+    return repr(ids[close[0]]) if close else None
+
+
+def _config_not_found(name: str, reason: str, offline: bool = False) -> IncompatibleIPUConfigError:
+    """One line that fits `MAX_LINE` characters with the prefix the CLI or a script puts before it: the name (its
+    middle cut if long), why, and the fix, kept whole: a did-you-mean, else what to give instead."""
+    close = _did_you_mean(name)
+    if close is not None:
+        fix = f"did you mean {close}?"
+    elif offline:
+        fix = "check the id, or fetch it online: hf download ID ipu_config.json"
+    else:
+        fix = "give a folder, a JSON file or a bundled id such as 'Graphcore/bert-base-ipu'"
+    rest = f": {reason}; {fix}"
+    prefix = "no IPU config found for "
+    shown = elide(repr(name), max(20, MAX_LINE - 25 - len(prefix) - len(rest)))  # 25: "run_glue.py: error: "
+    return IncompatibleIPUConfigError(f"{prefix}{shown}{rest}")
 
 
 def _split_top_level(text: str) -> list[str]:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 MAX_ECHO = 200  # characters of a user's value an error message repeats
+MAX_LINE = 200  # characters of the one line that says a file or an id is not found (with its fix, never cut)
 DEBUG_ENV = "OPTIMUM_IPU_DEBUG"
 
 
@@ -37,17 +38,30 @@ def short_repr(value: Any, limit: int = MAX_ECHO) -> str:
     return f"{text[: limit - 30]}... ({len(text)} characters)"
 
 
+def elide(text: str, limit: int) -> str:
+    """`text` cut in the middle to at most `limit` characters: the start (what is wrong) and the end (the fix) stay."""
+    if len(text) <= limit:
+        return text
+    head = max(1, (limit - 5) * 2 // 5)
+    return f"{text[:head]} ... {text[len(text) - (limit - 5 - head) :]}"
+
+
 def _one_line(err: BaseException, limit: int = 1000) -> str:
-    text = " ".join(str(err).split()) or type(err).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    """The error's message on one line; a longer one loses its middle, never the fix at its end."""
+    return elide(" ".join(str(err).split()) or type(err).__name__, limit)
 
 
-def _debug_requested(argv: list[str]) -> bool:
+def debug_requested(argv: list[str]) -> bool:
     """`OPTIMUM_IPU_DEBUG=1`, or a bare `--debug` flag (removed from `argv`: `--debug VALUE` is transformers')."""
     for i, arg in enumerate(argv):
         if arg == "--debug" and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
             del argv[i]
             return True
+    return debug_env()
+
+
+def debug_env() -> bool:
+    """Whether `OPTIMUM_IPU_DEBUG` asks for tracebacks (any value but empty, 0 or false)."""
     return os.environ.get(DEBUG_ENV, "") not in ("", "0", "false", "False")
 
 
@@ -108,7 +122,7 @@ def run_script(main: Callable[[], Any], prog: str | None = None) -> None:
     their traceback.
     """
     prog = prog or os.path.basename(sys.argv[0])
-    debug = _debug_requested(sys.argv)
+    debug = debug_requested(sys.argv)
     try:
         main()
     except KeyboardInterrupt:
@@ -123,5 +137,7 @@ def run_script(main: Callable[[], Any], prog: str | None = None) -> None:
         message = _one_line(err) + (_collective_failure_notes() if _collective_failed(err) else "")
         if _disk_full(err) and "No space left" not in message:
             message = f"No space left on device? {message}"
-        print(f"{who}: error: {message} (set {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)
+        line = f"{who}: error: {message}"
+        hint = f" (set {DEBUG_ENV}=1 for the traceback)"
+        print(line + hint if len(line + hint) < MAX_LINE else line, file=sys.stderr)  # a short line stays short
         sys.exit(code)

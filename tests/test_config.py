@@ -108,9 +108,7 @@ def test_hub_id_from_local_cache(tmp_path):
 
 
 def test_unknown_id_is_a_clear_error():
-    with pytest.raises(
-        IncompatibleIPUConfigError, match="no IPU config found for 'nobody/none'.*Graphcore/bert-base-ipu"
-    ):
+    with pytest.raises(IncompatibleIPUConfigError, match="no IPU config found for 'nobody/none': .*check the id"):
         IPUConfig.from_pretrained("nobody/none")
 
 

@@ -11,6 +11,7 @@ speech scripts' data).
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
 import logging
@@ -205,6 +206,23 @@ def check_columns(raw: Mapping[str, datasets.Dataset], columns: Mapping[str, str
                 )
 
 
+def require_files(files: Mapping[str, str | None]) -> None:
+    """
+    Each path given of `{"train": path, ...}` is a file.
+
+    Raises:
+        `FileNotFoundError`: one line naming the flag of the first that is not (`--train_file nope.json: no such
+            file`), with the nearest name in its folder when one is close (a typo).
+    """
+    for split, path in files.items():
+        if path is not None and not os.path.isfile(path):
+            folder, name = os.path.split(path)
+            siblings = os.listdir(folder or ".") if os.path.isdir(folder or ".") else []
+            close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.8)
+            hint = f"; did you mean {os.path.join(folder, close[0])}?" if close else ""
+            raise FileNotFoundError(f"--{split}_file {path}: no such file{hint}")
+
+
 def load_data_files(files: Mapping[str, str | None], cache_dir: str | None) -> dict[str, datasets.Dataset]:
     """
     The splits of local CSV or JSON (lines) files, `{"train": path, ...}` (those given), each read by the `csv` or
@@ -213,12 +231,11 @@ def load_data_files(files: Mapping[str, str | None], cache_dir: str | None) -> d
     Raises:
         `FileNotFoundError`: one line naming the flag (`--train_file`, ...) of a file that is not there.
     """
+    require_files(files)
     raw = {}
     for split, path in files.items():
         if path is None:
             continue
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"--{split}_file {path}: no such file")
         builder = "csv" if path.lower().endswith(".csv") else "json"
         raw[split] = datasets.load_dataset(builder, data_files={split: path}, cache_dir=cache_dir)[split]
     return raw

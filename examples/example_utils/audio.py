@@ -6,6 +6,7 @@ FFmpeg).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import datasets
@@ -30,6 +31,9 @@ def undecoded(dataset: datasets.Dataset, audio_column: str) -> datasets.Dataset:
 def read_audio_dirs(data_args: Any) -> dict[str, datasets.Dataset]:
     """The `train` / `eval` splits of `--train_dir` / `--eval_dir`, `audiofolder` folders (those given)."""
     dirs = {"train": data_args.train_dir, "eval": data_args.eval_dir}
+    for split, path in dirs.items():
+        if path and not os.path.isdir(path):
+            raise FileNotFoundError(f"--{split}_dir {path}: no such folder")
     return {split: read_audio_folder(path, data_args.audio_column_name) for split, path in dirs.items() if path}
 
 

@@ -137,6 +137,7 @@ def load_raw_datasets(data: DataTrainingArguments, model: example_utils.ModelArg
             "validation": (data.validation_file, data.validation_articles),
             "test": (data.test_file, None),
         }
+        example_utils.require_files({split: path for split, (path, _) in files.items()})
         return {
             split: load_squad_json(path, parse_articles(articles)) for split, (path, articles) in files.items() if path
         }

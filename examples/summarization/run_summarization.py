@@ -92,6 +92,7 @@ def load_raw_datasets(data: DataTrainingArguments, model: example_utils.ModelArg
     """The train / validation / test examples, from local files or the Hugging Face Hub (or its local cache)."""
     files = {"train": data.train_file, "validation": data.validation_file, "test": data.test_file}
     if any(files.values()):
+        example_utils.require_files(files)
         loaded = {}
         for split, path in files.items():
             if path:

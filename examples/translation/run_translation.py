@@ -108,7 +108,7 @@ def load_translation_file(path: str, source_lang: str, target_lang: str) -> data
     source, target = _language_file(path, source_lang), _language_file(path, target_lang)
     if source is None or target is None:
         raise FileNotFoundError(
-            f"{path}: neither a file nor the prefix of aligned files {path}.{source_lang}[.gz] and "
+            f"{path}: no such file, nor the prefix of aligned files {path}.{source_lang}[.gz] and "
             f"{path}.{target_lang}[.gz]"
         )
     sources, targets = _read_lines(source), _read_lines(target)
@@ -123,11 +123,13 @@ def load_raw_datasets(data: DataTrainingArguments, model: example_utils.ModelArg
     """The train / validation / test examples, from local files or the Hugging Face Hub (or its local cache)."""
     files = {"train": data.train_file, "validation": data.validation_file, "test": data.test_file}
     if any(files.values()):
-        return {
-            split: load_translation_file(path, data.source_lang, data.target_lang)
-            for split, path in files.items()
-            if path
-        }
+        loaded = {}
+        for split, path in files.items():
+            try:
+                loaded[split] = load_translation_file(path, data.source_lang, data.target_lang) if path else None
+            except FileNotFoundError as err:
+                raise FileNotFoundError(f"--{split}_file {err}") from None  # the flag that named the path
+        return {split: dataset for split, dataset in loaded.items() if dataset is not None}
     return dict(
         example_utils.load_hub_dataset(
             data.dataset_name,

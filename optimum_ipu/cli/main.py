@@ -1,7 +1,8 @@
 """The `optimum-ipu` command: `env`, `config check`, `benchmark` and `plot` (and `--version`).
 
 Errors in what the user gave (a bad config, a model that cannot be found) end with exit code 2 and one
-line on stderr, never a traceback.
+line on stderr; the traceback only with `--debug` (anywhere on the line) or `OPTIMUM_IPU_DEBUG=1`. Every dashed
+option is also taken with underscores, as the training scripts spell it (`--n-ipu` and `--n_ipu`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from ..config import IPUConfig
-from ..errors import IncompatibleIPUConfigError
+from ..errors import DEBUG_ENV, IncompatibleIPUConfigError, debug_env
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
@@ -47,7 +48,7 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
     from ..models.layout import format_layout, stage_layout
     from ..topology import check_processes, replication_for_devices
 
-    pod = {} if args.n_ipu is None else {"n_ipu": args.n_ipu}  # 0 is refused below, not taken as "not given"
+    pod = {} if args.n_ipu is None else {"n_ipu": args.n_ipu}  # >= 1: 0 is a usage error naming --n-ipu
     config = IPUConfig.from_pretrained(args.file, **pod)
     if args.n_ipu is not None:
         # as --n_ipu of the training scripts: the pod's devices set the number of replicas
@@ -161,7 +162,12 @@ def _at_least(low: int) -> Callable[[str], int]:
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """argparse, with a usage error on one line (exit code 2), like every other error of the command."""
+    """argparse, with a usage error on one line (exit code 2), like every other error of the command, and each
+    `--dashed-option` taken as `--dashed_option` too (the training scripts' spelling)."""
+
+    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
+        twins = ["--" + n[2:].replace("-", "_") for n in names if n.startswith("--") and "-" in n[2:]]
+        return super().add_argument(*names, *twins, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -172,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _OneLineParser(prog="optimum-ipu", description="optimum-ipu command line")
     parser.add_argument("--version", action="version", version=f"optimum-ipu {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help=f"on an error, the full traceback instead of one line (or {DEBUG_ENV}=1)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_env, _add_config, _add_plot, _add_benchmark):
         add(sub)
@@ -194,13 +203,13 @@ def _add_config(sub: Any) -> None:
     check.add_argument("--model", help="model folder or cached id whose layer count resolves the wildcards")
     check.add_argument(
         "--n-ipu",
-        type=int,
+        type=_at_least(1),
         help="devices of the pod, as --n_ipu of the training scripts: resolves per-pod values "
         "(pod4, pod16, ...) and sets replication_factor = n_ipu / ipus_per_replica",
     )
     check.add_argument(
         "--nproc-per-node",
-        type=int,
+        type=_at_least(1),
         default=1,
         help="processes of the torchrun job that will train with the "
         "config (default 1: every device slot runs in turn in one process); checks the slots and micro-batches fit",
@@ -262,6 +271,9 @@ def _add_benchmark(sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or debug_env()  # --debug anywhere on the line (taken out), or OPTIMUM_IPU_DEBUG=1
+    argv = [arg for arg in argv if arg != "--debug"]
     parser = build_parser()
     args = parser.parse_args(argv)
     # The library's warnings (deprecated keys, ...) belong to the report on stdout, so that stderr holds one
@@ -273,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except IncompatibleIPUConfigError as err:
+        if debug:
+            raise
         print(f"optimum-ipu: error: {err}", file=sys.stderr)
         return 2
     finally:

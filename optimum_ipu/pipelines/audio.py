@@ -28,12 +28,23 @@ class AudioDecodingError(ValueError):
     """An audio file (or bytes) that cannot be decoded; the message names the file and what is readable."""
 
 
+AUDIO_EXTRA = 'pip install "optimum-ipu[audio]"'
+
+
 def _soundfile() -> Any:
     try:
         import soundfile
-    except ImportError as err:  # pragma: no cover - soundfile is a dependency
-        raise ImportError("decoding audio needs soundfile: pip install 'soundfile>=0.12'") from err
+    except ImportError as err:
+        raise ImportError(f"decoding audio needs soundfile, in the [audio] extra: {AUDIO_EXTRA}") from err
     return soundfile
+
+
+def _resample_poly() -> Any:
+    try:
+        from scipy.signal import resample_poly
+    except ImportError as err:
+        raise ImportError(f"resampling audio needs scipy, in the [audio] extra: {AUDIO_EXTRA}") from err
+    return resample_poly
 
 
 def resample(waveform: np.ndarray, orig_sampling_rate: int, sampling_rate: int) -> np.ndarray:
@@ -43,8 +54,7 @@ def resample(waveform: np.ndarray, orig_sampling_rate: int, sampling_rate: int) 
         return waveform
     if orig_sampling_rate <= 0 or sampling_rate <= 0:
         raise ValueError(f"sampling rates must be positive; got {orig_sampling_rate} -> {sampling_rate}")
-    from scipy.signal import resample_poly
-
+    resample_poly = _resample_poly()
     common = gcd(int(orig_sampling_rate), int(sampling_rate))
     up, down = int(sampling_rate) // common, int(orig_sampling_rate) // common
     return resample_poly(waveform, up, down, axis=-1).astype(np.float32)

@@ -115,7 +115,7 @@ def test_bad_translation_files_are_clear_errors(tmp_path, shared_data):
     (tmp_path / "pair.ro").write_text("unu\n")
     with pytest.raises(ValueError, match="pair.en has 2 lines but .*pair.ro has 1: they must be aligned"):
         load_translation_file(str(tmp_path / "pair"), "en", "ro")
-    with pytest.raises(FileNotFoundError, match="neither a file nor the prefix of aligned files"):
+    with pytest.raises(FileNotFoundError, match="missing: no such file, nor the prefix of aligned files"):
         load_translation_file(str(tmp_path / "missing"), "en", "ro")
     with pytest.raises(ValueError, match=r"line 1: expected \{'translation': \{'en': ..., 'de': ...\}\}"):
         load_translation_file(str(shared_data / "fixtures" / "wmt_en_ro" / "val.json"), "en", "de")
