@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import example_utils  # installed beside the library (pyproject: packages.find in examples/)
 import pytest
 
 from optimum_ipu import IncompatibleIPUConfigError
@@ -15,9 +16,6 @@ from optimum_ipu.cli.main import build_parser, main
 from optimum_ipu.errors import DEBUG_ENV, elide, run_script
 
 from .helpers import REPO_ROOT, run_example
-
-sys.path.insert(0, str(REPO_ROOT / "examples"))
-import example_utils  # noqa: E402
 
 LIMIT = 200
 
