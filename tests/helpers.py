@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import subprocess
 
@@ -45,6 +46,29 @@ def run_example(folder, script: str, *args: str, timeout: int = 600) -> subproce
     """An example script run in its own folder (it reads `./ipu_config.json` there), offline, with one intra-op
     thread: tiny models gain nothing from two, and spin-waiting threads crawl on a shared CPU."""
     return run_python([script, *args], cwd=folder, env=env(HF_DATASETS_OFFLINE="1"), timeout=timeout)
+
+
+def _take(row: dict) -> int:
+    return int(row["file_name"].rsplit("_", 1)[1].split(".")[0])  # 7_lucas_12.wav: take 12
+
+
+def fsdd_subset(fsdd_split, folder, per_digit: int, skip: int = 0):
+    """An `audiofolder` at `folder` of `per_digit` recordings of each digit of an FSDD split (linked, not copied), the
+    speakers in turn, after the first `skip` of each digit: a small set that says every digit (a split's first rows
+    are all "zero")."""
+    rows = list(csv.DictReader((fsdd_split / "metadata.csv").open()))
+    folder.mkdir(parents=True)
+    picked = []
+    for digit in range(10):
+        takes = sorted((r for r in rows if r["label"] == str(digit)), key=lambda r: (_take(r), r["speaker"]))
+        picked += takes[skip : skip + per_digit]
+    with (folder / "metadata.csv").open("w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for row in picked:
+            (folder / row["file_name"]).symlink_to(fsdd_split / row["file_name"])
+            writer.writerow(row)
+    return folder
 
 
 # ------------------------------------------------------------------ packing: features of known lengths

@@ -30,6 +30,7 @@ except ModuleNotFoundError as err:  # a source checkout run without installing t
     raise SystemExit(f"{err}. To fix: {fix}") from None
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +97,13 @@ class DataTrainingArguments:
         default=None, metadata={"help": "Whisper: the language, e.g. english (multilingual checkpoints)."}
     )
     task: str = field(default="transcribe", metadata={"help": "Whisper: transcribe or translate."})
+    do_normalize_eval: bool = field(
+        default=True,
+        metadata={
+            "help": "Score the word error rate on normalized text: Whisper's English normalizer for English (case, "
+            "punctuation, numbers as digits: 'Seven.' and 'seven' are the same word), its basic one otherwise."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.dataset_name is None and self.train_dir is None and self.eval_dir is None:
@@ -134,8 +142,18 @@ def load_model(
     return model, extractor, tokenizer
 
 
-def word_error_rate(tokenizer: Any):
-    """`compute_metrics`: the word error rate (`jiwer`) of the generated transcriptions."""
+def text_normalizer(tokenizer: Any, language: str | None) -> Callable[[str], str]:
+    """Whisper's normalizer for scoring: the English one (with the tokenizer's spelling table where it has one) for
+    English and English-only checkpoints, the basic one (case, punctuation, symbols) for other languages."""
+    from transformers.models.whisper.english_normalizer import BasicTextNormalizer, EnglishTextNormalizer
+
+    if language in (None, "en", "english"):
+        return EnglishTextNormalizer(getattr(tokenizer, "english_spelling_normalizer", None) or {})
+    return BasicTextNormalizer()
+
+
+def word_error_rate(tokenizer: Any, normalize: Callable[[str], str] | None = None):
+    """`compute_metrics`: the word error rate (`jiwer`) of the generated transcriptions, on `normalize`d text."""
 
     def compute(p: EvalPrediction) -> dict[str, float]:
         preds = p.predictions[0] if isinstance(p.predictions, tuple) else p.predictions
@@ -143,6 +161,8 @@ def word_error_rate(tokenizer: Any):
         preds, labels = np.where(preds == -100, pad, preds), np.where(p.label_ids == -100, pad, p.label_ids)
         predicted = [t.strip() for t in tokenizer.batch_decode(preds, skip_special_tokens=True)]
         references = [t.strip() for t in tokenizer.batch_decode(labels, skip_special_tokens=True)]
+        if normalize is not None:
+            predicted, references = [normalize(t) for t in predicted], [normalize(t) for t in references]
         # jiwer refuses empty references; a clip without words scores its predicted words as insertions
         pairs = [(r, h) for r, h in zip(references, predicted, strict=True) if r]
         return {"wer": float(jiwer.wer([r for r, _ in pairs], [h for _, h in pairs]))}
@@ -203,6 +223,7 @@ def main() -> None:
                 raise ValueError(f"--do_{split} needs a {split} dataset: give --{split}_dir (or --dataset_name)")
             splits[split] = prepared_split(raw[split], limit, data_args, extractor, tokenizer, label_length, start)
     training_args.remove_unused_columns = False  # the transform reads the audio and text columns: keep them
+    normalizer = text_normalizer(tokenizer, data_args.language) if data_args.do_normalize_eval else None
     trainer = IPUSeq2SeqTrainer(
         model=model,
         args=training_args,
@@ -210,7 +231,7 @@ def main() -> None:
         eval_dataset=splits.get("eval"),
         processing_class=extractor,
         data_collator=transformers.default_data_collator,
-        compute_metrics=word_error_rate(tokenizer) if training_args.predict_with_generate else None,
+        compute_metrics=word_error_rate(tokenizer, normalizer) if training_args.predict_with_generate else None,
     )
     if training_args.do_train:
         if not example_utils.train(trainer, training_args, last_checkpoint, len(splits["train"])):

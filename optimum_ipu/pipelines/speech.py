@@ -25,9 +25,12 @@ from typing import Any
 
 import torch
 from transformers import AudioClassificationPipeline, AutomaticSpeechRecognitionPipeline
-from transformers.modeling_outputs import SequenceClassifierOutput
+from transformers.modeling_outputs import BaseModelOutput, SequenceClassifierOutput
 from transformers.pipelines.automatic_speech_recognition import rescale_stride
 
+from ..models.generation import cache_keyword, cross_attention_cache, speech_cache_implementation
+from ..runtime.engine import Engine
+from ..runtime.inference import encoder_precision
 from .audio import load_audio, resample
 from .base import StaticBatchingPipeline
 
@@ -138,6 +141,25 @@ class IPUAutomaticSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline, 
     processors = ("feature_extractor", "tokenizer")
     chunked = True
 
+    def __init__(self, *args: Any, precision: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, precision=precision, **kwargs)
+        self.encoder_engine: Engine | None = None
+        if self.type == "seq2seq_whisper" and not any(p.is_meta for p in self.model.parameters()):
+            # the encoder runs apart, once per input, in its own precision (`encoder_precision`: bf16 on CPUs that
+            # compute it natively); the decoding loop gets its output (see `_transcribe`)
+            self.encoder_engine = Engine(
+                self.model.get_encoder(),
+                self.ipu_config,
+                precision=encoder_precision(self.device, precision),
+                device=self.device,
+            )
+
+    def speed_path(self) -> str:
+        """How this pipeline runs its model, in words (e.g. for a benchmark's report)."""
+        if self.encoder_engine is None:
+            return f"{self.runner.backend}, {self.runner.precision}"
+        return f"encoder {self.encoder_engine.precision}, decoder {self.runner.precision}"
+
     def preprocess(self, inputs: Any, chunk_length_s: float = 0, stride_length_s: Any = None) -> Any:
         decoded = _decode(inputs, self.sampling_rate)
         if self.type == "seq2seq_whisper":
@@ -160,9 +182,9 @@ class IPUAutomaticSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline, 
         if self.type == "seq2seq_whisper":
             generate_kwargs = kwargs.pop("generate_kwargs", None) or {}
             kwargs = {**kwargs, **generate_kwargs}
-            # Static shapes pay where a step is compiled or captured (GPUs); on a CPU, eager, Whisper's static cache
-            # (448 self-attention and 1,500 cross-attention positions every step) made jfk.flac take 46 s, not 3.6
-            kwargs.setdefault("cache_implementation", "dynamic" if self.device.type == "cpu" else "static")
+            kwargs.setdefault("cache_implementation", speech_cache_implementation(self.device))
+            if self.encoder_engine is not None and not _needs_stock_forward(kwargs, self.model.generation_config):
+                return self._transcribe(model_inputs, kwargs)
             with self.engine.autocast():
                 return super()._forward(model_inputs, **kwargs)
         stride = model_inputs.pop("stride", None)
@@ -180,3 +202,54 @@ class IPUAutomaticSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline, 
                 rescale_stride([stride], ratio)[0] if isinstance(stride, tuple) else rescale_stride(stride, ratio)
             )
         return {"is_last": is_last, **out, **model_inputs}
+
+    def _transcribe(self, model_inputs: dict[str, Any], generate_kwargs: dict[str, Any]) -> dict[str, Any]:
+        """`transformers`' Whisper `_forward` for plain transcription, the encoder run apart by `encoder_engine` and
+        its output given to `generate()` (which then only decodes): the same tokens, the encoder in its own
+        precision."""
+        stride = model_inputs.pop("stride", None)
+        is_last = model_inputs.pop("is_last")
+        attention_mask = model_inputs.pop("attention_mask", None)
+        features = model_inputs.pop("input_features")
+        model_inputs.pop("num_frames", None)
+        generate_kwargs = {
+            k: v for k, v in generate_kwargs.items() if k not in ("return_timestamps", "return_language")
+        }
+        hidden = self.encoder_engine.eval_step({"input_features": features})["last_hidden_state"]
+        encoded = BaseModelOutput(last_hidden_state=hidden.to(self.model.dtype))
+        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        with self.engine.autocast():
+            if _one_decoding(generate_kwargs):  # the cross-attention computed once per input, not once per beam
+                generate_kwargs.pop("cache_implementation")
+                beams = max(generate_kwargs.get("num_beams") or 1, generate_kwargs.get("num_return_sequences") or 1)
+                cache = cross_attention_cache(self.model, encoded, beams)
+                generate_kwargs[cache_keyword(self.model)] = cache
+            tokens = self.model.generate(encoder_outputs=encoded, attention_mask=attention_mask, **generate_kwargs)
+        out = {"tokens": tokens["sequences"] if isinstance(tokens, dict) else tokens}
+        if stride is not None:
+            out["stride"] = stride
+        return {"is_last": is_last, **out, **model_inputs}
+
+
+# `generate()` arguments under which Whisper may decode an input more than once (temperature fallback, previous
+# segments): a cache given to it would then be reused; such calls let `generate()` make its own
+_REDECODING = ("temperature", "compression_ratio_threshold", "logprob_threshold", "no_speech_threshold", "prompt_ids")
+
+
+def _one_decoding(generate_kwargs: dict[str, Any]) -> bool:
+    """Whether this Whisper call decodes each input once with the dynamic cache (where `cross_attention_cache`
+    applies)."""
+    redecodes = any(generate_kwargs.get(key) is not None for key in _REDECODING)
+    return (
+        generate_kwargs.get("cache_implementation") == "dynamic"
+        and not redecodes
+        and not generate_kwargs.get("do_sample")
+    )
+
+
+def _needs_stock_forward(kwargs: dict[str, Any], generation_config: Any) -> bool:
+    """Whether a Whisper call asks for what only `transformers`' own `_forward` returns (timestamps, the language)
+    or decodes without `_prepare_generate_kwargs` (older `transformers`)."""
+    timestamps = kwargs.get("return_timestamps") or getattr(generation_config, "return_timestamps", False)
+    stock_only = timestamps or kwargs.get("return_language")
+    return bool(stock_only) or not hasattr(AutomaticSpeechRecognitionPipeline, "_prepare_generate_kwargs")
