@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Fine-tune (or train from scratch) an audio classifier (Wav2Vec2, HuBERT, ...) with `IPUTrainer`.
+"""Fine-tune (or train from scratch) an audio classifier (Wav2Vec2, HuBERT, Whisper's encoder, ...) with `IPUTrainer`.
 
 The flags of the `transformers` example of the same name, plus `--ipu_config_name` and the other
 `IPUTrainingArguments`. From this folder (it reads `./ipu_config.json`), the recipe of Optimum Graphcore:
@@ -68,6 +68,10 @@ class ModelArguments:
     feature_extractor_name: str | None = field(default=None, metadata={"help": "Feature extractor folder or id."})
     freeze_feature_encoder: bool = field(
         default=True, metadata={"help": "Do not train the convolutional feature encoder (a pretrained one)."}
+    )
+    freeze_encoder: bool = field(
+        default=False,
+        metadata={"help": "Whisper: do not train the pretrained encoder, only the projector and classifier."},
     )
     attention_mask: bool = field(
         default=True, metadata={"help": "Give the model an attention mask over the padding (if the extractor can)."}
@@ -143,6 +147,10 @@ def build_model(
         extractor = family_feature_extractor(config)
     if model_args.freeze_feature_encoder and hasattr(model, "freeze_feature_encoder"):
         model.freeze_feature_encoder()
+    if model_args.freeze_encoder:
+        if not hasattr(model, "freeze_encoder"):
+            raise ValueError(f"--freeze_encoder: {type(model).__name__} has no encoder to freeze; leave it out")
+        model.freeze_encoder()
     return model, extractor
 
 
@@ -194,13 +202,14 @@ def main() -> None:
     length = int(round(data_args.max_length_seconds * rate))
     label_ids = classification.label_encoder(raw, label_column, labels)
     rng = np.random.default_rng(training_args.seed)
+    whisper_window = getattr(feature_extractor, "n_samples", None)
 
     def transform(batch: dict[str, list], train: bool) -> dict[str, list]:
         """Decode, resample, cut to `length` samples, and run the feature extractor padding to `length`."""
         clips = [fixed_length(load_audio(a, rate), length, rng if train else None) for a in batch[audio_column]]
-        features = feature_extractor(
-            clips, sampling_rate=rate, padding="max_length", max_length=length, truncation=True, return_tensors="np"
-        )
+        # Whisper's extractor makes its fixed window of features (30 s) whatever the clip; others pad to `length`
+        padding = {} if whisper_window else {"padding": "max_length", "max_length": length, "truncation": True}
+        features = feature_extractor(clips, sampling_rate=rate, return_tensors="np", **padding)
         out = {key: list(value) for key, value in features.items()}
         out["labels"] = label_ids(batch[label_column])
         return out
