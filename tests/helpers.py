@@ -48,6 +48,25 @@ def run_example(folder, script: str, *args: str, timeout: int = 600) -> subproce
     return run_python([script, *args], cwd=folder, env=env(HF_DATASETS_OFFLINE="1"), timeout=timeout)
 
 
+def run_flags(output_dir, *, seed: int = 0) -> tuple[str, ...]:
+    """The flags every example-script test ends with: a loss logged each step, no checkpoint, a fixed seed, its own
+    output folder, no reporting and no progress bars."""
+    return (
+        "--logging_steps",
+        "1",
+        "--save_strategy",
+        "no",
+        "--seed",
+        str(seed),
+        "--output_dir",
+        str(output_dir),
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+    )
+
+
 def _take(row: dict) -> int:
     return int(row["file_name"].rsplit("_", 1)[1].split(".")[0])  # 7_lucas_12.wav: take 12
 

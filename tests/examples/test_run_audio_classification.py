@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from ..conftest import REPO_ROOT
-from ..helpers import fsdd_subset, run_example
+from ..helpers import fsdd_subset, run_example, run_flags
 
 SCRIPT_DIR = REPO_ROOT / "examples" / "audio-classification"
 TINY = {
@@ -130,18 +130,7 @@ def test_pretrained_whisper_encoder_classifies_fsdd_digits(tmp_path, shared_data
         "1e-2",
         "--num_train_epochs",
         "4",
-        "--logging_steps",
-        "1",
-        "--save_strategy",
-        "no",
-        "--seed",
-        "0",
-        "--output_dir",
-        str(out),
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "true",
+        *run_flags(out),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())

@@ -9,7 +9,7 @@ import json
 import subprocess
 
 from ..conftest import REPO_ROOT
-from ..helpers import fsdd_subset, run_example
+from ..helpers import fsdd_subset, run_example, run_flags
 
 SCRIPT_DIR = REPO_ROOT / "examples" / "speech-recognition"
 
@@ -55,18 +55,7 @@ def test_pretrained_whisper_fine_tunes_on_fsdd_and_its_wer_falls(tmp_path, share
         "1e-4",
         "--num_train_epochs",
         "2",
-        "--logging_steps",
-        "1",
-        "--save_strategy",
-        "no",
-        "--seed",
-        "0",
-        "--output_dir",
-        str(out),
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "true",
+        *run_flags(out),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     everything = json.loads((out / "all_results.json").read_text())
