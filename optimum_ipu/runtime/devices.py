@@ -65,3 +65,11 @@ def default_device() -> torch.device:
 def supports_bf16() -> bool:
     """Whether this process's CUDA device computes bf16 natively."""
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def cpu_supports_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices natively (AVX512-BF16 or AMX), so that bf16 autocast is faster
+    than fp32 on it rather than slower (emulated)."""
+    cpu = getattr(torch, "cpu", None)
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)

@@ -30,7 +30,7 @@ from torch import nn
 
 from ..config import IPUConfig
 from ..config_validation import MAX_BUCKETS, check_sequence_buckets, sorted_lengths
-from .devices import default_device
+from .devices import cpu_supports_bf16, default_device
 from .engine import Engine
 
 logger = logging.getLogger(__name__)
@@ -190,6 +190,18 @@ def default_precision(device: torch.device) -> str:
     return "fp32" if device.type == "cpu" else "fp16"
 
 
+def encoder_precision(device: torch.device, precision: str | None = None) -> str:
+    """The precision a speech model's encoder runs in, apart from its decoder (`optimum_ipu.pipelines.speech`):
+    `precision` when given; else bf16 on a CPU that multiplies bf16 natively (`cpu_supports_bf16`: AVX512-BF16,
+    AMX), where Whisper tiny.en's encoder takes about half its fp32 time and its tokens stay those of fp32 on
+    `jfk.flac` and the FSDD clips (`tests/test_pipelines_speech_speed.py`); else `default_precision(device)`."""
+    if precision is not None:
+        return precision
+    if device.type == "cpu" and cpu_supports_bf16():
+        return "bf16"
+    return default_precision(device)
+
+
 def compile_options(device: torch.device) -> dict[str, Any]:
     """`torch.compile` options of the `"compile"` backend: one static graph per bucket (`dynamic=False`); on CUDA,
     `mode="reduce-overhead"` (CUDA graphs: the whole forward replayed by one launch)."""
@@ -330,5 +342,6 @@ __all__ = [
     "onnxruntime_available",
     "resolve_backend",
     "default_precision",
+    "encoder_precision",
     "compile_options",
 ]
