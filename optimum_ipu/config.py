@@ -565,11 +565,28 @@ def _report_parallelize_kwargs(fields: dict[str, Any]) -> None:
     training key is reported (its `parallelize()` took them on IPUs).
     """
     for field in ("parallelize_kwargs", "inference_parallelize_kwargs"):
-        for key in fields[field]:
-            if field.startswith("inference_") and key in (*PARALLELIZE_KWARGS_REALISED, *PARALLELIZE_KWARGS_BUILT_IN):
-                continue
-            reason = PARALLELIZE_KWARGS_REPORTED.get(key, "no model's `parallelize()` takes it here")
-            logger.warning_once(f"IPUConfig: `{field}` key {short_repr(key, 60)} has no effect: {reason}.")
+        report_parallelize_kwargs(fields[field], f"IPUConfig: `{field}` key", inference=field.startswith("inference_"))
+
+
+def report_parallelize_kwargs(knobs: dict[str, Any], where: str, inference: bool = True) -> dict[str, Any]:
+    """Say once, by name, each knob of an Optimum Graphcore `parallelize()` call (or `parallelize_kwargs` field) that
+    has no effect here; return the knobs that do (`PARALLELIZE_KWARGS_REALISED`, for generation: `inference`).
+
+    Args:
+        knobs (`dict[str, Any]`): the keyword arguments, e.g. `{"use_cache": True, "on_device_generation_steps": 16}`.
+        where (`str`): how the message names a knob's place, e.g. ``"IPUConfig: `parallelize_kwargs` key"``.
+        inference (`bool`, *optional*, defaults to `True`): knobs of generation (those of training are all reported).
+    """
+    realised = {}
+    for key, value in knobs.items():
+        if inference and key in PARALLELIZE_KWARGS_REALISED:
+            realised[key] = value
+            continue
+        if inference and key in PARALLELIZE_KWARGS_BUILT_IN:
+            continue
+        reason = PARALLELIZE_KWARGS_REPORTED.get(key, "no model's `parallelize()` takes it here")
+        logger.warning_once(f"{where} {short_repr(key, 60)} has no effect: {reason}.")
+    return realised
 
 
 def _installed_version(distribution: str) -> str | None:

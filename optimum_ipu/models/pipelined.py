@@ -15,7 +15,7 @@ from typing import Any
 from torch import nn
 from transformers.utils.logging import get_logger
 
-from ..config import IPUConfig
+from ..config import IPUConfig, report_parallelize_kwargs
 from ..errors import IncompatibleIPUConfigError
 from ..runtime.serialization import chunked_cross_entropy, swap_serialized
 from ..runtime.stage_cut import EncoderSplit, StageCut
@@ -60,6 +60,8 @@ class PipelinedModel(StaticGeneration, nn.Module):
         self.ipu_config = ipu_config
         self._undo: list[Callable[[], None]] = []
         self._parallelized = False
+        # `parallelize(**knobs)`'s generation defaults (over the config's `inference_parallelize_kwargs`)
+        self.generation_defaults: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ structure
     @property
@@ -163,8 +165,28 @@ class PipelinedModel(StaticGeneration, nn.Module):
         return f"{self.class_name} ({self.num_layers} layers):\n{format_layout(self.stage_layout())}"
 
     # ------------------------------------------------------------- (de)parallelize
-    def parallelize(self) -> PipelinedModel:
-        """Check the layout against the model and turn on the config's execution features."""
+    def parallelize(self, for_generation: bool = False, **kwargs: Any) -> PipelinedModel:
+        """Check the layout against the model and turn on the config's execution features.
+
+        Args:
+            for_generation (`bool`, *optional*, defaults to `False`): Optimum Graphcore's switch to a model that
+                generates; accepted, since `generate()` needs nothing more here.
+            kwargs: Optimum Graphcore's `parallelize()` knobs, as its Whisper notebook passes them (`use_cache`,
+                `batch_size`, `max_length`, `num_beams`, `on_device_generation_steps`, ...): those of
+                `IPUConfig`'s `inference_parallelize_kwargs` that mean something here become defaults of
+                `generate()` (over the config's own), the rest is named once (see `report_parallelize_kwargs`).
+
+        Example (Optimum Graphcore's Whisper notebook):
+
+        ```python
+        >>> pipelined = to_pipelined(model, IPUConfig(ipus_per_replica=2)).parallelize(
+        ...     for_generation=True, use_cache=True, batch_size=1, max_length=448, on_device_generation_steps=16)
+        >>> pipelined.generate(input_features, min_length=3)
+        ```
+        """
+        if kwargs:
+            realised = report_parallelize_kwargs(kwargs, "parallelize(): the knob")
+            self.generation_defaults = {**self.generation_defaults, **realised}
         if self._parallelized:
             return self
         for inference in (False, True):  # both layouts must fit the model: a clear error now, not mid-run
@@ -243,6 +265,10 @@ class PipelinedModel(StaticGeneration, nn.Module):
         finally:
             if was_parallelized:
                 self.parallelize()
+
+    def detachFromDevice(self) -> None:  # noqa: N802 (Optimum Graphcore's, poptorch's, name)
+        """Optimum Graphcore's release of the IPUs a model held between calls. A model here holds no device for
+        itself (its memory is freed with it), so there is nothing to release."""
 
     def __repr__(self) -> str:
         return f"PipelinedModel({self.describe_layout()})"
