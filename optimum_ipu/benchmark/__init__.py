@@ -8,6 +8,8 @@ to it): ours against plain `transformers` and the best alternative, in one run, 
 - `report`: the `--mode train | inference` report, chart and table, and what every report shares;
 - `latency`: `--mode latency | throughput`, answering SQuAD requests end to end (`qa_runners`, `squad`,
   `latency_report`);
+- `speech_latency`: `--mode latency --task automatic-speech-recognition`, transcribing recordings one at a time (ours
+  vs `transformers`' pipeline on the same model folder);
 - `squad_accuracy`: the SQuAD EM/F1 of each `pipeline()` backend on a fine-tuned model
   (`python -m optimum_ipu.benchmark.squad_accuracy`; not imported here, so that it runs as a module cleanly).
 

@@ -16,7 +16,9 @@ parameters, L layers, h hidden size, s tokens) to 0.1%.
 rows packed several features to a row, the baselines on the features padded to `--seq-len`; throughput is then
 SQuAD features per second (`packing` builds the work).
 
-`--mode latency` / `--mode throughput` answer SQuAD questions end to end instead (`latency`).
+`--mode latency` / `--mode throughput` answer SQuAD questions end to end instead (`latency`); `--mode latency
+--task automatic-speech-recognition` transcribes recordings with ours and `transformers`' pipelines
+(`speech_latency`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from .packing import (
 )
 from .report import build_report, chart, format_step_report, write_report
 from .runners import RunResult, build_runners, micro_batches_per_step, packing_result, packing_runners
+from .speech_latency import SPEECH_TASK, format_speech_report, run_speech_latency_benchmark
 
 MODES = ("train", "inference", *LATENCY_MODES)
 
@@ -105,13 +108,19 @@ def run_benchmark(
 
     `mode="latency"` / `"throughput"` answers SQuAD questions end to end instead (`latency.run_latency_benchmark`:
     `steps` timed requests, or batches of `batch_size` requests, after `warmup`; our `backends`), writing the same
-    two files.
+    two files; with `task="automatic-speech-recognition"` and a model folder, `mode="latency"` transcribes
+    `jfk.flac` and `steps` FSDD clips with ours and `transformers`' pipelines
+    (`speech_latency.run_speech_latency_benchmark`).
 
     With `packing` (training, question answering): every runner trains on the same real-length SQuAD features
     (`packing.build_workload`): ours `steps` steps of `batch_size` packed rows, the baselines the same features
     padded, `batch_size` a step. Samples are then features: `samples_per_second` is features per second over the
     steps after `warmup` (features in them / their time), `tokens_per_second` real tokens per second,
     `flops_per_sample` the mean model FLOPs of a feature at its own length; `packing` holds the workload."""
+    if mode in LATENCY_MODES and task == SPEECH_TASK:  # transcribing recordings (speech_latency.py); steps: clips
+        if mode != "latency":
+            raise ValueError(f"--task {SPEECH_TASK} is timed in --mode latency (batch 1), not {mode!r}")
+        return run_speech_latency_benchmark(model, steps, warmup, ipu_config, output_dir)
     if mode in LATENCY_MODES:  # answering SQuAD requests end to end: its own runners (latency.py); steps: requests
         return run_latency_benchmark(model, mode, seq_len, steps, warmup, batch_size, backends, ipu_config, output_dir)
     if packing:
@@ -257,6 +266,8 @@ def step_rates(times: list[float], settings: StepSettings, sample_flops: float) 
 
 def format_report(report: dict) -> str:
     """The report of any mode as the table the command prints."""
+    if report.get("task") == SPEECH_TASK:
+        return format_speech_report(report)
     if report["mode"] in LATENCY_MODES:
         return format_latency_report(report)
     return format_step_report(report)

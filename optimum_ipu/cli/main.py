@@ -239,7 +239,13 @@ def _add_benchmark(sub: Any) -> None:
         "(batch 1 / --batch-size; --steps requests; --model a folder or an architecture)",
     )
     bench.add_argument("--model", default="bert-base-uncased-config", help="architecture, random weights")
-    bench.add_argument("--task", default="question-answering", help="question-answering, causal-lm, translation")
+    bench.add_argument(
+        "--task",
+        default="question-answering",
+        help="question-answering, causal-lm, translation; with --mode latency also automatic-speech-recognition "
+        "(--model a speech folder such as whisper-tiny.en: pipeline() vs transformers' pipeline on jfk.flac and "
+        "--steps FSDD clips)",
+    )
     bench.add_argument("--seq-len", type=_at_least(1), default=384)
     bench.add_argument(
         "--batch-size",
