@@ -26,6 +26,8 @@ import datasets
 import transformers
 from transformers import HfArgumentParser
 
+from .json_args import checked_json_args
+
 logger = logging.getLogger("example_utils")
 
 
@@ -98,14 +100,19 @@ def parse_args(*dataclass_types: type) -> tuple:
     """The script's dataclasses from the command line, or from a single `.json` argument (as upstream).
 
     Optimum Graphcore's example commands (and its JSON argument files) parse as they are (see
-    `optimum_graphcore_argv`), or stop in one line that names the one flag that means nothing here.
+    `optimum_graphcore_argv`), or stop in one line that names the one flag that means nothing here. A JSON file's
+    values are read with their fields' types as the command line reads them (`json_args.checked_json_args`:
+    `"do_train": "false"` is false, a wrong type is one line naming the key, the value and the type wanted).
     """
     parser = HfArgumentParser(dataclass_types)
     if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
         with open(os.path.abspath(sys.argv[1]), encoding="utf-8") as file:
             values = json.load(file)
+        if not isinstance(values, dict):
+            raise ValueError(f"{sys.argv[1]}: an argument file holds one JSON object of flag names and values")
         names = [flag.removeprefix("--") for flag in optimum_graphcore_argv([f"--{key}" for key in values])]
-        return parser.parse_dict(dict(zip(names, values.values(), strict=True)))
+        named = dict(zip(names, values.values(), strict=True))
+        return parser.parse_dict(checked_json_args(parser, dataclass_types, named, sys.argv[1]))
     return parser.parse_args_into_dataclasses(args=optimum_graphcore_argv(sys.argv[1:]))
 
 
