@@ -47,16 +47,75 @@ def _resample_poly() -> Any:
     return resample_poly
 
 
-def resample(waveform: np.ndarray, orig_sampling_rate: int, sampling_rate: int) -> np.ndarray:
+# The sample rates a file may claim (Hz): from telephone-band recordings well below 8 kHz to 384 kHz studio audio. A
+# header outside them is damaged or mislabeled, and resampling it would allocate up to billions of samples.
+MIN_SAMPLING_RATE = 1_000
+MAX_SAMPLING_RATE = 384_000
+MAX_RESAMPLED_SAMPLES = 2**28  # 1 GiB of float32 (4.6 hours at 16 kHz), bounded before resampling allocates it
+MIN_DURATION_S = 0.01  # a clip shorter than 10 ms has nothing any speech or audio model can read (nor an empty one)
+FIX_RATE = "re-encode it at its true rate (e.g. soundfile.write('fixed.wav', samples, TRUE_RATE))"
+
+
+def check_sampling_rate(rate: Any, name: str = "the waveform") -> int:
+    """`rate` as an int, or `AudioDecodingError` naming `name` if it is outside `MIN_SAMPLING_RATE` and
+    `MAX_SAMPLING_RATE` (a damaged or mislabeled header: it would drive resampling to absurd sizes)."""
+    try:
+        value = int(rate)
+    except (TypeError, ValueError, OverflowError):
+        value = None
+    if value is None or value != rate or not MIN_SAMPLING_RATE <= value <= MAX_SAMPLING_RATE:
+        raise AudioDecodingError(
+            f"{name}: a sampling rate of {rate!r} Hz is outside {MIN_SAMPLING_RATE}..{MAX_SAMPLING_RATE} Hz (a "
+            f"damaged or mislabeled header); {FIX_RATE}"
+        )
+    return value
+
+
+def check_samples(waveform: np.ndarray, rate: int, name: str = "the waveform") -> np.ndarray:
+    """`waveform` if its samples are finite and last at least `MIN_DURATION_S`, or `AudioDecodingError` naming `name`.
+
+    NaN or Inf samples would give NaN scores, an empty transcript or a NaN training loss that blames the learning
+    rate; an empty or near-empty clip would be classified like silence. `transformers`' pipelines take both without
+    a word (an empty array is padded to silence, or fails deep in a convolution), so both are refused here, once, by
+    the file's name.
+    """
+    if waveform.size and not np.isfinite(waveform).all():
+        bad = int(np.size(waveform) - np.count_nonzero(np.isfinite(waveform)))
+        raise AudioDecodingError(
+            f"{name}: {bad} of its {waveform.size} samples are NaN or infinite (a damaged or wrongly converted file); "
+            "re-export it from its source, or replace the samples (np.nan_to_num) if the rest is sound"
+        )
+    if waveform.shape[-1] < MIN_DURATION_S * rate:
+        raise AudioDecodingError(
+            f"{name}: {waveform.shape[-1]} samples at {rate} Hz is shorter than {MIN_DURATION_S * 1000:g} ms (empty or "
+            "truncated); drop it from the data or give a longer clip"
+        )
+    return waveform
+
+
+def resample(
+    waveform: np.ndarray, orig_sampling_rate: int, sampling_rate: int, name: str = "the waveform"
+) -> np.ndarray:
     """`waveform` (samples on the last axis) from `orig_sampling_rate` to `sampling_rate` Hz, by polyphase
-    filtering (`scipy.signal.resample_poly`: exact for integer ratios such as 8 kHz -> 16 kHz)."""
+    filtering (`scipy.signal.resample_poly`: exact for integer ratios such as 8 kHz -> 16 kHz).
+
+    Raises:
+        `AudioDecodingError` (a `ValueError`): a rate outside `MIN_SAMPLING_RATE`..`MAX_SAMPLING_RATE`, or a result
+        over `MAX_RESAMPLED_SAMPLES`, checked before anything is allocated; the message names `name`.
+    """
     if orig_sampling_rate == sampling_rate:
         return waveform
-    if orig_sampling_rate <= 0 or sampling_rate <= 0:
-        raise ValueError(f"sampling rates must be positive; got {orig_sampling_rate} -> {sampling_rate}")
+    orig_sampling_rate = check_sampling_rate(orig_sampling_rate, name)
+    sampling_rate = check_sampling_rate(sampling_rate, f"{name} (the rate asked for)")
+    common = gcd(orig_sampling_rate, sampling_rate)
+    up, down = sampling_rate // common, orig_sampling_rate // common
+    length = -(-waveform.shape[-1] * up // down)
+    if length * max(1, waveform.size // max(1, waveform.shape[-1])) > MAX_RESAMPLED_SAMPLES:
+        raise AudioDecodingError(
+            f"{name}: {waveform.shape[-1]} samples at {orig_sampling_rate} Hz would be {length} at {sampling_rate} Hz, "
+            f"over {MAX_RESAMPLED_SAMPLES}; cut it into shorter clips, or {FIX_RATE} if its rate is wrong"
+        )
     resample_poly = _resample_poly()
-    common = gcd(int(orig_sampling_rate), int(sampling_rate))
-    up, down = int(sampling_rate) // common, int(orig_sampling_rate) // common
     return resample_poly(waveform, up, down, axis=-1).astype(np.float32)
 
 
@@ -71,25 +130,46 @@ def read_audio(source: str | os.PathLike | bytes, sampling_rate: int | None = No
         `(waveform, sampling_rate)`: a 1-D `np.float32` array (channels averaged) and its rate.
 
     Raises:
-        `AudioDecodingError`: the file is missing or not a format libsndfile reads; the message names it.
+        `AudioDecodingError` (a `ValueError`): the file is missing or not a format libsndfile reads, its header
+        claims a rate outside `MIN_SAMPLING_RATE`..`MAX_SAMPLING_RATE`, a sample is NaN or infinite, or it lasts
+        under `MIN_DURATION_S` (an empty clip included); the message names the file and the fix.
     """
     soundfile = _soundfile()
     name = "<bytes>" if isinstance(source, bytes) else os.fspath(source)
     if not isinstance(source, bytes) and not os.path.isfile(name):
         raise AudioDecodingError(f"{name}: no such audio file")
     try:
-        data, rate = soundfile.read(
-            io.BytesIO(source) if isinstance(source, bytes) else name, dtype="float32", always_2d=True
-        )
+        with soundfile.SoundFile(io.BytesIO(source) if isinstance(source, bytes) else name) as file:
+            rate = check_sampling_rate(file.samplerate, name)  # before a damaged header drives any allocation
+            data = file.read(dtype="float32", always_2d=True)
     except (soundfile.LibsndfileError, RuntimeError, TypeError) as err:
+        claimed = _wav_header_rate(source)  # libsndfile refuses a rate over 2^31 without saying which field
+        if claimed is not None:
+            check_sampling_rate(claimed, name)
         raise AudioDecodingError(
             f"{name}: cannot decode this audio ({err}); WAV, FLAC and OGG are read (through soundfile, without "
             "FFmpeg): convert it, e.g. `ffmpeg -i FILE out.wav` on a machine that has FFmpeg"
         ) from None
-    waveform = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
+    waveform = check_samples(data.mean(axis=1) if data.shape[1] > 1 else data[:, 0], rate, name)
     if sampling_rate is not None:
-        waveform, rate = resample(waveform, rate, sampling_rate), sampling_rate
+        waveform, rate = resample(waveform, rate, sampling_rate, name), sampling_rate
     return np.ascontiguousarray(waveform, dtype=np.float32), int(rate)
+
+
+def _wav_header_rate(source: str | bytes) -> int | None:
+    """The sample rate a RIFF/WAVE header claims (its `fmt ` chunk, within the first 4 KiB), or None."""
+    try:
+        if isinstance(source, bytes):
+            head = source[:4096]
+        else:
+            with open(source, "rb") as file:
+                head = file.read(4096)
+    except OSError:
+        return None
+    at = head.find(b"fmt ") if head[:4] == b"RIFF" and head[8:12] == b"WAVE" else -1
+    if at < 0 or len(head) < at + 16:
+        return None
+    return int.from_bytes(head[at + 12 : at + 16], "little")
 
 
 def load_audio(value: Any, sampling_rate: int) -> np.ndarray:
@@ -101,6 +181,11 @@ def load_audio(value: Any, sampling_rate: int) -> np.ndarray:
             and/or `"bytes"` (`datasets`' `Audio(decode=False)`); or a 1-D `np.ndarray` / `torch.Tensor`, taken to be
             at `sampling_rate` already.
         sampling_rate (`int`): the rate the model's feature extractor expects (Hz).
+
+    Raises:
+        `AudioDecodingError` (a `ValueError`): as `read_audio` for a file (naming it); for an array, the same checks
+        of its rate, its samples (NaN or Inf) and its length (under `MIN_DURATION_S`, empty included), naming "the
+        waveform". `transformers`' pipelines take an empty or NaN waveform without a word; here it is one error.
     """
     if isinstance(value, (str, os.PathLike, bytes)):
         return read_audio(value, sampling_rate)[0]
@@ -109,7 +194,8 @@ def load_audio(value: Any, sampling_rate: int) -> np.ndarray:
         if array is not None:
             if "sampling_rate" not in value:
                 raise ValueError("an audio dict with 'array' (or 'raw') needs its 'sampling_rate' too")
-            return resample(_mono(array), int(value["sampling_rate"]), sampling_rate)
+            rate = check_sampling_rate(value["sampling_rate"])
+            return resample(check_samples(_mono(array), rate), rate, sampling_rate)
         if value.get("bytes") is not None:
             return read_audio(value["bytes"], sampling_rate)[0]
         if value.get("path") is not None:
@@ -120,7 +206,7 @@ def load_audio(value: Any, sampling_rate: int) -> np.ndarray:
     if hasattr(value, "numpy"):  # a torch tensor
         value = value.detach().cpu().numpy()
     if isinstance(value, np.ndarray):
-        return _mono(value)
+        return check_samples(_mono(value), sampling_rate)
     raise TypeError(f"audio: got a {type(value).__name__}; expected a file path, bytes, a dict or a 1-D array")
 
 
