@@ -426,8 +426,29 @@ def _split_top_level(text: str) -> list[str]:
     return [p for p in (p.strip() for p in parts) if p]
 
 
-def _parse_value(text: str) -> Any:
+def _nesting(text: str) -> int:
+    """How deep the brackets of a JSON-like literal nest (those inside strings do not count)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            escaped, in_string = (not escaped and ch == "\\"), in_string and (escaped or ch != '"')
+            continue
+        in_string = ch == '"'
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _parse_value(text: str, key: str = "value") -> Any:
     text = text.strip()
+    depth = _nesting(text) if text[:1] in ("[", "{") else 0
+    if depth > MAX_KWARGS_DEPTH:  # json.loads would recurse once per level: a RecursionError traceback
+        raise IncompatibleIPUConfigError(
+            f"IPUConfig update `{key}`: {short_repr(text, 60)} nests {depth} levels deep, over "
+            f"{MAX_KWARGS_DEPTH}; no field takes more: give a flat list, e.g. {key}=[1 2 -1]"
+        )
     if text.startswith("["):
         text = re.sub(r"(?<=[\d\]])\s+(?=[-\d\[])", ",", text)  # "[1 2 -1]" -> "[1,2,-1]"
     literal = {"True": "true", "False": "false", "None": "null"}.get(text, text)
@@ -470,5 +491,5 @@ def parse_update_string(update_str: str) -> dict[str, Any]:
                     else "(a deprecated key without effect); leave it out"
                 )
             )
-        updates[key] = _parse_value(value)
+        updates[key] = _parse_value(value, key)
     return updates
