@@ -56,6 +56,7 @@ from .checkpoints import (
     run_identity,
 )
 from .compat import TrainerPrivateHooks
+from .label_check import check_some_label_used
 from .stages import ProcessPipeline
 from .training_args import IPUTrainingArguments
 
@@ -409,6 +410,7 @@ class IPUTrainer(TrainerPrivateHooks):
                 f"= --per_device_train_batch_size {self.args.per_device_train_batch_size} x replicas x accumulation x "
                 "device iterations); lower the batch size or gradient_accumulation_steps, or give more data"
             )
+        check_some_label_used(self.train_dataset)  # every label -100: loss 0.0 and nothing learned, exit 0
         run_id = check_run_identity(checkpoint, identity) if checkpoint is not None else None
         if checkpoint is None and self.args.overwrite_output_dir and self.args.should_save:
             removed = discard_checkpoints(self.args.output_dir)
