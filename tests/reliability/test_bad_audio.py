@@ -120,3 +120,20 @@ def test_an_example_script_ends_in_one_line_naming_the_file(tmp_path, reliabilit
     argv += ["--do_eval", "--max_length_seconds", "1", "--output_dir", str(tmp_path / "out"), "--report_to", "none"]
     code, stderr = run_main(script, argv)
     one_clear_line(reliability, code, stderr, (str(folder / "b.wav"), "NaN or infinite"))
+
+
+def test_pipeline_refuses_poisoned_audio_by_name(tmp_path, reliability):
+    import transformers
+
+    from optimum_ipu import pipeline
+
+    model = transformers.Wav2Vec2ForSequenceClassification(transformers.Wav2Vec2Config(**TINY, num_labels=2))
+    extractor = transformers.Wav2Vec2FeatureExtractor(return_attention_mask=True)
+    classify = pipeline("audio-classification", model=model, feature_extractor=extractor)
+    samples = speech(RATE)
+    assert len(classify(samples)) == 2  # a sound clip is classified
+    samples[7] = np.nan
+    path = wav(tmp_path / "nan.wav", samples, rate=RATE)
+    reliability.expect_clear_error(lambda: classify(str(path)), (str(path), "NaN or infinite"))
+    reliability.expect_clear_error(lambda: classify(samples), ("the waveform", "NaN or infinite"))
+    reliability.expect_clear_error(lambda: classify(np.zeros(0, np.float32)), ("the waveform", "10 ms"))
