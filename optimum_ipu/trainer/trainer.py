@@ -56,7 +56,7 @@ from .checkpoints import (
     run_identity,
 )
 from .compat import TrainerPrivateHooks
-from .label_check import check_some_label_used
+from .label_check import UsedLabelWatch, check_some_label_used
 from .stages import ProcessPipeline
 from .training_args import IPUTrainingArguments
 
@@ -115,6 +115,7 @@ class IPUTrainer(TrainerPrivateHooks):
         super().__init__(model=model, args=args, **kwargs)
         self.engine = self._build_engine()
         self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=self.engine.device)
+        self._label_watch = UsedLabelWatch(enabled=False)  # armed by train()
         self._loss_shifts_labels_here = self._shifts_labels(model)
         self.run_record: dict[str, Any] | None = None  # the run id and identity written into checkpoint markers
         self._check_processes_agree()
@@ -274,6 +275,7 @@ class IPUTrainer(TrainerPrivateHooks):
         # DDP's gradient hooks: the projection is then serialized but its logits are built whole.
         runner = self.pipelined.train() if model is self.model or self.fsdp else model
         weight = self._micro_batch_weight(inputs, num_items_in_batch)  # before compute_loss, which may pop labels
+        self._label_watch.see(inputs)
         engine = self.training_engine
         sync_gradients_at(self.model, last_micro_batch=self.accelerator.sync_gradients)  # --fsdp: once per step
         loss = engine.micro_batch(inputs, weight, lambda batch: self.compute_loss(runner, batch))
@@ -283,6 +285,7 @@ class IPUTrainer(TrainerPrivateHooks):
             loss = loss + engine.finish_step(step=self.state.global_step + 1).loss  # numbered as logs count
             self._check_finite_loss(self._nonfinite_loss | ~torch.isfinite(loss))
             self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=loss.device)
+            self._label_watch.step_done(last=self.state.global_step + 1 >= self.state.max_steps)
         return loss
 
     def _micro_batch_weight(self, inputs: dict[str, Any], num_items_in_batch: Any) -> float | torch.Tensor:
@@ -410,7 +413,9 @@ class IPUTrainer(TrainerPrivateHooks):
                 f"= --per_device_train_batch_size {self.args.per_device_train_batch_size} x replicas x accumulation x "
                 "device iterations); lower the batch size or gradient_accumulation_steps, or give more data"
             )
-        check_some_label_used(self.train_dataset)  # every label -100: loss 0.0 and nothing learned, exit 0
+        read = check_some_label_used(self.train_dataset)  # every label -100: loss 0.0 and nothing learned, exit 0
+        one_process = self.accelerator.num_processes == 1 and self.process_pipeline is None
+        self._label_watch = UsedLabelWatch(enabled=one_process and not read)  # data prepared on the fly
         run_id = check_run_identity(checkpoint, identity) if checkpoint is not None else None
         if checkpoint is None and self.args.overwrite_output_dir and self.args.should_save:
             removed = discard_checkpoints(self.args.output_dir)

@@ -52,4 +52,33 @@ def test_a_run_with_some_used_labels_trains(tmp_path, monkeypatch):
     check_some_label_used(data)
     check_some_label_used(datasets.Dataset.from_dict({"label": [-100, 0]}))
     check_some_label_used(datasets.Dataset.from_dict({"labels": ["a", "b"]}))  # not numbers: not read
-    assert trainer(tmp_path, token_data(4, used=1)).train().global_step == 1
+    assert check_some_label_used(datasets.Dataset.from_dict({"labels": [[-100, 3]]}))
+    assert trainer(tmp_path, token_data(4, used=1)).train().global_step == 1  # its one step may have no label
+
+
+def on_the_fly(data: datasets.Dataset) -> datasets.Dataset:
+    """`data` prepared by a transform (as the speech and vision scripts do): its columns cannot be read ahead."""
+    data.set_transform(lambda batch: {key: torch.tensor(value) for key, value in batch.items()})
+    return data
+
+
+def test_data_prepared_on_the_fly_is_refused_after_its_first_steps(tmp_path, monkeypatch, reliability):
+    monkeypatch.setattr("optimum_ipu.trainer.label_check.WATCH_STEPS", 2)
+    run = trainer(tmp_path, on_the_fly(token_data(4, used=0)))
+    run.args.max_steps = 3
+    reliability.expect_clear_error(run.train, ("every label of the training data", "first 2 optimizer steps"))
+    assert run.state.global_step == 1  # stopped at the end of the second step, before the third
+
+
+def test_a_short_run_on_the_fly_is_warned_not_refused(tmp_path, caplog):
+    run = trainer(tmp_path, on_the_fly(token_data(4, used=0)))
+    with caplog.at_level("WARNING", logger="optimum_ipu.trainer.label_check"):
+        assert run.train().global_step == 1
+    assert "every label of the 1 optimizer steps" in caplog.text
+
+
+def test_data_prepared_on_the_fly_with_a_used_label_trains(tmp_path, monkeypatch):
+    monkeypatch.setattr("optimum_ipu.trainer.label_check.WATCH_STEPS", 2)  # one epoch: the used label is seen
+    run = trainer(tmp_path, on_the_fly(token_data(4, used=1)))
+    run.args.max_steps = 2
+    assert run.train().global_step == 2
