@@ -11,7 +11,9 @@ import torch
 from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments
 from optimum_ipu.trainer.label_check import check_some_label_used
 
+from ..conftest import REPO_ROOT
 from ..tiny_models import tiny_inputs, tiny_model
+from .test_script_errors import load_script, one_clear_line, run_main
 
 CLASS = "BertForTokenClassification"
 
@@ -82,3 +84,14 @@ def test_data_prepared_on_the_fly_with_a_used_label_trains(tmp_path, monkeypatch
     run = trainer(tmp_path, on_the_fly(token_data(4, used=1)))
     run.args.max_steps = 2
     assert run.train().global_step == 2
+
+
+def test_run_ner_whose_windows_hold_no_word_ends_in_one_line(tmp_path, shared_data, tiny_pretrained, reliability):
+    """--max_seq_length 2 keeps [CLS] and [SEP] only: every token label is -100."""
+    run_ner = load_script(REPO_ROOT / "examples" / "token-classification", "run_ner")
+    sample = str(shared_data / "fixtures" / "conll" / "sample.json")
+    argv = ["--model_name_or_path", str(tiny_pretrained("BertForTokenClassification")), "--ignore_mismatched_sizes"]
+    argv += ["--train_file", sample, "--text_column_name", "words", "--label_column_name", "ner", "--do_train"]
+    argv += ["--max_seq_length", "2", "--output_dir", str(tmp_path / "out"), "--report_to", "none"]
+    code, stderr = run_main(run_ner, argv)
+    one_clear_line(reliability, code, stderr, ("every label of the training data", "'labels'", "--max_seq_length"))
