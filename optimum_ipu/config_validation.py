@@ -19,6 +19,7 @@ from typing import Any
 from .config_hub import download_config_file
 from .config_schema import CONFIG_NAME, DEPRECATED_KEYS, FIELDS, METADATA_KEYS, OUTPUT_MODES
 from .errors import MAX_LINE, IncompatibleIPUConfigError, elide, short_repr
+from .files import nearest_sibling
 
 logger = logging.getLogger(__name__)
 BUNDLED_DIR = Path(__file__).parent / "ipu_configs"
@@ -385,11 +386,9 @@ def _looks_like_a_path(name: str) -> bool:
 
 def _did_you_mean(name: str) -> str | None:
     """The nearest of what `name` may have meant: a file beside it for a path, a bundled id otherwise."""
-    folder, base = os.path.split(name)
     if _looks_like_a_path(name) or name.lower().endswith(".json"):
-        siblings = os.listdir(folder or ".") if os.path.isdir(folder or ".") else []
-        close = difflib.get_close_matches(base, siblings, n=1, cutoff=0.6)
-        return f"{close[0]!r} beside it" if close else None
+        sibling = nearest_sibling(name, cutoff=0.6)
+        return f"{sibling!r} beside it" if sibling else None
     ids = {i.lower(): i for i in bundled_config_ids()}
     key = name.lower() if "/" in name else f"graphcore/{name.lower()}"  # a bare name: the bundled id's end
     close = difflib.get_close_matches(key, ids, n=1, cutoff=0.8)  # 0.8: a typo, not any id ending in "-ipu"

@@ -11,7 +11,6 @@ speech scripts' data).
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import json
 import logging
@@ -25,6 +24,8 @@ from typing import Any
 import datasets
 import transformers
 from transformers import HfArgumentParser
+
+from optimum_ipu.files import nearest_sibling
 
 from .json_args import checked_json_args
 
@@ -223,10 +224,8 @@ def require_files(files: Mapping[str, str | None]) -> None:
     """
     for split, path in files.items():
         if path is not None and not os.path.isfile(path):
-            folder, name = os.path.split(path)
-            siblings = os.listdir(folder or ".") if os.path.isdir(folder or ".") else []
-            close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.8)
-            hint = f"; did you mean {os.path.join(folder, close[0])}?" if close else ""
+            sibling = nearest_sibling(path, cutoff=0.8)
+            hint = f"; did you mean {os.path.join(os.path.dirname(path), sibling)}?" if sibling else ""
             raise FileNotFoundError(f"--{split}_file {path}: no such file{hint}")
 
 
