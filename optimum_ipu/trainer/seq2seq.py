@@ -22,7 +22,8 @@ from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from ..config import IPUConfig
 from ..models.generation import generate_static, main_input_name
-from .trainer import IPUTrainer, _select_rows, pad_to_static_batch
+from .static_batch import pad_to_static_batch, select_rows
+from .trainer import IPUTrainer
 from .training_args import IPUTrainingArguments
 
 logger = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ class IPUSeq2SeqTrainer(IPUTrainer, Seq2SeqTrainer):
             labels = self._pad_tensors_to_max_len(labels, length)
         if real is not None and not bool(real.all()):
             real = real.to(generated.device)
-            generated, labels = _select_rows(generated, real), _select_rows(labels, real)
+            generated, labels = select_rows(generated, real), select_rows(labels, real)
         return loss, generated, labels
 
     def _generate(self, inputs: dict[str, Any], gen_kwargs: dict[str, Any]) -> torch.Tensor:

@@ -58,27 +58,12 @@ from .checkpoints import (
 from .compat import TrainerPrivateHooks
 from .label_check import UsedLabelWatch, check_some_label_used
 from .stages import ProcessPipeline
+from .static_batch import pad_to_static_batch, select_rows
 from .training_args import IPUTrainingArguments
 
 logger = logging.getLogger(__name__)
 
 LOSS_SCALER_FILE = "loss_scaler.json"
-
-
-def pad_to_static_batch(inputs: dict[str, Any], batch_size: int) -> tuple[dict[str, Any], torch.Tensor | None]:
-    """Pad a batch to `batch_size` rows by repeating its last row, so the compiled graph sees one shape; returns
-    the padded batch and which rows are real (None when it was full already)."""
-    tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor) and v.dim()]
-    real = tensors[0].shape[0] if tensors else batch_size
-    if real >= batch_size:
-        return inputs, None
-
-    def pad(value: Any) -> Any:
-        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == real:
-            return torch.cat([value, value[-1:].expand(batch_size - real, *value.shape[1:])])
-        return value
-
-    return {k: pad(v) for k, v in inputs.items()}, torch.arange(batch_size) < real
 
 
 class IPUTrainer(TrainerPrivateHooks):
@@ -533,8 +518,8 @@ class IPUTrainer(TrainerPrivateHooks):
             loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
         if real is not None and not bool(real.all()):
             real = real.to(self.args.device)
-            logits = _select_rows(logits, real)
-            labels = _select_rows(labels, real)
+            logits = select_rows(logits, real)
+            labels = select_rows(labels, real)
         return loss, logits, labels
 
     # -------------------------------------------------------------------- saving
@@ -595,11 +580,3 @@ class IPUTrainer(TrainerPrivateHooks):
             write_text_atomic(
                 os.path.join(output_dir, LOSS_SCALER_FILE), json.dumps(self.engine.loss_scaler.state_dict())
             )
-
-
-def _select_rows(value: Any, keep: torch.Tensor) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value[keep] if value.dim() and value.shape[0] == keep.shape[0] else value
-    if isinstance(value, (tuple, list)):
-        return type(value)(_select_rows(v, keep) for v in value)
-    return value
