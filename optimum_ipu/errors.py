@@ -51,7 +51,7 @@ def _one_line(err: BaseException, limit: int = 1000) -> str:
     return elide(" ".join(str(err).split()) or type(err).__name__, limit)
 
 
-def debug_requested(argv: list[str]) -> bool:
+def _debug_requested(argv: list[str]) -> bool:
     """`OPTIMUM_IPU_DEBUG=1`, or a bare `--debug` flag (removed from `argv`: `--debug VALUE` is transformers')."""
     for i, arg in enumerate(argv):
         if arg == "--debug" and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
@@ -122,7 +122,7 @@ def run_script(main: Callable[[], Any], prog: str | None = None) -> None:
     their traceback.
     """
     prog = prog or os.path.basename(sys.argv[0])
-    debug = debug_requested(sys.argv)
+    debug = _debug_requested(sys.argv)
     try:
         main()
     except KeyboardInterrupt:
