@@ -24,6 +24,7 @@ _LAZY: dict[str, str] = {
     "Engine": ".runtime.engine",
     "IPUTrainingArguments": ".trainer.training_args",
     "IPUTrainer": ".trainer.trainer",
+    "IPUTrainerState": ".trainer.state",
     "IPUSeq2SeqTrainer": ".trainer.seq2seq",
     "IPUSeq2SeqTrainingArguments": ".trainer.seq2seq",
     "last_complete_checkpoint": ".trainer.checkpoints",

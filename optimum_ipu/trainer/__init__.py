@@ -3,6 +3,7 @@
 from .callbacks import StepTimer
 from .checkpoints import last_complete_checkpoint
 from .seq2seq import IPUSeq2SeqTrainer, IPUSeq2SeqTrainingArguments
+from .state import IPUTrainerState
 from .trainer import IPUTrainer
 from .training_args import IPUTrainingArguments
 
@@ -10,6 +11,7 @@ __all__ = [
     "IPUSeq2SeqTrainer",
     "IPUSeq2SeqTrainingArguments",
     "IPUTrainer",
+    "IPUTrainerState",
     "IPUTrainingArguments",
     "StepTimer",
     "last_complete_checkpoint",

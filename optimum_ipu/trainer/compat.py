@@ -7,6 +7,8 @@
 - `_prepare_inputs`: flex-attention packed rows get their `BlockMask` on the device;
 - `_wrap_model`: no DDP around sharded (`--fsdp`) models or around stages on separate processes;
 - `_clip_grad_norm`: the training engine has clipped already (`finish_step`, with the norm over every stage);
+- `__init__`, `_init_training_state`: `self.state` is an `IPUTrainerState` (Optimum Graphcore's name; its
+  `start_time` set when training starts);
 - `_maybe_log_save_evaluate`: a NaN loss does not poison every later logged loss;
 - `_save` (through `save_state_dict`), `_save_checkpoint`, `_save_optimizer_and_scheduler`, `_load_from_checkpoint`,
   `_load_best_model`, `_load_optimizer_and_scheduler`: checkpoints marked complete only once whole, old ones rotated
@@ -27,6 +29,7 @@ import contextlib
 import copy
 import functools
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -49,10 +52,21 @@ from ..runtime.stage_optimizer import (
     stage_optimizer_as_one,
 )
 from .checkpoints import discard_checkpoint
+from .state import IPUTrainerState
 
 
 class TrainerPrivateHooks(Trainer):
     """The private `Trainer` methods `IPUTrainer` overrides (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.state = IPUTrainerState.from_state(self.state)
+
+    def _init_training_state(self, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        started = time.time()
+        trained = super()._init_training_state(*args, **kwargs)  # a new TrainerState, or the checkpoint's
+        self.state = IPUTrainerState.from_state(self.state, start_time=started)
+        return trained
 
     @contextlib.contextmanager
     def _scoped_args(self, **changes: Any) -> Iterator[None]:
