@@ -24,8 +24,10 @@ shapes every graph here needs, with the numbers of running each feature alone:
   Flash attention kernels take no 4-D mask or `BlockMask`: not supported (`check_packing_support` says so).
   `PackedDataCollator(attention=packing_attention(model))` picks the kind a model takes.
 - The labels of a packed batch are one tensor `labels` of shape `(batch, max_sequences_per_row, columns)`, one
-  slot per sequence: `[start, end, start_position, end_position]` (QA) or `[start, end, label]` (classification),
-  `start:end` being the sequence's tokens in the row; empty slots, and sequences without a label, are all -100.
+  slot per sequence: `[start, end, start_position, end_position]` (QA), `[start, end, label]` (classification)
+  or `[start, end, y_1, ..., y_k]` (multi-label classification: a multi-hot vector a sequence, with
+  `problem_type="multi_label_classification"`; binary cross-entropy per sequence), `start:end` being the
+  sequence's tokens in the row; empty slots, and sequences without a label, are all -100.
   `packed_question_answering_loss` and `PackedSequenceClassificationLoss` read it; both have the signature of
   `transformers.Trainer`'s `compute_loss_func`, so the stock model's forward runs unchanged (no labels reach it).
 

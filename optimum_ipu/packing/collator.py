@@ -39,8 +39,9 @@ class PackedDataCollator:
     `attention_mask` (`"dense"`) or `packed_sequence_ids` `(batch, seq)` long, 0 for padding and 1, 2, ... for
     the row's sequences (`"flex"`), and, when the rows have labels, `labels` of shape `(batch,
     max_sequences_per_row, 4)` (`[start, end, start_position, end_position]`, QA) or `(batch,
-    max_sequences_per_row, 3)` (`[start, end, label]`, classification; float for regression labels), -100 in
-    empty slots.
+    max_sequences_per_row, 3)` (`[start, end, label]`, classification; float for regression labels) or `(batch,
+    max_sequences_per_row, 2 + num_labels)` (`[start, end, y_1, ..., y_k]`, float: multi-label classification, each
+    feature's `labels` a multi-hot vector), -100 in empty slots.
     """
 
     def __init__(
@@ -73,10 +74,8 @@ class PackedDataCollator:
         sequence_ids = torch.zeros((size, length), dtype=torch.long)  # 0: padding, 1..k: the row's sequences
         qa = "start_positions" in rows[0]
         has_labels = qa or "labels" in rows[0]
-        regression = has_labels and not qa and any(isinstance(v, float) for r in rows for v in r["labels"])
-        labels = torch.full(
-            (size, slots, 4 if qa else 3), IGNORE_INDEX, dtype=torch.float if regression else torch.long
-        )
+        columns, floats = label_layout(rows) if has_labels and not qa else (4, False)
+        labels = torch.full((size, slots, columns), IGNORE_INDEX, dtype=torch.float if floats else torch.long)
         for r, row in enumerate(rows):
             n = len(row["input_ids"])
             if n > length:
@@ -98,7 +97,7 @@ class PackedDataCollator:
             if not has_labels:
                 continue
             for j, (start, end) in enumerate(spans):
-                values = [row[name][j] for name in QA_COLUMNS] if qa else [row["labels"][j]]
+                values = [row[name][j] for name in QA_COLUMNS] if qa else _flat(row["labels"][j])
                 if any(v is None or v == IGNORE_INDEX for v in values):
                     continue  # an unlabelled sequence: the whole slot stays -100, so counts stay exact
                 labels[r, j] = torch.as_tensor([start, end, *values], dtype=labels.dtype)
@@ -113,6 +112,28 @@ class PackedDataCollator:
         if has_labels:
             batch["labels"] = labels
         return batch
+
+
+def _flat(label: Any) -> list:
+    """One sequence's label as slot values: a class id or a value, or the multi-hot vector of a multi-label one."""
+    return list(label) if isinstance(label, (list, tuple)) else [label]
+
+
+def label_layout(rows: list[Mapping[str, Any]]) -> tuple[int, bool]:
+    """`(columns, floats)` of the classification label slots of `rows`: `[start, end, label]` (a class id, long;
+    a regression value, float) or `[start, end, y_1, ..., y_k]` (multi-label: a multi-hot vector of k classes, float,
+    `problem_type="multi_label_classification"`)."""
+    values = [label for row in rows for label in row["labels"] if label is not None]
+    vectors = [v for v in values if isinstance(v, (list, tuple))]
+    if not vectors:
+        return 3, any(isinstance(v, float) for v in values)
+    widths = {len(v) for v in vectors}
+    if len(vectors) != len(values) or len(widths) != 1:
+        raise ValueError(
+            f"packed labels: multi-label rows need one vector of the same length a sequence; got lengths "
+            f"{sorted(widths)} and {len(values) - len(vectors)} scalar label(s)"
+        )
+    return 2 + widths.pop(), True
 
 
 @dataclass

@@ -79,13 +79,15 @@ def sequence_classification_logits(model: nn.Module, hidden_states: torch.Tensor
 
 
 class PackedSequenceClassificationLoss:
-    """The classification loss of packed rows, one label per sequence (a `Trainer` `compute_loss_func`).
+    """The classification loss of packed rows, one label (or multi-hot vector) a sequence (a `compute_loss_func`).
 
     The model runs unchanged with `output_hidden_states=True` (pass it in the batch, or set
     `model.config.output_hidden_states = True`); `sequence_classification_logits` gives each sequence's logits.
-    Cross-entropy for class labels, mean squared error for regression (`num_labels == 1`), as the model's own
-    loss, averaged over the sequences. Unpacked batches (labels of one value per example, as in evaluation) get
-    the model's own loss.
+    Cross-entropy for class labels, mean squared error for regression (`num_labels == 1`), binary cross-entropy
+    with logits for `problem_type="multi_label_classification"` (each feature's `labels` a multi-hot vector of
+    `num_labels` values; the mean over the sequences and their classes, as the model's `BCEWithLogitsLoss` and
+    Optimum Graphcore's packed-BERT notebook), as the model's own loss, averaged over the sequences. Unpacked
+    batches (labels of one value or vector per example, as in evaluation) get the model's own loss.
 
     Args:
         model (`nn.Module`): the model whose head is applied (the stock model; a pipelined model's `.model`).
@@ -105,8 +107,19 @@ class PackedSequenceClassificationLoss:
                 "packed classification needs the model's hidden states: call it with output_hidden_states=True"
             )
         logits = sequence_classification_logits(self.model, hidden[-1], labels).float()
+        config = self.model.config
+        if config.problem_type == "multi_label_classification":
+            targets = labels[..., 2:][_present(labels)].float()
+            if targets.shape[-1] != config.num_labels:
+                raise ValueError(
+                    f"multi-label packing: the label slots hold {targets.shape[-1]} values a sequence and the model "
+                    f"has num_labels={config.num_labels}; give each feature a multi-hot vector of num_labels values"
+                )
+            # the model's BCEWithLogitsLoss is the mean over sequences x classes: the sum / classes / sequences
+            losses = F.binary_cross_entropy_with_logits(logits, targets, reduction="sum") / config.num_labels
+            return losses / _sequence_count(labels, num_items_in_batch)
         targets = labels[..., 2][_present(labels)]
-        if self.model.config.num_labels == 1:
+        if config.num_labels == 1:
             losses = F.mse_loss(logits.squeeze(-1), targets.float(), reduction="sum")
         else:
             losses = F.cross_entropy(logits, targets.long(), reduction="sum")
