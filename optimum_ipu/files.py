@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import difflib
 import os
+import uuid
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, flush it to disk, then rename it over `path`."""
+    """Write `text` to a temporary file of this writer's own beside `path`, flush it to disk, then rename it over
+    `path`."""
     path = os.fspath(path)
-    tmp = f"{path}.tmp-{os.getpid()}"
+    tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # one name per writer, threads of a process too
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()

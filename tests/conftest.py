@@ -163,6 +163,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         f"bad inputs tried / clear errors: {counts['bad inputs tried']} / {counts['clear errors']}"
     )
     terminalreporter.write_line(f"checkpoints verified: {counts['checkpoints verified']}")
+    terminalreporter.write_line(f"caches verified: {counts['caches verified']}")
     problem = unaccounted_faults(counts)
     if problem:
         terminalreporter.write_line(f"FAILED: the counts do not add up: {problem}", red=True)

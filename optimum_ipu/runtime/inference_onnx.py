@@ -6,8 +6,9 @@ its own kernels (EmbedLayerNormalization, Attention, SkipLayerNormalization, Bia
 the session runs with every graph optimization on and one intra-op thread per core of this process. The model is
 exported with `transformers`' eager attention (through its attention registry, put back afterwards), the pattern
 the fusion recognises. The fused graph is checked against the model on a sample batch when it is built (an
-unfused graph is used if the fused one differs), and kept in `cache_dir` under a key of the weights, the config
-and the versions, so that a second process starts without exporting.
+unfused graph is used if the fused one differs), and kept in `cache_dir` (`graph_cache`: under a key of the
+model's code, weights and config, the versions and the export options; written atomically, verified by size and
+checksum when read, rebuilt with one warning when damaged), so that a second process starts without exporting.
 
 `quantize=True` stores the weights of the matrix multiplications in int8 (`onnxruntime.quantization.
 quantize_dynamic`: activations quantized per call): faster on CPUs, not exact (its accuracy cost is measured in
@@ -19,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import inspect
-import json
 import logging
 import os
 import tempfile
@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+
+from .graph_cache import cached_file, discard_entry, model_key
 
 logger = logging.getLogger(__name__)
 
@@ -46,24 +48,20 @@ def _threads() -> int:
         return os.cpu_count() or 1
 
 
-def _weights_key(model: nn.Module, extra: dict[str, Any]) -> str:
-    """A key of everything the exported file depends on: the class, config, weights, versions and options."""
-    import onnxruntime
+def _cache_header(options: dict[str, Any]) -> dict[str, Any]:
+    """What besides the model decides the exported file: the versions of the libraries that build it and the
+    export options."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    digest = hashlib.sha256()
-    config = getattr(model, "config", None)
-    header = {
-        "class": type(model).__name__,
-        "config": config.to_json_string() if config is not None else "",
-        "torch": torch.__version__,
-        "onnxruntime": onnxruntime.__version__,
-        **extra,
-    }
-    digest.update(json.dumps(header, sort_keys=True, default=str).encode())
-    for name, tensor in model.state_dict().items():
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:24]
+    versions = {}
+    for package in ("torch", "onnxruntime", "onnx", "transformers", "optimum-ipu"):
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:  # a source checkout not installed: the code digest covers our code
+            versions[package] = None
+    with open(__file__, "rb") as f:  # this exporter's own code (an edit of it between releases too)
+        exporter = hashlib.sha256(f.read()).hexdigest()
+    return {**versions, "exporter": exporter, "opset": OPSET, "tolerance": FUSION_TOLERANCE, **options}
 
 
 @contextlib.contextmanager
@@ -151,17 +149,24 @@ class OnnxRuntimeModel:
             reference = model(**sample)
         self.output_names = [k for k, v in reference.items() if isinstance(v, torch.Tensor)]
         options = {"inputs": self.input_names, "optimize": optimize, "quantize": quantize}
-        key = _weights_key(model, {**options, "fusion": self.fusion_model_type})
+        key = model_key(model, _cache_header({**options, "fusion": self.fusion_model_type}))
         self._tmp = None if cache_dir else tempfile.TemporaryDirectory(prefix="optimum-ipu-onnx-")
-        folder = os.path.join(cache_dir, "onnx", key) if cache_dir else self._tmp.name
-        os.makedirs(folder, exist_ok=True)
-        self.path = os.path.join(folder, "model.onnx")
-        if not os.path.isfile(self.path):
-            self._build(model, sample, reference, folder, optimize)
-        self.session = self._session(self.path)
+        root = os.path.join(cache_dir, "onnx") if cache_dir else self._tmp.name
+
+        def build(folder: str) -> str:
+            return self._build(model, sample, reference, folder, optimize)
+
+        self.path = cached_file(root, key, "model.onnx", build, what="ONNX graph")
+        try:
+            self.session = self._session(self.path)
+        except Exception as err:  # onnxruntime's load errors have no common type
+            discard_entry(self.path, f"{type(err).__name__}: {str(err).strip()[:200]}", what="ONNX graph")
+            self.path = cached_file(root, key, "model.onnx", build, what="ONNX graph")
+            self.session = self._session(self.path)
 
     # ------------------------------------------------------------------ building
-    def _build(self, model: nn.Module, sample: dict, reference: Any, folder: str, optimize: bool) -> None:
+    def _build(self, model: nn.Module, sample: dict, reference: Any, folder: str, optimize: bool) -> str:
+        """Export (fuse, quantize) the model into `folder`, a folder of this writer's own; the chosen file's path."""
         exported = os.path.join(folder, "exported.onnx")
         axes = {name: {0: "batch", 1: "sequence"} for name in self.input_names}
         axes.update({name: {0: "batch", 1: "sequence"} for name in self.output_names})
@@ -195,7 +200,7 @@ class OnnxRuntimeModel:
             extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}
             quantize_dynamic(chosen, quantized, weight_type=QuantType.QInt8, extra_options=extra)
             chosen = quantized
-        os.replace(chosen, self.path)  # last: a folder holding model.onnx is complete
+        return chosen
 
     @staticmethod
     def _fuse(config: Any, model_type: str, path: str, out: str) -> str | None:

@@ -2,10 +2,10 @@
 
 Tests record what they actually did through the `reliability` fixture: a fault injected (SIGKILL, an fp16
 overflow, a NaN, a busy port) and whether the code survived it; a bad input tried and whether it gave a clear
-error; a checkpoint verified. `pytest_terminal_summary` prints the totals, so the figures are those of the
-tests that ran (a deselected or skipped test adds nothing; an expected failure adds a try, not a success). The
-hooks that add the counts up (over `pytest-xdist` workers too), print and check them are in `tests/conftest.py`:
-the controller of an xdist run loads that one only.
+error; a checkpoint verified; a cache entry verified. `pytest_terminal_summary` prints the totals, so the
+figures are those of the tests that ran (a deselected or skipped test adds nothing; an expected failure adds a
+try, not a success). The hooks that add the counts up (over `pytest-xdist` workers too), print and check them are
+in `tests/conftest.py`: the controller of an xdist run loads that one only.
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ class Reliability:
 
     def checkpoint_verified(self, n: int = 1) -> None:
         self.counts["checkpoints verified"] += n
+
+    def cache_verified(self, n: int = 1) -> None:
+        """`n` cache entries were checked to be served only when whole and current (or rebuilt when not)."""
+        self.counts["caches verified"] += n
 
     def expect_clear_error(
         self,

@@ -1,0 +1,197 @@
+"""A cache of built graph files that cannot serve a stale or damaged entry.
+
+An entry is a folder `<root>/<key>/` holding one graph file and `manifest.json` (the file's name, size and SHA-256,
+recorded when it was written). The key (`model_key`) covers everything that decides the file's content: the
+model's code (the source files of every class the model and its submodules are made of), its weights and buffers,
+its config, the library versions and the build options. A writer builds into a folder of its own (its pid and a
+random suffix) and renames that folder into place: a reader sees a whole entry or none, and of two processes
+building one entry at once, the first rename wins and the other takes the winner's. A reader checks the size and
+the checksum before using an entry (`read_entry`); a damaged entry is moved aside, said once, and built again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+# Classes whose code the key need not read: torch's own (covered by torch's version) and Python's.
+_FRAMEWORK_MODULES = ("torch", "builtins")
+
+
+def _writer_suffix() -> str:
+    """A name part no other writer uses at the same time: this process's id and a random part."""
+    return f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def file_sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _code_bytes(code: Any) -> bytes:
+    """A compiled function's bytecode, names and constants (nested functions' too), without memory addresses."""
+    parts = [code.co_code, repr(code.co_names).encode()]
+    for const in code.co_consts:
+        parts.append(_code_bytes(const) if inspect.iscode(const) else repr(const).encode())
+    return b"".join(parts)
+
+
+def _class_code(cls: type) -> bytes:
+    """What decides the behaviour of `cls`: the bytes of the file that defines it (every function and class of that
+    module, so a helper it calls too; its source when the module has no file) and the compiled code of its own
+    functions (which a class made by `exec`, or changed after import, has only there)."""
+    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if path and os.path.isfile(path):
+        with open(path, "rb") as f:
+            parts = [f.read()]
+    else:
+        try:
+            parts = [inspect.getsource(cls).encode()]
+        except (OSError, TypeError):  # defined in an interactive session or by exec
+            parts = []
+    for name, value in sorted(vars(cls).items()):
+        function = getattr(value, "__func__", value)  # static and class methods too
+        if inspect.isfunction(function):
+            parts.append(name.encode() + _code_bytes(function.__code__))
+    return b"\0".join(parts)
+
+
+def code_digest(model: nn.Module) -> str:
+    """A digest of the code of `model`: every class in the method resolution order of the model's type and of each
+    submodule's type (but `nn.Module`, torch's own classes and `object`), by their module files' bytes."""
+    classes = {}
+    for module in model.modules():
+        for cls in type(module).__mro__:
+            if cls.__module__.split(".")[0] not in _FRAMEWORK_MODULES:
+                classes[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    digest = hashlib.sha256()
+    seen: dict[bytes, None] = {}
+    for name in sorted(classes):
+        digest.update(name.encode())
+        code = _class_code(classes[name])
+        fingerprint = hashlib.sha256(code).digest()
+        if fingerprint not in seen:  # a file shared by several classes is hashed once
+            seen[fingerprint] = None
+            digest.update(fingerprint)
+    return digest.hexdigest()
+
+
+def model_key(model: nn.Module, header: dict[str, Any]) -> str:
+    """The cache key of a graph built from `model`: its code (`code_digest`), its config, every tensor of its
+    `state_dict` (names, dtypes, shapes and bytes) and `header` (versions and build options)."""
+    config = getattr(model, "config", None)
+    head = {
+        "class": f"{type(model).__module__}.{type(model).__qualname__}",
+        "code": code_digest(model),
+        "config": config.to_json_string() if config is not None else "",
+        **header,
+    }
+    digest = hashlib.sha256(json.dumps(head, sort_keys=True, default=str).encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:24]
+
+
+def entry_problem(folder: str) -> str | None:
+    """Why the entry `folder` cannot be used, in a few words (None when its file has the size and the checksum its
+    manifest recorded)."""
+    try:
+        with open(os.path.join(folder, MANIFEST), encoding="utf-8") as f:
+            manifest = json.load(f)
+        path = os.path.join(folder, manifest["file"])
+        size, sha256 = int(manifest["size"]), str(manifest["sha256"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"its {MANIFEST} is unreadable ({type(err).__name__})"
+    if not os.path.isfile(path):
+        return f"{manifest['file']} is missing"
+    if os.path.getsize(path) != size:
+        return f"{manifest['file']} has {os.path.getsize(path)} bytes, {size} were written (truncated or rewritten)"
+    if file_sha256(path) != sha256:
+        return f"{manifest['file']} does not match the SHA-256 recorded when it was written (corrupted)"
+    return None
+
+
+def _move_aside(folder: str) -> None:
+    """Take a damaged entry out of the way (renamed first, so a reader never sees it half deleted)."""
+    trash = f"{folder}.trash-{_writer_suffix()}"
+    try:
+        os.rename(folder, trash)
+    except FileNotFoundError:  # another process moved it already
+        return
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _publish(staging: str, folder: str) -> bool:
+    """Rename the whole `staging` folder to `folder`; False when another writer's entry got there first."""
+    try:
+        os.rename(staging, folder)
+        return True
+    except OSError:  # ENOTEMPTY / EEXIST: the entry exists (another process published it)
+        shutil.rmtree(staging, ignore_errors=True)
+        return False
+
+
+def cached_file(
+    root: str, key: str, name: str, build: Callable[[str], str], what: str = "graph", retried: bool = False
+) -> str:
+    """The path of the verified file of entry `key` under `root`, built by `build(staging_folder) -> file path`
+    when the entry is absent or damaged (one warning naming the entry and what is wrong with it).
+
+    `build` writes into a folder of this writer's own; its file is renamed to `name`, recorded in the manifest
+    (size, SHA-256) and the folder renamed into place, so that concurrent builders never share a temporary file.
+    """
+    folder = os.path.join(root, key)
+    if os.path.isdir(folder):
+        problem = entry_problem(folder)
+        if problem is None:
+            return os.path.join(folder, name)
+        logger.warning("the cached %s %s is damaged (%s); building it again", what, folder, problem)
+        _move_aside(folder)
+    os.makedirs(root, exist_ok=True)
+    staging = os.path.join(root, f".tmp-{key}-{_writer_suffix()}")
+    os.makedirs(staging)
+    try:
+        built = build(staging)
+        path = os.path.join(staging, name)
+        if os.path.abspath(built) != os.path.abspath(path):
+            os.replace(built, path)
+        for leftover in os.listdir(staging):  # intermediate files of the build
+            if leftover != name:
+                os.remove(os.path.join(staging, leftover))
+        manifest = {"file": name, "size": os.path.getsize(path), "sha256": file_sha256(path)}
+        with open(os.path.join(staging, MANIFEST), "w", encoding="utf-8") as f:
+            json.dump(manifest, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if not _publish(staging, folder) and entry_problem(folder) is not None and not retried:
+        return cached_file(root, key, name, build, what, retried=True)  # the winner's entry was damaged meanwhile
+    return os.path.join(folder, name)
+
+
+def discard_entry(path: str, why: str, what: str = "graph") -> None:
+    """An entry whose verified file still does not load (e.g. a manifest written for a bad file): said once, moved
+    aside so the next build replaces it."""
+    folder = os.path.dirname(path)
+    logger.warning("the cached %s %s does not load (%s); building it again", what, folder, why)
+    _move_aside(folder)
+
+
+__all__ = ["cached_file", "code_digest", "discard_entry", "entry_problem", "model_key", "MANIFEST"]
