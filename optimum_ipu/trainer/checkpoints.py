@@ -7,7 +7,9 @@ temporary file, then a rename). The marker lists every file of the folder with i
 records the run: a run id and the arguments that shape training (its identity). A resume:
 
 - takes only marked folders whose files all have the listed sizes and hashes; a folder that fails is named
-  and skipped for the previous whole one (or refused, when it was asked for by path);
+  and skipped for the previous whole one (or refused, when it was asked for by path); a marker of an earlier
+  release, without checksums, counts as no marker (the folder is checked as a `Trainer` one, said in one line);
+- refuses a pickled file that holds more than tensor data (a poisoned `optimizer.pt`), naming it;
 - takes a folder written by a plain `transformers.Trainer` (no marker, no `ipu_config.json`) as `Trainer` would,
   when each of its files loads (JSON parses, safetensors headers cover their files, the zip records of `.pt`/`.bin`
   files match their CRC-32, the shards an index lists exist), saying in one line that it carries no marker;
@@ -33,7 +35,7 @@ from typing import Any
 
 from safetensors import SafetensorError, safe_open
 from transformers import TrainerCallback
-from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 from transformers.trainer_utils import rotate_checkpoints
 
 from ..config_schema import CONFIG_NAME as IPU_CONFIG_NAME
@@ -188,43 +190,98 @@ def trainer_checkpoint_problem(checkpoint: str) -> str | None:
     return None
 
 
+def has_checksums(marker: dict[str, Any]) -> bool:
+    """Whether `marker` records a size and a SHA-256 for every file it lists (markers of earlier releases list
+    names only, or sizes only: they cannot tell a file changed after the save)."""
+    files = marker.get("files")
+    return (
+        isinstance(files, dict)
+        and bool(files)
+        and all(
+            isinstance(e, dict) and isinstance(e.get("size"), int) and isinstance(e.get("sha256"), str)
+            for e in files.values()
+        )
+    )
+
+
+def unsafe_pickle_problem(checkpoint: str) -> str | None:
+    """The first pickled file of `checkpoint` (`.pt`/`.pth`/`.bin`, but `training_args.bin`, which a resume never
+    reads) holding objects that `torch.load(weights_only=True)` refuses, named with the objects and a warning not to
+    load it; None when there is none. Read with `transformers`' allow-list of the numpy types of its RNG states, as
+    a resume reads them; only the pickle's names are read, nothing is unpickled."""
+    from torch.serialization import get_unsafe_globals_in_checkpoint
+    from transformers.trainer_pt_utils import safe_globals
+
+    for rel in _checkpoint_files(checkpoint):
+        if not rel.endswith((".pt", ".pth", ".bin")) or os.path.basename(rel) == TRAINING_ARGS_NAME:
+            continue
+        try:
+            with safe_globals():
+                unsafe = get_unsafe_globals_in_checkpoint(os.path.join(checkpoint, rel))
+        except Exception as err:  # a file torch cannot open as a checkpoint: the errors have no common type
+            return f"{rel} does not load ({_first_line(err)})"
+        if unsafe:
+            names = ", ".join(short_repr(name, 60).strip("'") for name in unsafe[:3])
+            return (
+                f"{rel} holds pickled objects that are not tensor data ({names}): do not load it (unpickling it can "
+                "run code on this machine); it was not written by a training run"
+            )
+    return None
+
+
 def checkpoint_problem(checkpoint: str) -> str | None:
     """Why `checkpoint` cannot be resumed from, in a few words; None when it is marked complete and whole, or was
     written by a plain `transformers.Trainer` and its files load (`trainer_checkpoint_problem`).
 
     Every file the marker lists must be there with its size (all sizes are checked first, cheaply) and its
-    SHA-256. Markers of earlier versions list names only: those files must exist.
+    SHA-256. A marker of an earlier release records no checksums (`has_checksums`): it counts as no marker, the
+    files it lists must be there and every file of the folder must load, as for a `Trainer` checkpoint. In every
+    case, a pickled file holding more than tensor data (`unsafe_pickle_problem`) is named and refused.
     """
     if written_by_trainer(checkpoint):
-        return trainer_checkpoint_problem(checkpoint)
+        return trainer_checkpoint_problem(checkpoint) or unsafe_pickle_problem(checkpoint)
     if not is_complete(checkpoint):
         return "no completion marker: a save cut short"
     marker = read_marker(checkpoint)
     if marker is None:
         return f"its {COMPLETE_MARKER} is unreadable"
     files = marker["files"]
-    if isinstance(files, list):  # version 1: names only
-        missing = [name for name in files if not os.path.isfile(os.path.join(checkpoint, name))]
-        return f"{missing[0]} is missing" if missing else None
+    if not has_checksums(marker):
+        listed = files if isinstance(files, list) else list(files) if isinstance(files, dict) else []
+        missing = [str(name) for name in listed if not os.path.isfile(os.path.join(checkpoint, str(name)))]
+        if missing:
+            return f"{missing[0]} is missing"
+        return trainer_checkpoint_problem(checkpoint) or unsafe_pickle_problem(checkpoint)
     for rel, entry in files.items():
         path = os.path.join(checkpoint, rel)
         if not os.path.isfile(path):
             return f"{rel} is missing"
         size = os.path.getsize(path)
-        if size != entry.get("size"):
-            return f"{rel} has {size} bytes, the marker says {entry.get('size')} (truncated or rewritten)"
+        if size != entry["size"]:
+            return f"{rel} has {size} bytes, the marker says {entry['size']} (truncated or rewritten)"
     for rel, entry in files.items():
-        if file_sha256(os.path.join(checkpoint, rel)) != entry.get("sha256"):
+        if file_sha256(os.path.join(checkpoint, rel)) != entry["sha256"]:
             return f"{rel} does not match its SHA-256 in the marker (changed after the save)"
-    return None
+    return unsafe_pickle_problem(checkpoint)
 
 
-def _say_unmarked(checkpoint: str) -> None:
-    logger.warning(
-        "%s carries no %s (written by transformers.Trainer): its files load, resuming from it as Trainer would",
-        checkpoint,
-        COMPLETE_MARKER,
-    )
+def _say_unverified(checkpoint: str) -> None:
+    """One line for a checkpoint resumed without checksums: a `Trainer` one, or one marked by an earlier release."""
+    marker = read_marker(checkpoint) if is_complete(checkpoint) else None
+    if marker is not None and not has_checksums(marker):
+        logger.warning(
+            "%s: its %s (version %s) records no checksums and counts as no marker: its files load, resuming from it "
+            "as Trainer would (a file changed after the save cannot be told)",
+            checkpoint,
+            COMPLETE_MARKER,
+            short_repr(marker.get("version"), 20),
+        )
+    elif written_by_trainer(checkpoint):
+        logger.warning(
+            "%s carries no %s (written by transformers.Trainer): its files load, resuming from it as Trainer would",
+            checkpoint,
+            COMPLETE_MARKER,
+        )
 
 
 def _checkpoints_newest_first(folder: str) -> list[tuple[int, str]]:
@@ -263,8 +320,7 @@ def last_complete_checkpoint(folder: str) -> str | None:
         logger.warning("skipping checkpoint(s) that cannot be resumed from: %s%s", "; ".join(skipped), where)
     if chosen is not None:
         _refuse_mixed_runs(folder, chosen)
-        if written_by_trainer(chosen):
-            _say_unmarked(chosen)
+        _say_unverified(chosen)
     return chosen
 
 
@@ -314,8 +370,7 @@ def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str) -
             f"--resume_from_checkpoint {path}: cannot resume from it ({problem}); pass True to take the newest "
             "whole checkpoint of --output_dir, or an earlier folder"
         )
-    if written_by_trainer(path):
-        _say_unmarked(path)
+    _say_unverified(path)
     return path
 
 
