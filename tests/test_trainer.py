@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 
@@ -225,6 +226,9 @@ def test_pipeline_over_processes_refuses_a_compute_loss_func():
     trainer.compute_loss_func = None
     assert ProcessPipeline(trainer, "1F1B").stages == 2
     # a family whose plan keeps its stages in one process says why, naming the class
-    trainer.pipelined = SimpleNamespace(plan=plan_for_class("Wav2Vec2ForPreTraining"), model=None)
-    with pytest.raises(IncompatibleIPUConfigError, match="NoneType cannot run its pipeline stages.*contrastive loss"):
+    one_process = dataclasses.replace(
+        plan_for_class("BertForQuestionAnswering"), process_stages=False, process_stages_reason="its head reads X"
+    )
+    trainer.pipelined = SimpleNamespace(plan=one_process, model=None)
+    with pytest.raises(IncompatibleIPUConfigError, match="NoneType cannot run its pipeline stages.*its head reads X"):
         ProcessPipeline(trainer, "1F1B")

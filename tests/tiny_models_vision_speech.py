@@ -139,16 +139,22 @@ def _ctc_labels(batch: int, g: torch.Generator) -> torch.Tensor:
 
 def _pretraining_targets(batch: int, frames: int) -> dict[str, torch.Tensor]:
     """The masked frames and the sampled negatives `Wav2Vec2ForPreTraining` computes its loss on (as transformers'
-    pre-training example builds them), drawn with a fixed seed."""
+    pre-training example builds them), drawn with a fixed seed. The negatives index the frames of their own block of
+    `BATCH` rows (`_sample_negative_indices` offsets them by row within the batch it is given), so the rows may be
+    split into micro-batches of `BATCH` rows, as a data collator draws them for each micro-batch."""
     import numpy as np
     from transformers.models.wav2vec2.modeling_wav2vec2 import _compute_mask_indices, _sample_negative_indices
 
     np.random.seed(0)
-    mask = _compute_mask_indices((batch, frames), mask_prob=0.4, mask_length=2, min_masks=2)
-    negatives = _sample_negative_indices((batch, frames), 4, mask_time_indices=mask)
+    masks, negatives = [], []
+    for start in range(0, batch, BATCH):
+        rows = min(BATCH, batch - start)
+        mask = _compute_mask_indices((rows, frames), mask_prob=0.4, mask_length=2, min_masks=2)
+        masks.append(mask)
+        negatives.append(_sample_negative_indices((rows, frames), 4, mask_time_indices=mask))
     return {
-        "mask_time_indices": torch.as_tensor(mask, dtype=torch.bool),
-        "sampled_negative_indices": torch.as_tensor(negatives, dtype=torch.long),
+        "mask_time_indices": torch.as_tensor(np.concatenate(masks), dtype=torch.bool),
+        "sampled_negative_indices": torch.as_tensor(np.concatenate(negatives), dtype=torch.long),
     }
 
 

@@ -71,6 +71,10 @@ class StagePlan:
             every stage that runs it.
         process_stages (`bool`, *optional*, defaults to `True`): stages may run on separate processes.
         process_stages_reason (`str`, *optional*): why not, when they may not.
+        process_stage_inputs (`tuple[str, ...]`, *optional*): inputs that every batch must carry when the stages run
+            on separate processes: what the model would otherwise draw at random inside its forward, on each stage
+            apart (Wav2Vec2's masked frames and sampled negatives), so the host draws them once and every stage is
+            fed the same (`PipelineEngine` refuses a batch without them).
         derived (`bool`, *optional*, defaults to `False`): derived from the model's structure, not registered.
         onnx_fusion_model_type (`str`, *optional*): the model type whose fusions ONNX Runtime's transformer
             optimizer applies to the family's exported graph (one of `onnxruntime.transformers.optimizer.MODEL_TYPES`),
@@ -94,6 +98,7 @@ class StagePlan:
     layer_stand_in: Callable[[Any], Any] | None = None
     process_stages: bool = True
     process_stages_reason: str = ""
+    process_stage_inputs: tuple[str, ...] = ()
     derived: bool = False
     onnx_fusion_model_type: str | None = None
 

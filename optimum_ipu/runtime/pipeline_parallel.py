@@ -69,6 +69,8 @@ class PipelineEngine:
         device (`torch.device`, *optional*): this process's device.
         fsdp (`bool`, *optional*, defaults to `False`): keep only this stage's layers and shard them over the
             stage's replicas (`fsdp.shard_stages`; a model sharded so already is taken as it is).
+        required_inputs (`Sequence[str]`, *optional*): tensors every batch must carry (`StagePlan.process_stage_inputs`:
+            what the model would otherwise draw at random inside its forward, on each stage apart).
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class PipelineEngine:
         precision: str = "fp32",
         device: torch.device | None = None,
         fsdp: bool = False,
+        required_inputs: Sequence[str] = (),
     ) -> None:
         if not dist.is_initialized():
             raise RuntimeError("PipelineEngine needs torch.distributed: launch with torchrun")
@@ -111,6 +114,7 @@ class PipelineEngine:
         self.ipu_config, self.max_grad_norm = ipu_config, max_grad_norm
         self._root = self.shards.gate if self.shards is not None else None
         self._cut, self._layers = cut, stage_ranges(counts)[self.stage]
+        self._required = tuple(required_inputs)
         self._micro, self._schedule_name, self.precision = micro, schedule, precision
         if self.shards is None:  # held or sharded: on its device already, other stages' parameters on the meta device
             model.to(self.device)
@@ -135,6 +139,16 @@ class PipelineEngine:
 
     def _build_schedule(self, keys: list[str]) -> None:
         """The stage module and its schedule, for batches of these tensors (stage 0 receives them in this order)."""
+        missing = [name for name in self._required if name not in keys]
+        if missing:
+            # drawn inside the forward instead, each stage would draw its own (the loss on the last stage would not
+            # be the one of the frames stage 0 masked)
+            raise ValueError(
+                f"{type(self.model).__name__} with pipeline stages on separate processes needs "
+                f"{' and '.join(self._required)} in every batch (missing: {', '.join(missing)}): draw them "
+                "once in the data collator, as transformers' and examples/speech-pretraining/run_pretraining.py's "
+                "collators do, so that every stage is fed the same"
+            )
         self.keys = keys
         self.stage_module = StageModule(
             self.model, self._cut, self._layers, self.stage, self.num_stages, keys, self.precision, root=self._root

@@ -136,6 +136,7 @@ class ProcessPipeline:
             max_grad_norm=trainer.args.max_grad_norm,
             precision=trainer.engine.precision,
             device=trainer.args.device,
+            required_inputs=trainer.pipelined.plan.process_stage_inputs,
         )
         return self.engine
 

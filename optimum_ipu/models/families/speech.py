@@ -4,8 +4,20 @@ Wav2Vec2 and HuBERT: the convolutional feature encoder, its projection, the conv
 the encoder's input layer norm go with stage 0; the transformer layers (`encoder.layers`, `num_hidden_layers`)
 are the pipeline layers; the CTC head, or the projector and classifier, with the last stage. Checkpoints with
 `do_stable_layer_norm: true` (the "large-lv60" ones) apply `encoder.layer_norm` after the layers instead: one
-process runs the stock forward either way. `Wav2Vec2ForPreTraining` has a plan of its own: its loss on the last
-stage reads the feature encoder's output (stage 0) besides the last layer's, so its stages run in one process.
+process runs the stock forward either way.
+
+`Wav2Vec2ForPreTraining` has a plan of its own. Its loss, on the last stage, reads the feature encoder's output
+(`extract_features`, the quantizer's input) besides the last layer's. Only the hidden states travel between stages:
+every stage holds and runs the feature encoder (`embeddings_feed_hidden_states_only=False`, as for the CTC head), so
+the last stage computes `extract_features` again from the audio that every stage is fed, and the feature encoder's
+gradients of the two paths (the transformer's on stage 0, the quantizer's on the last stage) are summed over the
+stages as a tied embedding's are. The masked frames (`mask_time_indices`) and the sampled negatives
+(`sampled_negative_indices`) must come with every batch (`process_stage_inputs`): drawn inside the forward, each
+stage would draw its own. Stage 0 replaces the masked frames by `masked_spec_embed`; the last stage projects the
+hidden states (`project_hid`), quantizes the features (the Gumbel noise is drawn there only), and computes the
+contrastive and diversity loss, the model's own. With dropout and `mask_feature_prob` at 0 (the draws in the
+forward then all happen on the last stage), the numbers are one process's
+(`tests/distributed/test_speech_pretraining_stages.py`).
 
 Whisper: the encoder's two convolutions and position table, and the token embedding (tied to `proj_out`), go with
 stage 0; the encoder layers then the decoder layers are the pipeline layers (`encoder_layers + decoder_layers`),
@@ -39,11 +51,7 @@ PLANS: tuple[StagePlan, ...] = (
         family="wav2vec2",
         classes=("Wav2Vec2ForPreTraining",),
         **_WAV2VEC2_LIKE,
-        process_stages=False,
-        process_stages_reason=(
-            "its contrastive loss on the last stage reads the feature encoder's output of stage 0 and draws the "
-            "masked frames there"
-        ),
+        process_stage_inputs=("mask_time_indices", "sampled_negative_indices"),
     ),
     StagePlan(
         family="hubert",
