@@ -8,8 +8,10 @@ Code written for Optimum Graphcore imports them from `optimum.graphcore.modeling
 `get_layer_ipu` keeps Optimum Graphcore's rule for wildcards (the whole remainder on the last wildcard IPU);
 the stages that `to_pipelined` builds share a remainder one layer each over the last wildcards instead
 (`optimum_ipu.models.layout.layers_per_stage`): the two differ only when a remainder of 2 or more is left.
-The `nn.Module` helpers of that module (`SerializedEmbedding`, `SerializedLinear`, `SplitProjection`,
-`recomputation_checkpoint`, `outline_attribute`, `PipelineMixin`) are poptorch graph annotations; here
+`PipelineMixin` is the base of the `Pipelined<Class>` classes generated from the stage plan registry, and
+`register(transformers_cls)` registers a stage plan for a class (`optimum_ipu.models.pipelined_classes`). The
+`nn.Module` helpers of that module (`SerializedEmbedding`, `SerializedLinear`, `SplitProjection`,
+`recomputation_checkpoint`, `outline_attribute`) are poptorch graph annotations; here
 `embedding_serialization_factor`, `projection_serialization_factor` and `recompute_checkpoint_every_layer` of
 the `IPUConfig` do their jobs on unmodified `transformers` models.
 """
@@ -23,9 +25,12 @@ import torch
 from .config import IPUConfig
 from .errors import IncompatibleIPUConfigError
 from .models.pipelined import to_pipelined
+from .models.pipelined_classes import PipelineMixin, register
 
 __all__ = [
+    "PipelineMixin",
     "get_layer_ipu",
+    "register",
     "shift_tokens_right",
     "split_encoder_decoder_ipu_config",
     "to_pipelined",

@@ -1,5 +1,10 @@
-"""Model registry: `transformers` class -> `StagePlan` (registered or derived), and the pipelined wrapper."""
+"""Model registry: `transformers` class -> `StagePlan` (registered or derived), and the pipelined wrapper.
 
+Optimum Graphcore's module paths (`optimum_ipu.models.bert`, ...) are served from the registry
+(`optimum_ipu.models.class_modules`).
+"""
+
+from .class_modules import install
 from .plans import (
     StagePlan,
     plan_for_class,
@@ -9,6 +14,8 @@ from .plans import (
     registered_classes,
     registered_plans,
 )
+
+install()
 
 __all__ = [
     "StagePlan",

@@ -1,0 +1,135 @@
+"""Optimum Graphcore's module paths for its class names, served from the stage plan registry: no file per family.
+
+Code written for Optimum Graphcore imports `from optimum.graphcore.models.bert import PipelinedBertForQuestionAnswering`
+(or `...models.bert.modeling_bert`); with `optimum.graphcore` changed to `optimum_ipu`, the same line works. For every
+family of the registry (its `model_type`, spelled as `transformers.models.<name>`: `deberta_v2`), an import finder
+(added by `optimum_ipu.models`, `install()`) makes `optimum_ipu.models.<name>` and `optimum_ipu.models.<name>.
+modeling_<name>` on import: each serves `Pipelined<Class>` for every registered class of the family, made on first use
+by `optimum_ipu.models.pipelined_classes.pipelined_class`. A family registered later (`register_stage_plan`) is served
+too. Optimum Graphcore's few other names at these paths are the tables below, as its tree has them (commit
+b8cd6e096a11139745d519aedea4a9414395f093, `optimum/graphcore/models/*`).
+
+This module imports no torch (the registry's families do, when a family module is first imported).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import Any
+
+from .plans import registered_plans
+
+PACKAGE = "optimum_ipu.models"
+
+# Its names that are not `Pipelined` + the `transformers` class name: module -> name -> class name.
+ALIASES: dict[str, dict[str, str]] = {
+    "hubert": {"PipelinedHubertCTC": "HubertForCTC"},  # modeling_hubert.py's name (hubert/__init__.py left it out)
+}
+# Its other names that mean something here: module -> name -> the `transformers` object that does the job.
+EXTRAS: dict[str, dict[str, str]] = {
+    # Its torch log-mel feature extractor (and the processor using it) replaced transformers 4's numpy one;
+    # transformers 5's `WhisperFeatureExtractor` computes with torch already (the same features).
+    "whisper": {"WhisperProcessorTorch": "WhisperProcessor", "WhisperFeatureExtractorTorch": "WhisperFeatureExtractor"},
+}
+# Its families whose models were its own code, not `transformers`': module -> (prefix of its names, why, what to do).
+UNSERVED: dict[str, tuple[str, str]] = {
+    "groupbert": (
+        "GroupBert",
+        "GroupBERT's model (GroupBertConfig, GroupBertModel, ...) was Optimum Graphcore's own modeling code "
+        "(optimum/graphcore/models/groupbert/modeling_groupbert.py), not a transformers model, and optimum-ipu "
+        "forks no modeling files; its IPU config (Graphcore/groupbert-base-uncased) loads. With GroupBERT's model "
+        "class in hand, register its stage plan: optimum_ipu.modeling_utils.register(GroupBertForMaskedLM, "
+        "plan=StagePlan(...)) (docs/adding_a_family.md)",
+    ),
+}
+
+
+def served_classes() -> dict[str, dict[str, str]]:
+    """Every served module's class names: module name -> `Pipelined...` name -> `transformers` class name."""
+    from .pipelined_classes import module_name  # transformers' spelling of a model type
+
+    served: dict[str, dict[str, str]] = {}
+    for plan in registered_plans():
+        served.setdefault(module_name(plan.family), {}).update({f"Pipelined{c}": c for c in plan.classes})
+    for module, aliases in ALIASES.items():
+        served.setdefault(module, {}).update(aliases)
+    return served
+
+
+def served_modules() -> set[str]:
+    """The names `optimum_ipu.models.<name>` serves: the registry's families and Optimum Graphcore's others."""
+    return set(served_classes()) | set(EXTRAS) | set(UNSERVED)
+
+
+def served_names(module: str) -> list[str]:
+    """The names `optimum_ipu.models.<module>` serves (its `__all__`)."""
+    return sorted([*served_classes().get(module, {}), *EXTRAS.get(module, {})])
+
+
+def resolve(module: str, name: str) -> Any:
+    """`optimum_ipu.models.<module>.<name>`: a generated `Pipelined<Class>`, or one of `EXTRAS`.
+
+    Raises:
+        `ImportError`: a name of a family in `UNSERVED`, saying why and what to do.
+        `AttributeError`: a name the module does not serve, listing those it does.
+    """
+    import transformers
+
+    from .pipelined_classes import pipelined_class, transformers_class
+
+    prefix, why = UNSERVED.get(module, ("", ""))
+    if prefix and name.startswith((prefix, f"Pipelined{prefix}")):
+        raise ImportError(f"{PACKAGE}.{module}.{name}: {why}", name=f"{PACKAGE}.{module}")
+    if name in EXTRAS.get(module, {}):
+        return getattr(transformers, EXTRAS[module][name])
+    class_name = served_classes().get(module, {}).get(name)
+    model_class = transformers_class(class_name) if class_name else None
+    if model_class is None:
+        raise AttributeError(
+            f"module '{PACKAGE}.{module}' has no attribute {name!r}; it serves {', '.join(served_names(module))} "
+            "(to_pipelined(model, ipu_config) takes a model of any class whose base holds one list of layers)"
+        )
+    return pipelined_class(model_class)
+
+
+class FamilyModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds `optimum_ipu.models.<family>` and its `modeling_<family>` (after the files of the package: a real module
+    of that name wins) and makes them: a module whose attributes `resolve` gives."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: ModuleType | None = None) -> ModuleSpec | None:
+        if not fullname.startswith(f"{PACKAGE}."):
+            return None
+        parts = fullname[len(PACKAGE) + 1 :].split(".")
+        if len(parts) > 2 or (len(parts) == 2 and parts[1] != f"modeling_{parts[0]}"):
+            return None
+        if parts[0] not in served_modules():
+            return None
+        return importlib.util.spec_from_loader(fullname, self, is_package=len(parts) == 1)
+
+    def create_module(self, spec: ModuleSpec) -> None:
+        return None  # the default module
+
+    def exec_module(self, module: ModuleType) -> None:
+        family = module.__name__[len(PACKAGE) + 1 :].split(".")[0]
+        module.__doc__ = (
+            f"Optimum Graphcore's `optimum.graphcore.models.{family}` names, generated from the stage plan registry "
+            "(`optimum_ipu.models.class_modules`)."
+        )
+        module.__all__ = served_names(family)
+        module.__getattr__ = lambda name: resolve(family, name)
+        module.__dir__ = lambda: sorted({*module.__dict__, *served_names(family)})
+
+
+def install() -> None:
+    """Add `FamilyModuleFinder` to `sys.meta_path` once (last: the package's own files are found first)."""
+    if not any(getattr(finder, "serves_optimum_ipu_families", False) for finder in sys.meta_path):
+        finder = FamilyModuleFinder()
+        finder.serves_optimum_ipu_families = True
+        sys.meta_path.append(finder)
+
+
+__all__ = ["ALIASES", "EXTRAS", "UNSERVED", "FamilyModuleFinder", "install", "resolve", "served_classes"]
