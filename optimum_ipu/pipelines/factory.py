@@ -22,6 +22,7 @@ from .classification import (
     IPUTokenClassificationPipeline,
     IPUZeroShotClassificationPipeline,
 )
+from .defaults import TASK_ALIASES, default_model, infer_task
 from .generation import (
     IPUSummarizationPipeline,
     IPUText2TextGenerationPipeline,
@@ -60,7 +61,6 @@ SUPPORTED_TASKS: dict[str, TaskSpec] = {
         IPUAutomaticSpeechRecognitionPipeline, "AutoModelForCTC|AutoModelForSpeechSeq2Seq"
     ),
 }
-TASK_ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification"}
 
 
 def supported_tasks() -> list[str]:
@@ -111,7 +111,7 @@ def _auto_class(spec: TaskSpec, path: str) -> type:
 
 
 def pipeline(
-    task: str,
+    task: str | None = None,
     model: str | os.PathLike | nn.Module | None = None,
     ipu_config: IPUConfig | str | dict | None = None,
     tokenizer: str | os.PathLike | transformers.PreTrainedTokenizerBase | None = None,
@@ -146,14 +146,17 @@ def pipeline(
     the config's `executable_cache_dir`); on GPUs it is compiled per bucket with CUDA graphs, in fp16.
 
     Args:
-        task (`str`): `"text-classification"` (`"sentiment-analysis"`), `"token-classification"` (`"ner"`),
+        task (`str`, *optional*): `"text-classification"` (`"sentiment-analysis"`), `"token-classification"` (`"ner"`),
             `"question-answering"`, `"fill-mask"`, `"text-generation"`, `"text2text-generation"`,
             `"summarization"`, `"translation"` or `"translation_xx_to_yy"`, `"zero-shot-classification"`,
             `"image-classification"`, `"audio-classification"`, `"automatic-speech-recognition"` (CTC models and
-            Whisper; see `optimum_ipu.pipelines.speech`).
-        model (`str`, `os.PathLike` or `transformers.PreTrainedModel`): a model folder (or an id in the local
-            Hugging Face cache), loaded with the task's `transformers` auto class, or a model object (also a
-            `PipelinedModel`). Nothing is downloaded, so there is no default model.
+            Whisper; see `optimum_ipu.pipelines.speech`). Without it, the task is inferred from the model: a Hub
+            id's `pipeline_tag` online, else the class its config names (`optimum_ipu.pipelines.defaults`).
+        model (`str`, `os.PathLike` or `transformers.PreTrainedModel`, *optional*): a model folder or Hub id
+            (downloaded once, then read from the local cache), loaded with the task's `transformers` auto class, or
+            a model object (also a `PipelinedModel`). Without it, Optimum Graphcore's default checkpoint of the task
+            (`TASK_DEFAULTS`, at its pinned revision, with its IPU config) is downloaded; offline
+            (`HF_HUB_OFFLINE=1`), a `NoDefaultModelOfflineError` names it.
         tokenizer (`str`, `os.PathLike` or tokenizer, *optional*): defaults to the model folder's tokenizer. Image
             and audio tasks load the folder's image processor / feature extractor instead (or take them as
             `image_processor=` / `feature_extractor=`).
@@ -190,7 +193,11 @@ def pipeline(
     {'score': 0.97, 'start': 26, 'end': 42, 'answer': 'Captain Hartwell'}
     ```
     """
+    if task is None:
+        task = infer_task(model, SUPPORTED_TASKS, model_kwargs)
     task, spec = check_task(task)
+    if model is None:
+        model, ipu_config, model_kwargs = default_model(task, ipu_config, model_kwargs)
     precision = resolve_precision(precision, fp16=fp16, bf16=bf16)
     if isinstance(feature_extractor, (str, os.PathLike)):
         kwargs.update(load_processors(os.fspath(feature_extractor), ("feature_extractor",), {}))
@@ -229,10 +236,6 @@ def _load_model(
 ) -> tuple[nn.Module, Any, Any]:
     """The model object of `pipeline(model=...)` (loaded with the task's auto class from a folder or cached id), the
     IPU config (a model folder's `ipu_config.json` when none is given) and the tokenizer source (the folder)."""
-    if model is None:
-        raise ValueError(
-            f"pipeline({task!r}): pass model= (a model folder or object); no default model can be downloaded here"
-        )
     if isinstance(model, os.PathLike):
         model = os.fspath(model)
     if isinstance(model, str):
