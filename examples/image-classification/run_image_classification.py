@@ -40,6 +40,7 @@ from transformers.utils import is_torchvision_available
 
 from optimum_ipu import IPUTrainingArguments
 from optimum_ipu.errors import run_script
+from optimum_ipu.pipelines.images import load_image
 
 logger = logging.getLogger(__name__)
 
@@ -183,13 +184,17 @@ def main() -> None:
         raw["train"], raw["validation"] = split["train"], split["test"]
     image_column, label_column = data_args.image_column_name, data_args.label_column_name
     example_utils.check_columns(raw, {"--image_column_name": image_column, "--label_column_name": label_column})
+    for split in raw:  # decoded by load_image (which names a damaged file), not by datasets on access
+        if isinstance(raw[split].features[image_column], datasets.Image):
+            raw[split] = raw[split].cast_column(image_column, datasets.Image(decode=False))
     labels = classification.label_names(raw, label_column, "validation")
     model, image_processor = build_model(model_args, labels, training_args)
     label_ids = classification.label_encoder(raw, label_column, labels)
 
     def transform(batch: dict[str, list]) -> dict[str, list]:
-        """The image processor on each image (as RGB); labels as class ids. Applied on the fly."""
-        images = [image.convert("RGB") for image in batch[image_column]]
+        """The image processor on each image (decoded as RGB, a damaged file named); labels as class ids. Applied on
+        the fly."""
+        images = [load_image(image) for image in batch[image_column]]
         pixels = image_processor(images, return_tensors="pt")["pixel_values"]
         return {"pixel_values": list(pixels), "labels": label_ids(batch[label_column])}
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import ImageClassificationPipeline
 from transformers.modeling_outputs import ImageClassifierOutput
 
 from .base import StaticBatchingPipeline
+from .images import load_image
 
 
 class IPUImageClassificationPipeline(ImageClassificationPipeline, StaticBatchingPipeline):
@@ -24,6 +26,13 @@ class IPUImageClassificationPipeline(ImageClassificationPipeline, StaticBatching
 
     model_mapping = "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES"
     processors = ("image_processor",)
+
+    def preprocess(self, image: Any, timeout: float | None = None) -> Any:
+        """`ImageClassificationPipeline.preprocess` with the image decoded by `images.load_image`: a path that is
+        not there is reported as missing, and every decode error names the file."""
+        if not isinstance(image, (np.ndarray, torch.Tensor)):
+            image = load_image(image, timeout=timeout)
+        return super().preprocess(image, timeout=timeout)
 
     def collate(self, items: list[dict[str, Any]]) -> dict[str, Any]:
         """Stack the processed images (all of the processor's one size)."""
