@@ -1,6 +1,9 @@
 """Wav2Vec2ForPreTraining trained with its stages on separate processes (PipelineEngine), for the tests.
 
-    torchrun --nproc_per_node 2 pretraining_stages_worker.py OUT_DIR CONFIG_JSON STEPS
+    torchrun --nproc_per_node 2 pretraining_stages_worker.py OUT_DIR CONFIG_JSON STEPS [stable]
+
+`stable`: the model of the pretraining recipes (`do_stable_layer_norm`, `feat_extract_norm="layer"`): the encoder's
+layer norm then runs after the last layer, on the last stage.
 
 The engine is told the plan's `process_stage_inputs`, as `IPUTrainer` tells it. It is first handed a batch without the
 sampled negatives (OUT/refused.txt: the message), then trained as `pipeline_worker.py` trains its models: each rank
@@ -26,11 +29,23 @@ from tests.tiny_models_vision_speech import tiny_inputs, tiny_model
 CLASS = "Wav2Vec2ForPreTraining"
 
 
+def pretraining_model(stable: bool) -> torch.nn.Module:
+    """The tiny Wav2Vec2ForPreTraining, with the recipes' stable layer norm if `stable`, in training mode."""
+    model = tiny_model(CLASS)
+    if stable:
+        config = model.config
+        config.do_stable_layer_norm, config.feat_extract_norm = True, "layer"
+        torch.manual_seed(0)
+        model = type(model)(config)
+    return model.train()
+
+
 def main() -> None:
     out, config_json, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    stable = sys.argv[4:] == ["stable"]
     dist.init_process_group("gloo")
     config = IPUConfig.from_dict(json.loads(config_json))
-    pipelined = to_pipelined(tiny_model(CLASS).train(), config, parallelize=True)
+    pipelined = to_pipelined(pretraining_model(stable), config, parallelize=True)
     initial = {k: v.clone() for k, v in pipelined.model.state_dict().items()}
     micro = config.gradient_accumulation_steps
     rows = 2 * micro

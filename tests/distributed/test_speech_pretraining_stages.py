@@ -21,7 +21,8 @@ from optimum_ipu.runtime.engine import Engine
 from ..conftest import REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch
 from ..step_loop import run_steps
-from ..tiny_models_vision_speech import tiny_inputs, tiny_model
+from ..tiny_models_vision_speech import tiny_inputs
+from .pretraining_stages_worker import pretraining_model
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "pretraining_stages_worker.py")
 CLASS = "Wav2Vec2ForPreTraining"
@@ -29,10 +30,10 @@ CONFIG = {"layers_per_ipu": [1, 3], "gradient_accumulation_steps": 4}
 STEPS = 3
 
 
-def one_process() -> tuple[list[float], dict[str, torch.Tensor]]:
+def one_process(stable: bool) -> tuple[list[float], dict[str, torch.Tensor]]:
     """The same steps with the stages run in turn in one process (the worker's model, batches and seeds)."""
     ipu_config = IPUConfig.from_dict(CONFIG)
-    pipelined = to_pipelined(tiny_model(CLASS).train(), ipu_config, parallelize=True)
+    pipelined = to_pipelined(pretraining_model(stable), ipu_config, parallelize=True)
     initial = {k: v.clone() for k, v in pipelined.model.state_dict().items()}
     micro = ipu_config.gradient_accumulation_steps
     engine, sgd = Engine(pipelined, ipu_config), torch.optim.SGD(pipelined.parameters(), lr=0.1)
@@ -42,7 +43,9 @@ def one_process() -> tuple[list[float], dict[str, torch.Tensor]]:
     return losses, changed
 
 
-def test_pretraining_stages_on_two_processes_equal_one_process(tmp_path):
+# "stable": the recipes' model (do_stable_layer_norm): the encoder's layer norm runs on the last stage
+@pytest.mark.parametrize("layer_norm", ["post", "stable"])
+def test_pretraining_stages_on_two_processes_equal_one_process(tmp_path, layer_norm):
     run = launch(
         *TORCHRUN,
         "--nproc_per_node=2",
@@ -51,6 +54,7 @@ def test_pretraining_stages_on_two_processes_equal_one_process(tmp_path):
         str(tmp_path),
         json.dumps(CONFIG),
         str(STEPS),
+        *(["stable"] if layer_norm == "stable" else []),
     )
     assert run.returncode == 0, run.stderr[-3000:]
     # without the negatives each stage would have to draw its own: refused, naming what is missing
@@ -58,7 +62,7 @@ def test_pretraining_stages_on_two_processes_equal_one_process(tmp_path):
         refused = (tmp_path / f"refused{rank}.txt").read_text()
         assert "needs mask_time_indices and sampled_negative_indices in every batch" in refused
         assert "(missing: sampled_negative_indices)" in refused
-    want_losses, want_weights = one_process()
+    want_losses, want_weights = one_process(layer_norm == "stable")
     got_losses = json.loads((tmp_path / "loss.json").read_text())
     assert got_losses == pytest.approx(want_losses, rel=1e-6)
     assert got_losses[-1] < got_losses[0]  # it trains (the batches differ, the last is still the lowest)
