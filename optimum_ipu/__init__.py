@@ -38,6 +38,8 @@ _LAZY.update({name: ".modeling_utils" for name in ("get_layer_ipu", "split_encod
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    if name.startswith("Pipelined"):  # Optimum Graphcore's top-level class names, from the stage plan registry
+        return importlib.import_module(".models.class_modules", __name__).resolve_anywhere(name)
     raise AttributeError(f"module 'optimum_ipu' has no attribute {name!r}")
 
 

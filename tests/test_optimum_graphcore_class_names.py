@@ -92,6 +92,8 @@ OG_NAMES: dict[str, dict[str, bool]] = {
     "wav2vec2": dict.fromkeys(("PipelinedWav2Vec2ForPreTraining", "PipelinedWav2Vec2ForCTC"), EXPORTED),
     "whisper": {"PipelinedWhisperForConditionalGeneration": EXPORTED},
 }
+# `optimum/graphcore/__init__.py` exported the names of `models/*/__init__.py` at the top too, but for these.
+NOT_AT_TOP = {"deberta", "whisper", "PipelinedWav2Vec2ForCTC"}
 # Its families whose models were its own modeling code, not transformers': each name is a clear ImportError here.
 UNSERVED = {"groupbert"}
 ALL = [(module, name) for module, names in OG_NAMES.items() for name in names]
@@ -133,6 +135,16 @@ def test_each_name_imports_from_its_path_and_runs_as_the_stock_model(module, nam
     for key, value in expected.items():
         torch.testing.assert_close(got[key], value, rtol=0, atol=0, msg=f"{name}: {key}")
     assert pipelined.deparallelize() is pipelined and type(pipelined.model) is stock_cls
+
+
+def test_the_top_level_names_of_optimum_graphcore():
+    import optimum_ipu
+
+    top = [(m, n) for m, n in SERVED if OG_NAMES[m][n] and m not in NOT_AT_TOP and n not in NOT_AT_TOP]
+    assert len(top) == 32
+    for module, name in top:
+        assert getattr(optimum_ipu, name) is getattr(importlib.import_module(f"optimum_ipu.models.{module}"), name)
+    assert not hasattr(optimum_ipu, "PipelinedGPT2Model2")
 
 
 @pytest.mark.parametrize("name", list(OG_NAMES["groupbert"]))

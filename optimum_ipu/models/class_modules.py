@@ -96,6 +96,19 @@ def resolve(module: str, name: str) -> Any:
     return pipelined_class(model_class)
 
 
+def resolve_anywhere(name: str) -> Any:
+    """A `Pipelined<Class>` name of any served module: Optimum Graphcore's `optimum.graphcore` exported them at the top
+    too (`from optimum.graphcore import PipelinedBertForQuestionAnswering`), served as `optimum_ipu.<name>`.
+
+    Raises:
+        `AttributeError`: no served module has it.
+    """
+    for module, names in served_classes().items():
+        if name in names:
+            return resolve(module, name)
+    raise AttributeError(f"module 'optimum_ipu' has no attribute {name!r}")
+
+
 class FamilyModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds `optimum_ipu.models.<family>` and its `modeling_<family>` (after the files of the package: a real module
     of that name wins) and makes them: a module whose attributes `resolve` gives."""
@@ -132,4 +145,13 @@ def install() -> None:
         sys.meta_path.append(finder)
 
 
-__all__ = ["ALIASES", "EXTRAS", "UNSERVED", "FamilyModuleFinder", "install", "resolve", "served_classes"]
+__all__ = [
+    "ALIASES",
+    "EXTRAS",
+    "UNSERVED",
+    "FamilyModuleFinder",
+    "install",
+    "resolve",
+    "resolve_anywhere",
+    "served_classes",
+]
