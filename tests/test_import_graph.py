@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("config", ("config", "config_hub", "config_schema", "config_validation", "errors", "files", "topology")),
     ("runtime", ("runtime",)),
     ("models", ("models", "modeling_utils", "")),
-    ("packing", ("packing",)),
+    ("packing", ("packing", "data")),  # `data`: Optimum Graphcore's path to the pretraining collators
     ("pipelines", ("pipelines",)),
     ("trainer", ("trainer",)),
     ("benchmark", ("benchmark",)),

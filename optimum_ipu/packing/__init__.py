@@ -36,8 +36,9 @@ taken over its own tokens (the logits of the other sequences and of padding are 
 sequence's logits come from the model's own head applied to the hidden state of its first token ([CLS]).
 
 Modules: `binpack` (which features share a row, and back), `masks` (support check, dense and flex masks),
-`collator` (`PackedDataCollator`, `prepare_packed_training`), `losses` (per-sequence losses). Scripts call
-`prepare_packed_training`; the rest is public for hand-written loops.
+`collator` (`PackedDataCollator`, `prepare_packed_training`), `losses` (per-sequence losses), `pretraining` (BERT
+MLM + NSP: Optimum Graphcore's `DataCollatorForLanguageModelingWithMaxTokensMasked`, packed pairs and their loss).
+Scripts call `prepare_packed_training`; the rest is public for hand-written loops.
 """
 
 from .binpack import IGNORE_INDEX, QA_COLUMNS, pack_features, pack_sequences, unpack_logits
@@ -51,6 +52,14 @@ from .masks import (
     packed_block_mask,
     packing_attention,
     with_packed_block_mask,
+)
+from .pretraining import (
+    DataCollatorForLanguageModelingWithMaxTokensMasked,
+    PackedPretrainingCollator,
+    PackedPretrainingLoss,
+    max_num_masked_tokens,
+    pack_pretraining_pairs,
+    packed_pretraining_collator,
 )
 
 __all__ = [
@@ -72,4 +81,10 @@ __all__ = [
     "packed_question_answering_loss",
     "sequence_classification_logits",
     "PackedSequenceClassificationLoss",
+    "DataCollatorForLanguageModelingWithMaxTokensMasked",
+    "max_num_masked_tokens",
+    "pack_pretraining_pairs",
+    "PackedPretrainingCollator",
+    "packed_pretraining_collator",
+    "PackedPretrainingLoss",
 ]

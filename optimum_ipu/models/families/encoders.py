@@ -22,9 +22,12 @@ _ENCODER_TASKS = (
 )
 
 
-# Packed sequence classification: the model's own head applied to each sequence's first token ([CLS]) alone,
-# as the model applies it to position 0 of an unpacked row. `first` is `(sequences, 1, hidden)`.
+# Packed sequence classification (and BERT's next-sentence prediction): the model's own head applied to each
+# sequence's first token ([CLS]) alone, as the model applies it to position 0 of an unpacked row. `first` is
+# `(sequences, 1, hidden)`.
 def _bert_head(model: Any, first: torch.Tensor) -> torch.Tensor:
+    if hasattr(getattr(model, "cls", None), "seq_relationship"):  # BertForPreTraining: NSP (packed pretraining)
+        return model.cls.seq_relationship(model.bert.pooler(first))
     return model.classifier(model.dropout(model.bert.pooler(first)))  # BertPooler reads position 0
 
 
