@@ -71,6 +71,7 @@ class UsedLabelWatch:
         self.steps = steps = steps or WATCH_STEPS
         self.steps_left = steps if enabled else 0
         self.steps_seen, self.samples, self.used = 0, 0, None
+        self.warned = False  # said that no label was used (a short run): the zero loss is said then
 
     def see(self, inputs: dict[str, Any]) -> None:
         """Count one micro-batch's used labels (before the loss, which may pop them)."""
@@ -96,6 +97,7 @@ class UsedLabelWatch:
         if int(self.used) != 0:  # the run's one host sync for this
             return
         if self.steps_seen < self.steps:
+            self.warned = True
             logger.warning(
                 "every label of the %d optimizer steps of this run (%d samples) is %d (ignored): its loss is 0 and it "
                 "learned nothing; check --max_seq_length / --doc_stride and the label column",
@@ -108,4 +110,41 @@ class UsedLabelWatch:
             f"every label of the training data is {IGNORE_INDEX} (ignored) in the first {self.steps_seen} "
             f"optimizer steps ({self.samples} samples, column 'labels'): the loss is 0 and nothing is learned; "
             "check --max_seq_length / --doc_stride (windows that cut every labelled token out) and the label column"
+        )
+
+
+class ZeroLossWatch:
+    """A run whose training loss is exactly 0 in each of its first `steps` (`WATCH_STEPS`) optimizer steps learns
+    nothing (zero gradients) and exits 0: said once, in a warning (a loss of 0 may be legit later in a run, never
+    from its start). Whether a loss was not 0 is kept on the device and read once, after those steps or the run's
+    last one."""
+
+    def __init__(self, steps: int | None = None, enabled: bool = True) -> None:
+        self.steps = steps or WATCH_STEPS
+        self.steps_left = self.steps if enabled else 0
+        self.steps_seen, self.nonzero = 0, None
+
+    def see(self, loss: Any) -> None:
+        """One micro-batch's (or step's) loss, on the device."""
+        if self.steps_left <= 0 or not hasattr(loss, "ne"):
+            return
+        flag = loss.detach().ne(0).any()
+        self.nonzero = flag if self.nonzero is None else self.nonzero | flag
+
+    def step_done(self, last: bool, said: bool = False) -> None:
+        """An optimizer step ended; after the watched steps, the one check (`said`: the labels' watch already
+        warned that no label was used, which is why)."""
+        if self.steps_left <= 0 or self.nonzero is None:
+            return
+        self.steps_left -= 1
+        self.steps_seen += 1
+        if self.steps_left > 0 and not last:
+            return
+        self.steps_left = 0
+        if said or bool(self.nonzero):  # the run's one host sync for this
+            return
+        logger.warning(
+            "the training loss is exactly 0 in each of the first %d optimizer step(s) of this run: the gradients "
+            "are 0 and nothing is learned; check the labels (every one ignored, -100?) and the model's loss",
+            self.steps_seen,
         )

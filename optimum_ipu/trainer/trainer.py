@@ -56,7 +56,7 @@ from .checkpoints import (
     run_identity,
 )
 from .compat import TrainerPrivateHooks
-from .label_check import UsedLabelWatch, check_some_label_used
+from .label_check import UsedLabelWatch, ZeroLossWatch, check_some_label_used
 from .stages import ProcessPipeline
 from .static_batch import pad_to_static_batch, select_rows
 from .training_args import IPUTrainingArguments
@@ -101,6 +101,7 @@ class IPUTrainer(TrainerPrivateHooks):
         self.engine = self._build_engine()
         self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=self.engine.device)
         self._label_watch = UsedLabelWatch(enabled=False)  # armed by train()
+        self._zero_loss_watch = ZeroLossWatch(enabled=False)  # armed by train()
         self._loss_shifts_labels_here = self._shifts_labels(model)
         self.run_record: dict[str, Any] | None = None  # the run id and identity written into checkpoint markers
         self._check_processes_agree()
@@ -264,13 +265,17 @@ class IPUTrainer(TrainerPrivateHooks):
         engine = self.training_engine
         sync_gradients_at(self.model, last_micro_batch=self.accelerator.sync_gradients)  # --fsdp: once per step
         loss = engine.micro_batch(inputs, weight, lambda batch: self.compute_loss(runner, batch))
+        self._zero_loss_watch.see(loss)
         # Kept on the device and checked once per optimizer step: no host sync per micro-batch.
         self._nonfinite_loss = self._nonfinite_loss | ~torch.isfinite(loss)
         if self.accelerator.sync_gradients:
             loss = loss + engine.finish_step(step=self.state.global_step + 1).loss  # numbered as logs count
             self._check_finite_loss(self._nonfinite_loss | ~torch.isfinite(loss))
             self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=loss.device)
-            self._label_watch.step_done(last=self.state.global_step + 1 >= self.state.max_steps)
+            last = self.state.global_step + 1 >= self.state.max_steps
+            self._label_watch.step_done(last=last)
+            self._zero_loss_watch.see(loss)
+            self._zero_loss_watch.step_done(last=last, said=self._label_watch.warned)
         return loss
 
     def _micro_batch_weight(self, inputs: dict[str, Any], num_items_in_batch: Any) -> float | torch.Tensor:
@@ -401,6 +406,8 @@ class IPUTrainer(TrainerPrivateHooks):
         read = check_some_label_used(self.train_dataset)  # every label -100: loss 0.0 and nothing learned, exit 0
         one_process = self.accelerator.num_processes == 1 and self.process_pipeline is None
         self._label_watch = UsedLabelWatch(enabled=one_process and not read)  # data prepared on the fly
+        # a warning: every process's loss is its own (but a stage's of a process pipeline, which is not the loss)
+        self._zero_loss_watch = ZeroLossWatch(enabled=self.process_pipeline is None and self.is_world_process_zero())
         run_id = check_run_identity(checkpoint, identity) if checkpoint is not None else None
         if checkpoint is None and self.args.overwrite_output_dir and self.args.should_save:
             removed = discard_checkpoints(self.args.output_dir)
