@@ -34,6 +34,7 @@ from .config_schema import (
     SAVED_STATE_KEYS,
 )
 from .config_validation import (
+    AUTO_LAYERS,
     check_exclusive_serialization,
     check_field_types,
     check_metadata,
@@ -43,6 +44,7 @@ from .config_validation import (
     parse_update_string,
     read_json,
     resolve_pod_values,
+    take_auto_layers,
     validate,
 )
 from .errors import IncompatibleIPUConfigError, short_repr
@@ -95,7 +97,8 @@ class IPUConfig:
         layers_per_ipu (`List[int]`, *optional*, defaults to `[-1]`):
             Number of transformer layers on each device slot of a replica. `-1` is a wildcard: the layers
             not placed explicitly are shared out evenly between wildcards (the remainder goes to the last
-            ones). Embeddings sit with slot 0; heads are placed by the model's stage plan.
+            ones). Embeddings sit with slot 0; heads are placed by the model's stage plan. `"auto"` (with
+            `ipus_per_replica` stages): balanced from each layer's measured cost when the model is parallelized.
         inference_layers_per_ipu (`List[int]`, *optional*):
             Same as `layers_per_ipu` for inference; defaults to `layers_per_ipu`.
         ipus_per_replica (`int`, *optional*):
@@ -251,8 +254,10 @@ class IPUConfig:
         values = {name: given[name] for name in (*FIELDS, "n_ipu")}
         values = resolve_pod_values(values, n_ipu=n_ipu, pod_type=pod_type)
         check_exclusive_serialization(values)
+        auto_layers = take_auto_layers(values)  # "auto" layouts: even wildcards until parallelize measures
         check_field_types(values, allow_none=True)  # before deriving defaults from them
         self.__dict__["mode"] = "training"
+        self.__dict__["auto_layers"] = auto_layers
         self.__dict__["metadata"] = metadata
         for name, value in _fill_defaults(values).items():
             self.__dict__[name] = copy.deepcopy(value)
@@ -350,6 +355,7 @@ class IPUConfig:
             for kind in ("embedding", "projection"):
                 if d[f"{prefix}serialized_{kind}_splits_per_ipu"] is not None:
                     d[f"{prefix}{kind}_serialization_factor"] = None
+        d.update(dict.fromkeys(self.__dict__.get("auto_layers", ()), AUTO_LAYERS))
         metadata = self.__dict__["metadata"]
         d["optimum_version"] = metadata.get("optimum_version")
         d["transformers_version"] = metadata.get("transformers_version") or _installed_version("transformers")

@@ -114,6 +114,29 @@ def resolve_pod_values(values: dict[str, Any], n_ipu: int | None, pod_type: str 
     return resolved
 
 
+AUTO_LAYERS = "auto"
+
+
+def take_auto_layers(values: dict[str, Any]) -> tuple[str, ...]:
+    """The layout fields given as `"auto"` (balanced from measured costs when the model is parallelized, by
+    `optimum_ipu.runtime.balance`): each becomes one `-1` wildcard per stage here, the even split until then, so the
+    config layer stays torch-free. `"auto"` needs the number of stages: `ipus_per_replica` (or its inference twin).
+    An inference layout not given follows an `"auto"` training one."""
+    if values.get("layers_per_ipu") == AUTO_LAYERS and values.get("inference_layers_per_ipu") is None:
+        values["inference_layers_per_ipu"] = AUTO_LAYERS
+    auto = []
+    for prefix in ("", "inference_"):
+        field, ipus_field = f"{prefix}layers_per_ipu", f"{prefix}ipus_per_replica"
+        if values.get(field) != AUTO_LAYERS:
+            continue
+        ipus = values.get(ipus_field) if values.get(ipus_field) is not None else values.get("ipus_per_replica")
+        if not _is_int(ipus) or not 1 <= ipus <= MAX_IPUS_PER_REPLICA:
+            raise _fail(field, AUTO_LAYERS, f'"auto" needs `{ipus_field}`, the number of stages; set it (e.g. 4)')
+        values[field] = [-1] * ipus
+        auto.append(field)
+    return tuple(auto)
+
+
 def check_exclusive_serialization(values: dict[str, Any]) -> None:
     """A serialization factor and per-IPU splits say the same thing twice: accept only one."""
     for prefix in ("", "inference_"):

@@ -1,4 +1,4 @@
-"""The `optimum-ipu` command: `env`, `config check`, `benchmark` and `plot` (and `--version`).
+"""The `optimum-ipu` command: `env`, `config check`, `config balance`, `benchmark` and `plot` (and `--version`).
 
 Errors in what the user gave (a bad config, a model that cannot be found) end with exit code 2 and one
 line on stderr; the traceback only with `--debug` (anywhere on the line) or `OPTIMUM_IPU_DEBUG=1`. Every dashed
@@ -215,6 +215,9 @@ def _add_config(sub: Any) -> None:
         "config (default 1: every device slot runs in turn in one process); checks the slots and micro-batches fit",
     )
     check.set_defaults(func=_cmd_config_check)
+    from .balance import add_balance_parser
+
+    add_balance_parser(config_sub, _at_least)
 
 
 def _add_plot(sub: Any) -> None:

@@ -17,6 +17,7 @@ from transformers.utils.logging import get_logger
 
 from ..config import IPUConfig, report_parallelize_kwargs
 from ..errors import IncompatibleIPUConfigError
+from ..runtime.balance import auto_layers_per_ipu
 from ..runtime.serialization import chunked_cross_entropy, swap_serialized
 from ..runtime.stage_cut import EncoderSplit, StageCut
 from .generation import StaticGeneration
@@ -189,6 +190,8 @@ class PipelinedModel(StaticGeneration, nn.Module):
             self.generation_defaults = {**self.generation_defaults, **realised}
         if self._parallelized:
             return self
+        if self.ipu_config.__dict__.get("auto_layers"):
+            self._balance_auto_layers()
         for inference in (False, True):  # both layouts must fit the model: a clear error now, not mid-run
             self.stage_layout(inference=inference)
         _report_ipu_only_knobs(self.ipu_config)
@@ -215,6 +218,20 @@ class PipelinedModel(StaticGeneration, nn.Module):
             self._undo.append(swap_serialized(self.model, embedding_factor=emb, projection_factor=proj))
         self._parallelized = True
         return self
+
+    def _balance_auto_layers(self) -> None:
+        """`layers_per_ipu: "auto"`: the split that balances the stages, from each layer's cost measured here."""
+        cfg, fields = self.ipu_config, self.ipu_config.__dict__["auto_layers"]
+        if self.plan.input_kind != "tokens":
+            raise IncompatibleIPUConfigError(
+                f'IPUConfig field `{fields[0]}`: "auto" measures token models only; {self.class_name} takes '
+                f"{self.plan.input_kind}: give the list (optimum-ipu config balance prints one)"
+            )
+        stages = {f: len(cfg.__dict__[f]) for f in fields}
+        resolved = auto_layers_per_ipu(self.model, self.stage_cut(), fields, stages, cfg.gradient_accumulation_steps)
+        for field, counts in resolved.items():
+            cfg._set_field(field, counts)
+            logger.warning(f'{field} "auto": {counts}, balanced from each layer\'s cost measured here')
 
     def deparallelize(self) -> nn.Module:
         """Undo `parallelize()` and return the stock model (same module objects, same `state_dict`)."""
