@@ -31,7 +31,6 @@ EXAMPLES = REPO_ROOT / "examples"
 WITHOUT_SCRIPT = {
     "run_pretraining.py": "BERT / GroupBERT pretraining on Graphcore's preprocessed Wikipedia, wav2vec2 pretraining",
     "run_vqa.py": "LXMERT visual question answering",
-    "run_xnli.py": "XNLI",
 }
 # Commands refused while parsing: the flag the one-line error starts with (Optimum Graphcore's script refused
 # `--config_overrides` with `--model_name_or_path` as well: its README's GPT-2 commands never ran there either).
