@@ -62,6 +62,28 @@ PACKED_COLUMNS = ("input_ids", "position_ids", "labels")
 
 
 @dataclass
+class ModelArguments(lm.ModelArguments):
+    """`run_mlm.py`'s model flags, `--config_overrides` also over a named config or checkpoint (Optimum Graphcore's
+    pretraining script applied them so: its BERT recipes pass `--config_name` with `--config_overrides`), and
+    `--groupbert_schedule`."""
+
+    groupbert_schedule: bool = field(
+        default=False,
+        metadata={"help": "Optimum Graphcore's polynomial LR decay to 1e-7 (here with a linear warmup)."},
+    )
+
+    def __post_init__(self) -> None:
+        if self.model_type == "groupbert":
+            raise ValueError(
+                "--model_type groupbert: GroupBERT is Graphcore's own model (optimum/graphcore/models/groupbert), not "
+                "a transformers model, and no modeling file is forked here; leave it out and pass --model_type bert"
+            )
+        overrides, self.config_overrides = self.config_overrides, None  # checked by the parent without them
+        super().__post_init__()
+        self.config_overrides = overrides
+
+
+@dataclass
 class DataTrainingArguments:
     """Optimum Graphcore's data flags of `run_pretraining.py`, and how pairs are made from text and packed."""
 
@@ -212,12 +234,23 @@ def data_collator(data_args: Any, model: Any, tokenizer: Any, max_seq_length: in
 
 def main() -> None:
     model_args, data_args, training_args = example_utils.parse_args(
-        lm.ModelArguments, DataTrainingArguments, IPUTrainingArguments
+        ModelArguments, DataTrainingArguments, IPUTrainingArguments
     )
     example_utils.setup_logging(training_args, logger)
     last_checkpoint = example_utils.start_run(training_args)
     set_seed(training_args.seed)
     config, tokenizer = lm.load_config_and_tokenizer(model_args)
+    if model_args.config_overrides and (model_args.config_name or model_args.model_name_or_path):
+        try:
+            config.update_from_string(model_args.config_overrides)
+        except ValueError as err:
+            raise ValueError(f"--config_overrides {model_args.config_overrides!r}: {err}") from None
+    if model_args.groupbert_schedule:
+        # Optimum Graphcore's schedule decays polynomially (power 1) to 1e-7 after a warmup of power 0.5;
+        # transformers' "polynomial" schedule has the same decay after a linear warmup
+        logger.warning("--groupbert_schedule: polynomial decay to 1e-7 after a linear warmup (not a square-root one)")
+        training_args.lr_scheduler_type = "polynomial"
+        training_args.lr_scheduler_kwargs = {"lr_end": 1e-7, "power": 1.0}
     if tokenizer.mask_token is None or tokenizer.cls_token is None:
         raise ValueError(f"--tokenizer_name: {type(tokenizer).__name__} has no [MASK]/[CLS]; use a BERT tokenizer")
     model = lm.load_model(AutoModelForPreTraining, model_args, config, tokenizer, training_args)

@@ -29,17 +29,25 @@ EXAMPLES = REPO_ROOT / "examples"
 
 # Optimum Graphcore's scripts that have no counterpart here (docs/migrating.md says so).
 WITHOUT_SCRIPT = {
-    "run_pretraining.py": "BERT / GroupBERT pretraining on Graphcore's preprocessed Wikipedia, wav2vec2 pretraining",
+    "run_pretraining.py": "wav2vec2 pretraining (examples/speech-pretraining)",
     "run_vqa.py": "LXMERT visual question answering",
 }
+# Script names that Optimum Graphcore has in two example folders: the command's own folder's script is its counterpart.
+IN_TWO_FOLDERS = {"run_pretraining.py"}
 # Commands refused while parsing: the flag the one-line error starts with (Optimum Graphcore's script refused
 # `--config_overrides` with `--model_name_or_path` as well: its README's GPT-2 commands never ran there either).
 REFUSED = {
+    # GroupBERT is Graphcore's own model, not a transformers one
+    "readme:language-modeling/run_pretraining-1": "--model_type groupbert",
+    "readme:language-modeling/run_pretraining-2": "--model_type groupbert",
     "readme:language-modeling/run_clm-1": "--config_overrides",
     "readme:language-modeling/run_clm-2": "--config_overrides",
 }
 # Commands that parse and whose IPU config overrides are refused, with the field the error names.
 CONFIG_REFUSED = {
+    # GroupBERT is Graphcore's own model, not a transformers one
+    "readme:language-modeling/run_pretraining-1": "--model_type groupbert",
+    "readme:language-modeling/run_pretraining-2": "--model_type groupbert",
     # our bundled Graphcore/bart-base-ipu has 2 stages; the README's layers_per_ipu has 4 entries
     "readme:summarization/run_summarization-3": "layers_per_ipu",
     # a poptorch option of release 0.5 that Optimum Graphcore itself dropped later
@@ -71,7 +79,11 @@ _modules: dict[Path, ModuleType] = {}
 
 
 def script_path(command: Command) -> Path | None:
-    """Our script of the same name, or None."""
+    """Our script of the same name, or None; in the command's own folder for a name that Optimum Graphcore has in
+    two folders (`run_pretraining.py`: BERT in language-modeling, wav2vec2 in speech-pretraining)."""
+    if command.script in IN_TWO_FOLDERS:
+        path = EXAMPLES / Path(command.path).parent.name / command.script
+        return path if path.is_file() else None
     found = sorted(EXAMPLES.glob(f"*/{command.script}"))
     return found[0] if found else None
 
