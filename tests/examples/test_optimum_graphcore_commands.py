@@ -45,9 +45,6 @@ REFUSED = {
 }
 # Commands that parse and whose IPU config overrides are refused, with the field the error names.
 CONFIG_REFUSED = {
-    # GroupBERT is Graphcore's own model, not a transformers one
-    "readme:language-modeling/run_pretraining-1": "--model_type groupbert",
-    "readme:language-modeling/run_pretraining-2": "--model_type groupbert",
     # our bundled Graphcore/bart-base-ipu has 2 stages; the README's layers_per_ipu has 4 entries
     "readme:summarization/run_summarization-3": "layers_per_ipu",
     # a poptorch option of release 0.5 that Optimum Graphcore itself dropped later
