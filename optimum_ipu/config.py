@@ -37,6 +37,7 @@ from .config_validation import (
     AUTO_LAYERS,
     check_exclusive_serialization,
     check_field_types,
+    check_linked_file_keys,
     check_metadata,
     check_unknown_keys,
     known_keys,
@@ -454,7 +455,9 @@ class IPUConfig:
     @classmethod
     def from_json_file(cls, json_file: str | os.PathLike, **kwargs: Any) -> IPUConfig:
 
-        return cls.from_dict(read_json(json_file), **kwargs)
+        data = read_json(json_file)
+        check_linked_file_keys(json_file, data)  # a link to another file: its keys are not echoed
+        return cls.from_dict(data, **kwargs)
 
     @classmethod
     def from_pretrained(

@@ -10,6 +10,7 @@ from typing import Any
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import (
     EntryNotFoundError,
+    HfHubHTTPError,
     HFValidationError,
     LocalEntryNotFoundError,
     RepositoryNotFoundError,
@@ -17,6 +18,7 @@ from huggingface_hub.errors import (
 )
 
 from .config_schema import CONFIG_NAME
+from .errors import IncompatibleIPUConfigError, short_repr
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +46,11 @@ def download_config_file(
 
     Returns:
         `(path, None)` when found; `(None, why)` when the Hub cannot be reached and the file is not cached, or the
-        Hub has no such repository, revision or file. Other errors (a refused token, a server error) are raised.
+        Hub has no such repository, revision or file.
+
+    Raises:
+        IncompatibleIPUConfigError: one line for the other errors (a refused token, a server error, a cache that
+            cannot be written, a file name `huggingface_hub` refuses), naming the repository and the fix.
     """
     if "use_auth_token" in options and options.get("token") is None:
         options["token"] = options.pop("use_auth_token")
@@ -55,7 +61,27 @@ def download_config_file(
         return None, f"the Hub cannot be reached and {repo_id!r} is not in the local cache ({type(error).__name__})"
     except NOT_ON_THE_HUB as error:
         return None, f"the Hub has no {filename} for {repo_id!r}{_at(revision)} ({type(error).__name__})"
+    except HfHubHTTPError as error:  # an answer other than "not found": a refused token, a server error
+        status = getattr(getattr(error, "response", None), "status_code", None)
+        raise IncompatibleIPUConfigError(
+            f"{short_repr(repo_id)}{_at(revision)}: the Hub refused {filename} (HTTP {status or '?'}: "
+            f"{_first_line(error)}); check the token (HF_TOKEN or `hf auth login`) and the id, or try again later"
+        ) from None
+    except OSError as error:  # the cache: no space, no permission
+        raise IncompatibleIPUConfigError(
+            f"{short_repr(repo_id)}: cannot fetch {filename} into the Hugging Face cache ({error.strerror or error}); "
+            "check cache_dir / HF_HOME (space, permissions) and the token"
+        ) from None
+    except ValueError as error:  # a file name or option huggingface_hub refuses
+        raise IncompatibleIPUConfigError(
+            f"{short_repr(repo_id)}: cannot download {short_repr(filename)} ({_first_line(error)})"
+        ) from None
     return path, None
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return short_repr(lines[0], 100).strip("'\"") if lines else type(error).__name__
 
 
 def push_config_to_hub(

@@ -19,7 +19,7 @@ from typing import Any
 from .config_hub import download_config_file
 from .config_schema import CONFIG_NAME, DEPRECATED_KEYS, FIELDS, METADATA_KEYS, OUTPUT_MODES
 from .errors import MAX_LINE, IncompatibleIPUConfigError, elide, short_repr
-from .files import nearest_sibling
+from .files import nearest_sibling, not_a_file
 
 logger = logging.getLogger(__name__)
 BUNDLED_DIR = Path(__file__).parent / "ipu_configs"
@@ -358,6 +358,8 @@ def locate_config_file(
     for option, value in (("cache_dir", cache_dir), ("revision", revision), ("subfolder", subfolder)):
         if value is not None and not isinstance(value, (str, os.PathLike)):
             raise _fail(option, value, "expected a string (a loading option of from_pretrained)")
+    if subfolder:
+        _check_subfolder(os.fspath(subfolder))
     filename = f"{subfolder}/{CONFIG_NAME}" if subfolder else CONFIG_NAME
 
     if not isinstance(name_or_path, (str, os.PathLike)):
@@ -369,6 +371,12 @@ def locate_config_file(
     if _is(path, Path.is_dir):
         if (path / filename).is_file():
             return path / filename
+        kind = not_a_file(path / filename)
+        if kind is not None:  # a FIFO, a folder, a dangling link: there, but no file to read
+            raise IncompatibleIPUConfigError(
+                f"{os.fspath(path / filename)!r} is {kind}, not a file; an IPU config is a JSON text file: replace "
+                "it with one (IPUConfig().save_pretrained(dir))"
+            )
         raise IncompatibleIPUConfigError(
             f"the folder {os.fspath(path)!r} has no {filename}; write one there (IPUConfig().save_pretrained(dir)) "
             "or pass the path of a JSON file"
@@ -392,6 +400,32 @@ def locate_config_file(
     offline = why_not is not None and "cannot be reached" in why_not
     reason = "not in the local cache, Hub unreachable" if offline else f"the Hub has no {filename} for it"
     raise _config_not_found(name, reason, offline=offline)
+
+
+def _check_subfolder(subfolder: str) -> None:
+    """A `subfolder` must stay inside the folder or repository: relative, without a `..` part."""
+    parts = subfolder.replace("\\", "/").split("/")
+    if os.path.isabs(subfolder) or subfolder.startswith(("/", "\\")) or ".." in parts:
+        raise IncompatibleIPUConfigError(
+            f"subfolder {short_repr(subfolder)}: expected a folder inside the model folder or repository (relative, "
+            "no '..'), e.g. subfolder='ipu'"
+        )
+
+
+def check_linked_file_keys(path: str | os.PathLike, data: Any) -> None:
+    """A config file reached through a symbolic link whose target holds keys that are no IPU config field is
+    refused without naming them: the target is another file than the one named (a link to a secret must not have
+    its keys echoed)."""
+    name = os.fspath(path)
+    if not isinstance(data, dict) or os.path.realpath(name) == os.path.abspath(name):
+        return
+    known = set(known_keys())
+    unknown = [key for key in data if key not in known]
+    if unknown:
+        raise IncompatibleIPUConfigError(
+            f"{name} is a link to {os.path.realpath(name)!r}, which holds {len(unknown)} key(s) that are no IPU "
+            "config field (not shown: it is not the file named); point the link at an ipu_config.json"
+        )
 
 
 def _is(path: Path, test: Any) -> bool:

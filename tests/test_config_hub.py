@@ -58,12 +58,12 @@ def test_an_id_the_hub_does_not_have_is_said_so(monkeypatch):
     assert IPUConfig.from_pretrained("Graphcore/bert-base-ipu").layers_per_ipu == [0, 4, 4, 4]
 
 
-def test_other_hub_errors_are_not_hidden(monkeypatch):
+def test_other_hub_errors_are_not_hidden_and_one_line(monkeypatch):
     def refused(repo_id, filename, **kwargs):
         raise PermissionError("401: invalid token")  # not an "unreachable" or "not found": the user must see it
 
     monkeypatch.setattr(config_hub, "hf_hub_download", lambda *a, **k: refused(*a, **k))
-    with pytest.raises(PermissionError, match="invalid token"):
+    with pytest.raises(IncompatibleIPUConfigError, match="someone/private-ipu.*invalid token"):  # one line
         IPUConfig.from_pretrained("someone/private-ipu", token="bad")
 
 

@@ -14,28 +14,14 @@ import base64
 import binascii
 import io
 import os
-import stat
 from typing import Any
 
 from ..errors import short_repr
-from ..files import nearest_sibling
+from ..files import nearest_sibling, not_a_file
 
 
 class ImageDecodingError(ValueError):
     """An image that cannot be read or decoded; the message names the file (or URL) and the fix."""
-
-
-def _not_a_file(path: str) -> str | None:
-    """What `path` is when it is there but is not a regular file (None when it is one, or is not there)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None
-    if stat.S_ISREG(mode):
-        return None
-    kinds = {stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a FIFO (named pipe)", stat.S_ISSOCK: "a socket"}
-    kinds |= {stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device"}
-    return next((kind for test, kind in kinds.items() if test(mode)), "not a regular file")
 
 
 def _decode(data: Any, where: str) -> Any:
@@ -80,9 +66,7 @@ def read_image_file(path: str | os.PathLike) -> Any:
         near = nearest_sibling(path, cutoff=0.8)
         hint = f" (did you mean {near}?)" if near else ""
         raise ImageDecodingError(f"{short_repr(path)}: no such image file{hint}; check the path")
-    if not os.path.exists(path):
-        raise ImageDecodingError(f"{short_repr(path)}: a symbolic link to a file that is not there; check the link")
-    kind = _not_a_file(path)
+    kind = not_a_file(path)
     if kind is not None:
         raise ImageDecodingError(f"{short_repr(path)} is {kind}, not an image file; give the path of an image file")
     try:

@@ -80,7 +80,7 @@ def test_a_path_that_is_not_an_image_file_says_what_it_is(tmp_path, reliability,
         said = "a FIFO"
     else:
         path.symlink_to(tmp_path / "gone.png")
-        said = "symbolic link"
+        said = "a symbolic link to"
     reliability.expect_clear_error(lambda: read_image_file(path), (str(path), said), (ImageDecodingError,))
 
 
