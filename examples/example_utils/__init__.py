@@ -6,7 +6,8 @@ It is installed with the package (`pip install -e ".[examples]"` in a checkout, 
 and the scripts import it as `example_utils`; beside it they import only the public API of `optimum_ipu`. Its
 submodules hold what a few scripts share: `seq2seq` (`run_translation.py`, `run_summarization.py`),
 `language_modeling` (`run_clm.py`, `run_mlm.py`), `classification` (the image and audio classifiers) and `audio` (the
-speech scripts' data).
+speech scripts' data). Importing it answers a script's lone `--help` from the text its full parser cached before, if
+that text is fresh (`help_cache`), before the imports that take seconds.
 """
 
 from __future__ import annotations
@@ -21,13 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import datasets
-import transformers
-from transformers import HfArgumentParser
+from .help_cache import answer_help_from_cache, store_help
 
-from optimum_ipu.files import nearest_sibling
+answer_help_from_cache()  # `run_*.py --help` from the text an earlier run cached, before the seconds of imports below
 
-from .json_args import checked_json_args
+import datasets  # noqa: E402
+import transformers  # noqa: E402
+from transformers import HfArgumentParser  # noqa: E402
+
+from optimum_ipu.files import nearest_sibling  # noqa: E402
+
+from .json_args import checked_json_args  # noqa: E402
 
 logger = logging.getLogger("example_utils")
 
@@ -104,8 +109,10 @@ def parse_args(*dataclass_types: type) -> tuple:
     `optimum_graphcore_argv`), or stop in one line that names the one flag that means nothing here. A JSON file's
     values are read with their fields' types as the command line reads them (`json_args.checked_json_args`:
     `"do_train": "false"` is false, a wrong type is one line naming the key, the value and the type wanted).
+    The parser's help text is cached for the script's next `--help` (`help_cache.store_help`).
     """
     parser = HfArgumentParser(dataclass_types)
+    store_help(parser, dataclass_types)  # for the next `--help` (help_cache)
     if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
         with open(os.path.abspath(sys.argv[1]), encoding="utf-8") as file:
             values = json.load(file)
