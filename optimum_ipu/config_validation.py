@@ -359,7 +359,7 @@ def locate_config_file(
         if value is not None and not isinstance(value, (str, os.PathLike)):
             raise _fail(option, value, "expected a string (a loading option of from_pretrained)")
     if subfolder:
-        _check_subfolder(os.fspath(subfolder))
+        check_subfolder(os.fspath(subfolder))
     filename = f"{subfolder}/{CONFIG_NAME}" if subfolder else CONFIG_NAME
 
     if not isinstance(name_or_path, (str, os.PathLike)):
@@ -402,8 +402,10 @@ def locate_config_file(
     raise _config_not_found(name, reason, offline=offline)
 
 
-def _check_subfolder(subfolder: str) -> None:
-    """A `subfolder` must stay inside the folder or repository: relative, without a `..` part."""
+def check_subfolder(subfolder: str) -> None:
+    """A `subfolder` must stay inside the folder or repository: relative, without a `..` part (else one
+    `IncompatibleIPUConfigError` line; `huggingface_hub` raises its own for a Hub id, and a local folder would be
+    left)."""
     parts = subfolder.replace("\\", "/").split("/")
     if os.path.isabs(subfolder) or subfolder.startswith(("/", "\\")) or ".." in parts:
         raise IncompatibleIPUConfigError(

@@ -16,6 +16,7 @@ from transformers.utils.hub import cached_file
 
 from ..config import IPUConfig
 from ..config_schema import CONFIG_NAME
+from ..config_validation import check_subfolder
 from .pipelined import PipelinedModel, to_pipelined
 from .plans import AUTO_CLASSES
 from .stage_loading import load_stage, loads_stage_only
@@ -72,6 +73,8 @@ class _IPUAutoModel:
         Under `torchrun`, with the config's stages on separate processes, each process builds the model on the meta
         device and reads only the tensors of its own stage (`optimum_ipu.models.stage_loading.load_stage`).
         """
+        if kwargs.get("subfolder"):  # one line, before transformers or huggingface_hub read a path outside
+            check_subfolder(str(kwargs["subfolder"]))
         if ipu_config is None:
             ipu_config = repo_ipu_config(pretrained_model_name_or_path, **kwargs) or IPUConfig()
         if not isinstance(ipu_config, IPUConfig):

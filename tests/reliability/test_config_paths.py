@@ -48,6 +48,16 @@ def test_a_subfolder_that_leaves_the_folder_is_one_line(tmp_path, reliability, w
     assert IPUConfig.from_pretrained(str(tmp_path / "model"), subfolder="inner").seed == 3  # inside: read
 
 
+def test_the_auto_classes_refuse_such_a_subfolder_too(tmp_path, reliability):
+    from optimum_ipu import AutoModelForSequenceClassification
+
+    for subfolder in _escaping_subfolders(random.Random(9), 4):
+        for name in (str(tmp_path), "someone/some-model"):
+            load = lambda n=name, s=subfolder: AutoModelForSequenceClassification.from_pretrained(n, subfolder=s)  # noqa: E731
+            err = reliability.expect_clear_error(load, ("subfolder", repr(subfolder)), CLEAR)
+            assert "Invalid filename" not in str(err)
+
+
 @pytest.mark.parametrize("kind", ["fifo", "folder", "dangling link"])
 def test_a_config_file_that_is_no_file_is_said_as_what_it_is(tmp_path, reliability, kind):
     folder = tmp_path / "model"
