@@ -116,6 +116,28 @@ def test_no_model_online_loads_the_pinned_default_with_its_ipu_config(monkeypatc
     assert set(TASK_DEFAULTS) == set(SUPPORTED_TASKS)
 
 
+def test_no_model_online_reads_the_tokenizer_at_the_pinned_revision(monkeypatch, tiny_pretrained):
+    """The whole path with the Hub's two reads mocked (the model, its tokenizer): a working pipeline."""
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    folder = tiny_pretrained("GPT2LMHeadModel")
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder)
+    reads = []
+
+    def load(task, spec, name, ipu_config, tokenizer, model_kwargs):
+        reads.append(("model", name, model_kwargs["revision"]))
+        return model, ipu_config, name  # the tokenizer from the model's repository
+
+    def load_processors(path, needed, given, revision=None):
+        reads.append(("tokenizer", path, revision))
+        return {"tokenizer": transformers.AutoTokenizer.from_pretrained(folder)}
+
+    monkeypatch.setattr(factory, "_load_model", load)
+    monkeypatch.setattr(factory, "load_processors", load_processors)
+    generator = pipeline("text-generation", max_seq_length=8)
+    assert reads == [("model", "gpt2", "e7da7f2"), ("tokenizer", "gpt2", "e7da7f2")]
+    assert generator("Once upon", do_sample=False, max_new_tokens=3)[0]["generated_text"].startswith("Once upon")
+
+
 PROMPTS = ["The capital of France is", "Once upon a time", "A", "We went to the river bank and saw"]
 
 

@@ -208,8 +208,10 @@ def pipeline(
             "ipu_config: got a tokenizer; the third positional argument is the IPU config (Optimum Graphcore's "
             "order: pipeline(task, model, ipu_config, tokenizer)); pass it as tokenizer="
         )
+    # the processors of the model's own repository at the model's revision (a default checkpoint's pinned one)
+    revision = (model_kwargs or {}).get("revision") if tokenizer is None and isinstance(model, str) else None
     model, ipu_config, tokenizer = _load_model(task, spec, model, ipu_config, tokenizer, model_kwargs)
-    tokenizer = _load_processors(task, spec, model, tokenizer, kwargs)
+    tokenizer = _load_processors(task, spec, model, tokenizer, kwargs, revision)
     if not isinstance(model, PipelinedModel):
         ipu_config = resolve_ipu_config(ipu_config)
     cls = pipeline_class or spec.impl
@@ -252,7 +254,9 @@ def _load_model(
     return model, ipu_config, tokenizer
 
 
-def _load_processors(task: str, spec: TaskSpec, model: nn.Module, tokenizer: Any, kwargs: dict[str, Any]) -> Any:
+def _load_processors(
+    task: str, spec: TaskSpec, model: nn.Module, tokenizer: Any, kwargs: dict[str, Any], revision: str | None = None
+) -> Any:
     """The tokenizer object (None for a task without one); the folder's image processor or feature extractor go into
     `kwargs` (a model object without a tokenizer reads them from the folder it was loaded from)."""
     needed = processors_of(spec.impl)
@@ -264,6 +268,6 @@ def _load_processors(task: str, spec: TaskSpec, model: nn.Module, tokenizer: Any
             raise ValueError(f"pipeline({task!r}): the model object has no tokenizer folder; pass tokenizer=")
         tokenizer = source
     if isinstance(tokenizer, (str, os.PathLike)):  # the folder's tokenizer, image processor or feature extractor
-        kwargs.update(load_processors(os.fspath(tokenizer), needed, kwargs))
+        kwargs.update(load_processors(os.fspath(tokenizer), needed, kwargs, revision))
         tokenizer = kwargs.pop("tokenizer", None)
     return tokenizer

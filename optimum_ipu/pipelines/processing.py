@@ -20,15 +20,18 @@ def processors_of(pipeline_class: type) -> tuple[str, ...]:
     return tuple(getattr(pipeline_class, "processors", ("tokenizer",)))
 
 
-def load_processors(path: str, needed: tuple[str, ...], given: dict[str, Any]) -> dict[str, Any]:
-    """Each processor of `needed` not in `given`, loaded from the folder (or cached id) `path` with its
-    `transformers` auto class; a clear error names the one the folder lacks."""
+def load_processors(
+    path: str, needed: tuple[str, ...], given: dict[str, Any], revision: str | None = None
+) -> dict[str, Any]:
+    """Each processor of `needed` not in `given`, loaded from the folder (or Hub id) `path`, at `revision` when
+    given, with its `transformers` auto class; a clear error names the one the folder lacks."""
     loaded = {}
     for name in needed:
         if given.get(name) is not None:
             continue
         try:
-            loaded[name] = getattr(transformers, _LOADERS[name]).from_pretrained(path)
+            hub = {"revision": revision} if revision is not None else {}
+            loaded[name] = getattr(transformers, _LOADERS[name]).from_pretrained(path, **hub)
         except (OSError, ValueError) as err:
             raise ValueError(
                 f"{path}: no {name} could be loaded from it ({type(err).__name__}); pass {name}= to pipeline()"
