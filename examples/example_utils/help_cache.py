@@ -109,7 +109,8 @@ def cache_help(script: str, parser: Any, dataclass_types: Iterable[type]) -> Non
     if path is None or cached_help(script, parser.prog) is not None:
         return
     try:
-        entry = {"sources": _sources(script, list(dataclass_types)), "help": parser.format_help()}
+        classes = [*dataclass_types, type(parser)]  # + HfArgumentParser's module (an editable install)
+        entry = {"sources": _sources(script, classes), "help": parser.format_help()}
         _write_atomically(path, json.dumps(entry, ensure_ascii=False))
         _prune(path)
     except Exception:  # noqa: BLE001 -- a help cache never stops a run (a help text argparse cannot format included)
@@ -178,9 +179,10 @@ def _file_digest(path: str) -> str | None:
         return None
 
 
-def _sources(script: str, dataclass_types: list[type]) -> dict[str, str | None]:
+def _sources(script: str, classes: list[type]) -> dict[str, str | None]:
     """SHA-256 of each source that may shape the help: the script and the modules loaded from its folder, those of
-    `example_utils` and `optimum_ipu`, and the module of every class in the argument dataclasses' MROs."""
+    `example_utils` and `optimum_ipu`, and the module of every class in the MROs of `classes` (the argument
+    dataclasses and the parser's class)."""
     script = os.path.realpath(script)
     folder = os.path.dirname(script)
     packages = [sys.modules[name] for name in OWN_PACKAGES if getattr(sys.modules.get(name), "__file__", None)]
@@ -193,7 +195,7 @@ def _sources(script: str, dataclass_types: list[type]) -> dict[str, str | None]:
         path = os.path.realpath(path)
         if os.path.dirname(path) == folder or any(path.startswith(tree + os.sep) for tree in trees):
             files.add(path)
-    for cls in dataclass_types:
+    for cls in classes:
         for base in cls.__mro__:
             path = getattr(sys.modules.get(base.__module__), "__file__", None)
             if path and path.endswith(".py"):

@@ -105,6 +105,7 @@ def test_an_edited_argument_source_makes_the_entry_stale(tmp_path, monkeypatch):
         os.path.realpath(__file__) in sources and os.path.realpath(script) in sources
     )  # ToyArguments' module, the script
     assert os.path.realpath(help_cache.__file__) in sources  # example_utils' own
+    assert os.path.realpath(argparse.__file__) in sources  # the parser's class
     source = tmp_path / "shapes_help.py"
     source.write_text("HELP = 'one'\n")
     planted = json.loads(Path(entry).read_text())
