@@ -11,6 +11,7 @@ the checksum before using an entry (`read_entry`); a damaged entry is moved asid
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -18,6 +19,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +30,8 @@ from torch import nn
 logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+# A writer's folder older than this was left by a process killed mid-build (a build takes minutes at most).
+STALE_SECONDS = 6 * 3600
 # Classes whose code the key need not read: torch's own (covered by torch's version) and Python's.
 _FRAMEWORK_MODULES = ("torch", "builtins")
 
@@ -146,6 +150,18 @@ def _publish(staging: str, folder: str) -> bool:
         return False
 
 
+def _sweep(root: str) -> None:
+    """Remove the folders of writers killed mid-build (and of entries moved aside) older than `STALE_SECONDS`: a
+    live writer's folder is younger than any build."""
+    now = time.time()
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        if name.startswith(".tmp-") or ".trash-" in name:
+            with contextlib.suppress(OSError):
+                if now - os.path.getmtime(path) > STALE_SECONDS:
+                    shutil.rmtree(path, ignore_errors=True)
+
+
 def cached_file(
     root: str, key: str, name: str, build: Callable[[str], str], what: str = "graph", retried: bool = False
 ) -> str:
@@ -163,6 +179,7 @@ def cached_file(
         logger.warning("the cached %s %s is damaged (%s); building it again", what, folder, problem)
         _move_aside(folder)
     os.makedirs(root, exist_ok=True)
+    _sweep(root)
     staging = os.path.join(root, f".tmp-{key}-{_writer_suffix()}")
     os.makedirs(staging)
     try:

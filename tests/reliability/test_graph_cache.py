@@ -34,6 +34,7 @@ def _ours(records: list[logging.LogRecord]) -> list[str]:
     """Our warnings (ONNX Runtime's optimizer logs its own through `logging` too)."""
     return [r.getMessage() for r in records if r.levelno >= logging.WARNING and r.name.startswith("optimum_ipu")]
 
+
 USER_MODULE = """
 import transformers
 
@@ -126,7 +127,8 @@ print("PATH", ort.path)
 
 def test_two_processes_building_one_entry_at_once_both_succeed(tmp_path, reliability):
     cache = tmp_path / "cache"
-    cache.mkdir()
+    (cache / "onnx" / ".tmp-deadbeef-1-killed").mkdir(parents=True)  # a writer killed mid-build, long ago
+    os.utime(cache / "onnx" / ".tmp-deadbeef-1-killed", (0, 0))
     seed = random.randrange(1000)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
     procs = [{"argv": ["-c", WORKER, str(cache), str(r), str(seed)], "cwd": str(tmp_path), "env": env} for r in (0, 1)]
@@ -137,7 +139,7 @@ def test_two_processes_building_one_entry_at_once_both_succeed(tmp_path, reliabi
     assert len(paths) == 1, outs
     folder = Path(paths.pop()).parent
     assert entry_problem(str(folder)) is None
-    # one entry, no writer's temporary folder or file left behind
+    # one entry, no writer's temporary folder or file left behind (a killed writer's old one swept)
     assert sorted(p.name for p in (cache / "onnx").iterdir()) == [folder.name]
     assert sorted(p.name for p in folder.iterdir()) == [MANIFEST, "model.onnx"]
     reliability.fault_survived()
