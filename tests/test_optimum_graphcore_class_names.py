@@ -147,6 +147,17 @@ def test_the_top_level_names_of_optimum_graphcore():
     assert not hasattr(optimum_ipu, "PipelinedGPT2Model2")
 
 
+def test_whispers_processor_names_at_its_paths():
+    """Its whisper/__init__.py exported `WhisperFeatureExtractorTorch` (feature_extraction_whisper.py) and
+    `WhisperProcessorTorch` (processing_whisper.py): torch log-mel features, which transformers 5 computes already."""
+    for path in ("", ".feature_extraction_whisper", ".processing_whisper"):
+        module = importlib.import_module(f"optimum_ipu.models.whisper{path}")
+        assert module.WhisperFeatureExtractorTorch is transformers.WhisperFeatureExtractor
+        assert module.WhisperProcessorTorch is transformers.WhisperProcessor
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("optimum_ipu.models.whisper.processing_bert")
+
+
 @pytest.mark.parametrize("name", list(OG_NAMES["groupbert"]))
 def test_groupbert_names_say_why_they_are_not_here(name):
     modeling = importlib.import_module("optimum_ipu.models.groupbert.modeling_groupbert")

@@ -3,11 +3,11 @@
 Code written for Optimum Graphcore imports `from optimum.graphcore.models.bert import PipelinedBertForQuestionAnswering`
 (or `...models.bert.modeling_bert`); with `optimum.graphcore` changed to `optimum_ipu`, the same line works. For every
 family of the registry (its `model_type`, spelled as `transformers.models.<name>`: `deberta_v2`), an import finder
-(added by `optimum_ipu.models`, `install()`) makes `optimum_ipu.models.<name>` and `optimum_ipu.models.<name>.
-modeling_<name>` on import: each serves `Pipelined<Class>` for every registered class of the family, made on first use
-by `optimum_ipu.models.pipelined_classes.pipelined_class`. A family registered later (`register_stage_plan`) is served
-too. Optimum Graphcore's few other names at these paths are the tables below, as its tree has them (commit
-b8cd6e096a11139745d519aedea4a9414395f093, `optimum/graphcore/models/*`).
+(added by `optimum_ipu.models`, `install()`) makes `optimum_ipu.models.<name>`, `optimum_ipu.models.<name>.
+modeling_<name>` (and the `SUBMODULES` below) on import: each serves `Pipelined<Class>` for every registered class of
+the family, made on first use by `optimum_ipu.models.pipelined_classes.pipelined_class`. A family registered later
+(`register_stage_plan`) is served too. Optimum Graphcore's few other names at these paths are the tables below, as its
+tree has them (commit b8cd6e096a11139745d519aedea4a9414395f093, `optimum/graphcore/models/*`).
 
 This module imports no torch (the registry's families do, when a family module is first imported).
 """
@@ -35,6 +35,8 @@ EXTRAS: dict[str, dict[str, str]] = {
     # transformers 5's `WhisperFeatureExtractor` computes with torch already (the same features).
     "whisper": {"WhisperProcessorTorch": "WhisperProcessor", "WhisperFeatureExtractorTorch": "WhisperFeatureExtractor"},
 }
+# Its submodules besides `modeling_<family>` that held such names (each serves the family's names).
+SUBMODULES: dict[str, tuple[str, ...]] = {"whisper": ("feature_extraction_whisper", "processing_whisper")}
 # Its families whose models were its own code, not `transformers`': module -> (prefix of its names, why, what to do).
 UNSERVED: dict[str, tuple[str, str]] = {
     "groupbert": (
@@ -117,7 +119,9 @@ class FamilyModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if not fullname.startswith(f"{PACKAGE}."):
             return None
         parts = fullname[len(PACKAGE) + 1 :].split(".")
-        if len(parts) > 2 or (len(parts) == 2 and parts[1] != f"modeling_{parts[0]}"):
+        if len(parts) > 2 or (
+            len(parts) == 2 and parts[1] not in (f"modeling_{parts[0]}", *SUBMODULES.get(parts[0], ()))
+        ):
             return None
         if parts[0] not in served_modules():
             return None
@@ -148,6 +152,7 @@ def install() -> None:
 __all__ = [
     "ALIASES",
     "EXTRAS",
+    "SUBMODULES",
     "UNSERVED",
     "FamilyModuleFinder",
     "install",
