@@ -20,7 +20,9 @@ from .errors import IncompatibleIPUConfigError, short_repr
 if TYPE_CHECKING:
     from .config import IPUConfig
 
-SCHEDULE_NAMES = ("1F1B", "GPipe")
+SCHEDULE_NAMES = ("1F1B", "GPipe", "Interleaved1F1B", "ZeroBubble")
+# schedules that run several stages per process (torch.distributed.pipelining's interleaved ones)
+MULTI_STAGE_SCHEDULES = ("Interleaved1F1B", "ZeroBubble")
 
 
 def _is_count(value: object) -> bool:
@@ -28,7 +30,7 @@ def _is_count(value: object) -> bool:
 
 
 def check_schedule(name: str, flag: str = "--pipeline_schedule") -> None:
-    """A pipeline schedule name: `"1F1B"` or `"GPipe"`."""
+    """A pipeline schedule name: `"1F1B"`, `"GPipe"`, `"Interleaved1F1B"` or `"ZeroBubble"`."""
     if name not in SCHEDULE_NAMES:
         raise IncompatibleIPUConfigError(f"{flag}: got {short_repr(name)}; expected one of {', '.join(SCHEDULE_NAMES)}")
 
@@ -57,14 +59,44 @@ def check_micro_batches(micro_batches: int, stages: int) -> None:
         )
 
 
-def check_processes(config: IPUConfig, processes: int) -> None:
+def stages_per_process(config: IPUConfig, processes: int, schedule: str, flag: str = "--pipeline_schedule") -> int:
+    """Pipeline stages each of `processes` processes holds: 1, or with an interleaved schedule (`Interleaved1F1B`,
+    `ZeroBubble`) `ipus_per_replica / (processes / replication_factor)` when the stages divide evenly over them."""
+    per = _stages_each(config, processes)
+    if per > 1 and schedule not in MULTI_STAGE_SCHEDULES:
+        ipus, replicas = config.value("ipus_per_replica"), config.value("replication_factor")
+        ranks = processes // replicas
+        raise IncompatibleIPUConfigError(
+            f"{flag} {schedule} runs one pipeline stage per process, but {ipus} stages over {ranks} processes a "
+            f"replica are {per} each; use {flag} {' or '.join(MULTI_STAGE_SCHEDULES)}, or launch "
+            f"torchrun --nproc_per_node {ipus * replicas}"
+        )
+    return per
+
+
+def _stages_each(config: IPUConfig, processes: int) -> int:
+    """Stages per process when `processes` (more than one) divide a replica's stages evenly into 2 or more each; else 1
+    (`check_processes` then says what fits)."""
+    ipus, replicas = config.value("ipus_per_replica"), config.value("replication_factor")
+    if processes <= 1 or processes == ipus * replicas or processes % replicas:
+        return 1
+    ranks = processes // replicas
+    return ipus // ranks if ranks >= 2 and ipus % ranks == 0 else 1
+
+
+def check_processes(config: IPUConfig, processes: int, stages_per_process: int = 1) -> None:
     """The training layout of `config` runs as a job of `processes` processes: one runs every device slot in turn;
-    several hold one slot each, `ipus_per_replica x replication_factor` of them, with a micro-batch per stage."""
+    several hold `stages_per_process` slots each (1 unless an interleaved schedule runs,
+    `stages_per_process()`), `ipus_per_replica x replication_factor / stages_per_process` of them, with a
+    micro-batch per process of a pipeline."""
     if not _is_count(processes):
         raise IncompatibleIPUConfigError(f"`processes`: got {short_repr(processes)}; expected an integer >= 1")
     if processes == 1:
         return
     ipus, replicas = config.value("ipus_per_replica"), config.value("replication_factor")
+    if stages_per_process > 1 and ipus * replicas == processes * stages_per_process:
+        check_micro_batches(config.value("gradient_accumulation_steps"), ipus // stages_per_process)
+        return
     if ipus * replicas != processes:
         fix = (
             f"set `replication_factor` to {processes // ipus} (--n_ipu {processes})"
@@ -90,5 +122,5 @@ def replicas_per_process(config: IPUConfig, processes: int, inference: bool = Fa
         return max(1, replicas // processes)
     if processes == 1:
         return replicas
-    check_processes(config, processes)
+    check_processes(config, processes, _stages_each(config, processes))  # the schedule is checked by the engine
     return 1

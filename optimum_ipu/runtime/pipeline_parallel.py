@@ -1,4 +1,5 @@
-"""Pipeline stages on separate processes, with `torch.distributed.pipelining` (GPipe or 1F1B).
+"""Pipeline stages on separate processes, with `torch.distributed.pipelining` (GPipe, 1F1B, or with several stages
+per process the interleaved schedules: Interleaved1F1B and ZeroBubble, torch's `ScheduleInterleavedZeroBubble`).
 
 Each process holds the unmodified `transformers` model and runs its stock `forward`, cut to its own stage by a
 `StageModule` (`stage_cut.py`: other stages' layers stood in, the received activations injected, the stage
@@ -20,18 +21,29 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.pipelining import (
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+    ScheduleInterleavedZeroBubble,
+)
 from torch.distributed.tensor import DTensor
 
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
-from ..topology import SCHEDULE_NAMES, check_processes, check_schedule
+from ..topology import MULTI_STAGE_SCHEDULES, check_processes, check_schedule, stages_per_process
 from .fsdp import shard_stages, stage_mesh
 from .stage_cut import StageCut, StageModule, stage_ranges
 from .stage_hold import StageHold, stage_hold
 from .step import ComputeLoss, StepResult
 
-SCHEDULES = dict(zip(SCHEDULE_NAMES, (Schedule1F1B, ScheduleGPipe), strict=True))
+SCHEDULES = {
+    "1F1B": Schedule1F1B,
+    "GPipe": ScheduleGPipe,
+    "Interleaved1F1B": ScheduleInterleaved1F1B,
+    "ZeroBubble": ScheduleInterleavedZeroBubble,  # interleaved, each backward split into input and weight parts
+}
 
 
 class PipelineEngine:
@@ -63,7 +75,9 @@ class PipelineEngine:
             default those of the first micro-batch.
         counts (`Sequence[int]`): layers of each stage, wildcards resolved
             (`optimum_ipu.models.layout.layers_per_stage(ipu_config, len(cut.layer_paths), inference=False)`).
-        schedule (`str`, *optional*, defaults to `"1F1B"`): `"1F1B"` or `"GPipe"`.
+        schedule (`str`, *optional*, defaults to `"1F1B"`): `"1F1B"` or `"GPipe"` (one stage per process), or
+            `"Interleaved1F1B"` or `"ZeroBubble"`, which also run several stages per process: with `layers_per_ipu`
+            longer than the processes of a replica, process `r` runs stages `r, r + processes, ...` (looped).
         max_grad_norm (`float`, *optional*): clip to this global norm (over every stage).
         precision (`str`, *optional*, defaults to `"fp32"`): `"fp32"` or `"bf16"`.
         device (`torch.device`, *optional*): this process's device.
@@ -98,28 +112,38 @@ class PipelineEngine:
             )
         counts = list(counts)
         stages, replicas = len(counts), ipu_config.value("replication_factor")
-        check_processes(ipu_config, dist.get_world_size())  # processes = stages x replicas, a micro-batch a stage
+        # Interleaved schedules: several stages per process, looped (process r holds stages r, r + ranks, ...)
+        per_rank = stages_per_process(ipu_config, dist.get_world_size(), schedule, "pipeline_schedule")
+        check_processes(ipu_config, dist.get_world_size(), per_rank)  # processes x per_rank = stages x replicas
+        if per_rank > 1 and (fsdp or stage_hold(model) is not None):
+            raise IncompatibleIPUConfigError(
+                f"pipeline_schedule {schedule} with {per_rank} stages per process keeps the whole model on each "
+                "process: not with --fsdp or a model loaded stage by stage; use one stage per process"
+            )
+        ranks = stages // per_rank
         micro = ipu_config.gradient_accumulation_steps
         self.device = device or torch.device("cpu")
         # Split first, then shard (torchtitan's order): the trainer shards before its optimizer exists.
         # A model loaded stage-local (stage_loading.load_stage) or sharded by the trainer holds its stage only.
         self.shards: StageHold | None = stage_hold(model)
         if fsdp and not (self.shards is not None and self.shards.sharded):
-            mesh = self.shards.mesh if self.shards is not None else stage_mesh(replicas, stages, self.device)
+            mesh = self.shards.mesh if self.shards is not None else stage_mesh(replicas, ranks, self.device)
             self.shards = shard_stages(model, cut, counts, mesh)
         self.sharded = self.shards is not None and self.shards.sharded
-        mesh = self.shards.mesh if self.shards is not None else stage_mesh(replicas, stages, self.device)
+        mesh = self.shards.mesh if self.shards is not None else stage_mesh(replicas, ranks, self.device)
         self.stage_group, self.replica_group = mesh.get_group("pp"), mesh.get_group("dp")
-        self.stage, self.replicas, self.num_stages = mesh.get_local_rank("pp"), replicas, stages
+        # `stage`: this process's rank in its pipeline (its first stage); `local_stages`: every stage it runs
+        self.stage, self.replicas, self.num_stages, self.ranks = mesh.get_local_rank("pp"), replicas, stages, ranks
+        self.local_stages = list(range(self.stage, stages, ranks))
         self.ipu_config, self.max_grad_norm = ipu_config, max_grad_norm
         self._root = self.shards.gate if self.shards is not None else None
-        self._cut, self._layers = cut, stage_ranges(counts)[self.stage]
+        self._cut, self._ranges = cut, stage_ranges(counts)
         self._required = tuple(required_inputs)
         self._micro, self._schedule_name, self.precision = micro, schedule, precision
         if self.shards is None:  # held or sharded: on its device already, other stages' parameters on the meta device
             model.to(self.device)
         self.model = model
-        self.is_last = self.stage == stages - 1
+        self.is_last = stages - 1 in self.local_stages
         # The same names, in the same order, on every stage (other stages' parameters included): owners are found by
         # gathering one flag per name. Resolved at each use: sharding and freeing replace parameter objects.
         self._names = [n for n, _ in model.named_parameters()]
@@ -149,14 +173,22 @@ class PipelineEngine:
                 "once in the data collator, as transformers' and examples/speech-pretraining/run_pretraining.py's "
                 "collators do, so that every stage is fed the same"
             )
-        self.keys = keys
-        self.stage_module = StageModule(
-            self.model, self._cut, self._layers, self.stage, self.num_stages, keys, self.precision, root=self._root
-        )
-        stage = PipelineStage(self.stage_module, self.stage, self.num_stages, self.device, group=self.stage_group)
+        self.keys, root = keys, self._root
+        self.stage_modules = [
+            StageModule(self.model, self._cut, self._ranges[i], i, self.num_stages, keys, self.precision, root=root)
+            for i in self.local_stages
+        ]
+        self.stage_module = self.stage_modules[0]
+        stages = [
+            PipelineStage(module, i, self.num_stages, self.device, group=self.stage_group)
+            for i, module in zip(self.local_stages, self.stage_modules, strict=True)
+        ]
         # Each micro-batch's target is its weight: the step's loss is the weighted sum of the micro-batches' mean
         # losses, as in one process (so gradients are not scaled again by the micro-batch count).
-        self.schedule = SCHEDULES[self._schedule_name](stage, self._micro, loss_fn=_weighted_loss, scale_grads=False)
+        multi = self._schedule_name in MULTI_STAGE_SCHEDULES
+        self.schedule = SCHEDULES[self._schedule_name](
+            stages if multi else stages[0], self._micro, loss_fn=_weighted_loss, scale_grads=False
+        )
 
     @property
     def params(self) -> list[nn.Parameter]:
@@ -223,7 +255,8 @@ class PipelineEngine:
         first = torch.cat([b[self.keys[0]] for b in micro_batches])
         for batch, view in zip(micro_batches, first.chunk(len(micro_batches)), strict=True):
             batch[self.keys[0]] = view
-        self.stage_module.reset(micro_batches, first_step=not self.steps_run)
+        for module in self.stage_modules:
+            module.reset(micro_batches, first_step=not self.steps_run)
         self.steps_run += 1
         losses: list[torch.Tensor] = []
         with self._gradient_sync_once():
@@ -237,7 +270,7 @@ class PipelineEngine:
         if self._owner is None:
             self._owner, self._shared = self._find_owners()
         loss = torch.stack(losses).sum().detach() if losses else torch.zeros((), device=self.device)
-        dist.broadcast(loss, src=self._stage_rank(self.num_stages - 1), group=self.stage_group)
+        dist.broadcast(loss, src=self._stage_rank(self.ranks - 1), group=self.stage_group)
         return loss
 
     @contextlib.contextmanager
@@ -303,7 +336,7 @@ class PipelineEngine:
         """The stage that updates each parameter (the first one where it has a gradient, 0 if none has), and the
         parameters with gradients on several stages."""
         has_grad = torch.tensor([p.grad is not None for p in self.params], dtype=torch.int32, device=self.device)
-        gathered = [torch.zeros_like(has_grad) for _ in range(self.num_stages)]
+        gathered = [torch.zeros_like(has_grad) for _ in range(self.ranks)]
         dist.all_gather(gathered, has_grad, group=self.stage_group)
         table = torch.stack(gathered).cpu()  # (stage, parameter)
         owners = [int(column.nonzero()[0]) if column.any() else 0 for column in table.T]
@@ -317,7 +350,7 @@ class PipelineEngine:
 
         A process that holds its stage only (loaded stage-local, or sharded with `fsdp`) has nothing to copy into: a
         save gathers the weights instead (`fsdp.full_state_dict`)."""
-        if self._owner is None or self.num_stages == 1 or self.shards is not None:
+        if self._owner is None or self.ranks == 1 or self.shards is not None:
             return
         with torch.no_grad():
             for param, owner in zip(self.params, self._owner, strict=True):
@@ -331,7 +364,7 @@ class PipelineEngine:
             i: optimizer.state[p] for i, p in enumerate(params) if self._owner[i] == self.stage and p in optimizer.state
         }
         own = {i: {k: v.cpu() if torch.is_tensor(v) else v for k, v in state.items()} for i, state in own.items()}
-        gathered: list[Any] = [None] * self.num_stages
+        gathered: list[Any] = [None] * self.ranks
         dist.all_gather_object(gathered, own, group=self.stage_group)
         for stage, states in enumerate(gathered):
             if stage == self.stage:

@@ -34,7 +34,7 @@ from ..runtime.distributed import world_size
 from ..runtime.pipeline_forward import PipelinedForward, StageForward
 from ..runtime.pipeline_parallel import PipelineEngine
 from ..runtime.stage_hold import stage_hold
-from ..topology import check_schedule
+from ..topology import check_schedule, stages_per_process
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,8 @@ class ProcessPipeline:
 
     Args:
         trainer (`IPUTrainer`): the trainer; its `pipelined` model, `ipu_config`, `engine` and arguments are used.
-        schedule (`str`): `"1F1B"` or `"GPipe"`.
+        schedule (`str`): `"1F1B"`, `"GPipe"`, `"Interleaved1F1B"` or `"ZeroBubble"` (these two also run several
+            stages per process, when `layers_per_ipu` is longer than the processes of a replica).
     """
 
     def __init__(self, trainer: Any, schedule: str) -> None:
@@ -88,7 +89,8 @@ class ProcessPipeline:
                 "parallelism over the processes"
             )
         self.trainer, self.schedule = trainer, schedule
-        self.stages = config.value("ipus_per_replica")
+        # processes of one pipeline: its stages, or fewer with an interleaved schedule (several stages each)
+        self.stages = config.value("ipus_per_replica") // stages_per_process(config, world_size(), schedule)
         self.engine: PipelineEngine | None = None
         self._forward: PipelinedForward | None = None
         self._synchronized_at = 0  # the engine's steps when every process last got every stage's weights

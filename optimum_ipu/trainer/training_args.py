@@ -96,8 +96,11 @@ class IPUTrainingArguments(TrainingArguments):
             mean. Off here, so a NaN is never hidden.
         pipeline_schedule (`str`, *optional*, defaults to `"1F1B"`):
             The schedule of pipeline stages on separate processes (`torchrun`, `ipus_per_replica` > 1): `"1F1B"`
-            (one forward, one backward: fewer activations alive) or `"GPipe"` (all forwards, then all backwards).
-            Same numbers either way. With one process the stages run in turn and this has no effect.
+            (one forward, one backward: fewer activations alive) or `"GPipe"` (all forwards, then all backwards),
+            one stage per process; or `"Interleaved1F1B"` or `"ZeroBubble"` (torch's interleaved zero-bubble
+            schedule: each backward split into its input and weight parts), which also run several stages per process
+            when `layers_per_ipu` is longer than the processes of a replica (smaller bubble). Same numbers every way.
+            With one process the stages run in turn and this has no effect.
         ddp_timeout (`int`, *optional*, defaults to 1800):
             Seconds a process waits in a collective before it gives up, as in `transformers`: a rank that died
             or hangs ends the job within this bound (the rank is named). Applies to gloo on CPUs too, where
@@ -151,7 +154,8 @@ class IPUTrainingArguments(TrainingArguments):
         default=False, metadata={"help": "Hide NaN/inf losses from the logs (off: a NaN is never hidden)."}
     )
     pipeline_schedule: str = field(
-        default="1F1B", metadata={"help": "Schedule of pipeline stages on separate processes: 1F1B or GPipe."}
+        default="1F1B",
+        metadata={"help": "Pipeline schedule of stages on processes: 1F1B, GPipe, Interleaved1F1B, ZeroBubble."},
     )
     ddp_timeout: int = field(
         default=1800, metadata={"help": "Seconds a process waits on the others (a dead rank ends the job after it)."}
