@@ -338,8 +338,9 @@ def packed_training(
     packed loss (cross-entropy, or mean squared error when `num_labels == 1`)."""
     if model.config.problem_type == "multi_label_classification":
         raise ValueError(
-            f"--packing: {model.config.problem_type=} is not supported (the packed loss is cross-entropy over one "
-            "class a sequence, or mean squared error for a regression); train without --packing"
+            f"--packing: {model.config.problem_type=}, and this script reads one label a row (a class or a value); "
+            "multi-label packing takes a multi-hot labels vector a feature (optimum_ipu.packing.prepare_packed_"
+            "training with PackedSequenceClassificationLoss); use a single-label model here"
         )
     # the packed loss applies the model's head to each sequence's first token: it reads the hidden states;
     # evaluation batches (unpacked labels) get the model's own loss from it
