@@ -164,7 +164,8 @@ class LossParts(TrainerCallback):
 
 
 class PretrainingTrainer(IPUTrainer):
-    """`IPUTrainer` that decays the Gumbel temperature and logs the loss's parts with each training loss.
+    """`IPUTrainer` that decays the Gumbel temperature, logs the loss's parts with each training loss, and evaluates the
+    model's own loss (`eval_loss`, summed over the masked frames as in training).
 
     Args:
         gumbel (`tuple[float, float, float]`): the maximum and minimum temperature and the decay per step.
@@ -175,6 +176,9 @@ class PretrainingTrainer(IPUTrainer):
         self.temperature, self.loss_parts = GumbelTemperatureCallback(*gumbel), LossParts(model)
         callbacks = [self.temperature, self.loss_parts, *(kwargs.pop("callbacks", None) or [])]
         super().__init__(model, *args, callbacks=callbacks, **kwargs)
+        # the model computes its loss without labels (from the collator's masks and negatives): evaluation asks for
+        # it (`eval_loss`: the quantizer's argmax codes, no Gumbel noise, no dropout)
+        self.can_return_loss = True
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:  # a training log, on every process at once (take() sums over them)

@@ -23,7 +23,8 @@ mono and resampled to the feature extractor's rate. From the project's root, on 
 
 `--crop_aggression` (Optimum Graphcore's: how much of the unmasked frames to cut before the loss, to fit the IPU's
 memory) has no effect here: the stock model computes its loss on every frame, said once at run time. Writes
-`train_results.json`, `all_results.json`, the model with its feature extractor and `ipu_config.json`,
+`train_results.json`, `eval_results.json` (with `--do_eval`: `eval_loss`, the model's loss on `--eval_dir` with the
+quantizer's argmax codes), `all_results.json`, the model with its feature extractor and `ipu_config.json`,
 `training_curves.png` and `pretraining_curves.png` (the loss, its two parts and the temperature).
 """
 

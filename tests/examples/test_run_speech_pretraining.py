@@ -9,6 +9,7 @@ one process's losses.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -131,7 +132,8 @@ def logged(out) -> list[dict]:
 
 def test_tiny_pretraining_lowers_the_contrastive_loss(tmp_path, fsdd_train):
     out = tmp_path / "one"
-    flags = run_flags_for(out, "--train_dir", fsdd_train, "--max_train_samples", "96", "--max_steps", "12")
+    data = ("--train_dir", fsdd_train, "--eval_dir", str(Path(fsdd_train).parent / "test"), "--max_eval_samples", "8")
+    flags = run_flags_for(out, *data, "--do_eval", "--max_train_samples", "96", "--max_steps", "12")
     result = run_example(SCRIPT_DIR, "run_pretraining.py", *flags, "--crop_aggression", "0.1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "--crop_aggression 0.1 has no effect here" in result.stdout + result.stderr
@@ -143,6 +145,8 @@ def test_tiny_pretraining_lowers_the_contrastive_loss(tmp_path, fsdd_train):
     assert all(0 <= e["diversity_loss"] <= 1 for e in logs)
     assert [e["gumbel_temperature"] for e in logs[:3]] == pytest.approx([2.0, 1.8, 1.62])
     assert (out / "pretraining_curves.png").stat().st_size > 0
+    # evaluation reports the model's own loss (no labels: the collator's masks and negatives)
+    assert np.isfinite(json.loads((out / "eval_results.json").read_text())["eval_loss"])
     reloaded = transformers.Wav2Vec2ForPreTraining.from_pretrained(out)  # the stock layout
     assert reloaded.config.num_hidden_layers == TINY["num_hidden_layers"]
 
