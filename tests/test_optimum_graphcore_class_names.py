@@ -188,6 +188,8 @@ def test_constructors_and_ipu_config_as_in_optimum_graphcore(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(loaded.eval()(**inputs).logits, model(**inputs).logits)  # sdpa once loaded
     assert Pipelined.from_model(model).ipu_config == IPUConfig(), "the default config, as there"
+    IPUConfig(layers_per_ipu=[3, 1]).save_pretrained(tmp_path)
+    assert Pipelined.from_pretrained(str(tmp_path)).ipu_config.layers_per_ipu == [3, 1], "the config saved beside"
     assert Pipelined(model.config).get_transformers_cls() is transformers.BertForSequenceClassification
     wrapped = Pipelined(model, ipu_config)
     assert wrapped.model is model and wrapped.bert is model.bert and wrapped.num_parameters() == model.num_parameters()
