@@ -131,6 +131,28 @@ class DataTrainingArguments:
             raise ValueError(f"--max_duration_in_seconds {self.max_duration_in_seconds}: expected a positive duration")
 
 
+def load_splits(data_args: DataTrainingArguments, model_args: ModelArguments) -> dict[str, datasets.Dataset]:
+    """The `train` / `eval` splits, from `audiofolder` folders or the Hub or its local cache (`--train_split_name`:
+    one split or several joined by `+`), the audio left undecoded (decoded here by `soundfile`)."""
+    if data_args.dataset_name is None:
+        return audio.read_audio_dirs(data_args)
+    out = {}
+    for split, names in (("train", data_args.train_split_name), ("eval", data_args.eval_split_name)):
+        parts = [
+            example_utils.load_hub_dataset(
+                data_args.dataset_name,
+                data_args.dataset_config_name,
+                local_files_hint="--train_dir (an audiofolder: audio files and a metadata.csv with file_name)",
+                split=name,
+                cache_dir=model_args.cache_dir,
+                token=model_args.token,
+            )
+            for name in names.split("+")
+        ]
+        out[split] = audio.undecoded(datasets.concatenate_datasets(parts), data_args.audio_column_name)
+    return out
+
+
 def build_model(model_args: ModelArguments, training_args: IPUTrainingArguments) -> tuple[Wav2Vec2ForPreTraining, Any]:
     """A `Wav2Vec2ForPreTraining` with random weights from the config (with the flags' values), and its extractor."""
     hub = example_utils.hub_kwargs(model_args)
@@ -252,7 +274,7 @@ def main() -> None:
     last_checkpoint = example_utils.start_run(training_args)
     set_seed(training_args.seed)
 
-    raw = audio.load_transcribed_splits(data_args, model_args)
+    raw = load_splits(data_args, model_args)
     example_utils.check_columns(raw, {"--audio_column_name": data_args.audio_column_name})
     model, extractor = build_model(model_args, training_args)
     limits = {"train": data_args.max_train_samples, "eval": data_args.max_eval_samples}
