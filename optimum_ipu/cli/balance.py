@@ -59,8 +59,8 @@ def balance_report(args: argparse.Namespace) -> dict[str, Any]:
 
     from ..benchmark.architectures import synthetic_batches
     from ..config import IPUConfig
-    from ..models.pipelined import to_pipelined
     from ..models.layout import resolve_layers_per_ipu
+    from ..models.pipelined import to_pipelined
     from ..runtime import balance
 
     model, task = _model_and_task(args.model, args.task)
@@ -100,6 +100,16 @@ def balance_report(args: argparse.Namespace) -> dict[str, Any]:
             measured = balance.measure_stage_seconds(model, cut, counts, batch, args.repeats, args.warmup)
             report[name]["measured_stage_s"] = measured
             report[name]["measured_step_s"] = balance.predicted_step_seconds(measured, m)
+    b, e = report["balanced"], report["even"]
+    report["headline"] = (
+        f"{b['layers_per_ipu']} vs even {e['layers_per_ipu']}: predicted slowest stage "
+        f"{max(b['predicted_stage_s']) / max(e['predicted_stage_s']):.2f}x"
+        + (
+            f", measured {max(b['measured_stage_s']) / max(e['measured_stage_s']):.2f}x"
+            if "measured_stage_s" in b
+            else ""
+        )
+    )
     return report
 
 
