@@ -29,7 +29,6 @@ EXAMPLES = REPO_ROOT / "examples"
 
 # Optimum Graphcore's scripts that have no counterpart here (docs/migrating.md says so).
 WITHOUT_SCRIPT = {
-    "run_pretraining.py": "wav2vec2 pretraining (examples/speech-pretraining)",
     "run_vqa.py": "LXMERT visual question answering",
 }
 # Script names that Optimum Graphcore has in two example folders: the command's own folder's script is its counterpart.
