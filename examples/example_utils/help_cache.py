@@ -187,14 +187,17 @@ def _sources(script: str, classes: list[type]) -> dict[str, str | None]:
     folder = os.path.dirname(script)
     packages = [sys.modules[name] for name in OWN_PACKAGES if getattr(sys.modules.get(name), "__file__", None)]
     trees = [os.path.dirname(os.path.realpath(package.__file__)) for package in packages]
-    files = {script}
+    files, real_dirs = {script}, {}  # realpath once per folder, not per module (thousands are loaded)
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
         if not path or not path.endswith(".py"):
             continue
-        path = os.path.realpath(path)
-        if os.path.dirname(path) == folder or any(path.startswith(tree + os.sep) for tree in trees):
-            files.add(path)
+        where, name = os.path.split(path)
+        if where not in real_dirs:
+            real_dirs[where] = os.path.realpath(where)
+        path = os.path.join(real_dirs[where], name)
+        if real_dirs[where] == folder or any(path.startswith(tree + os.sep) for tree in trees):
+            files.add(os.path.realpath(path))
     for cls in classes:
         for base in cls.__mro__:
             path = getattr(sys.modules.get(base.__module__), "__file__", None)
