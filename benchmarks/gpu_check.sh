@@ -21,10 +21,15 @@
 #                       (vs ONNX Runtime on the CPU when installed); p50/p90/p99 ms
 #   bert_qa_throughput  --mode throughput: batches of 32 questions, pipeline() eager fp16     40
 #                       in buckets vs the same baselines; requests/s
+#   gpt2_balance        optimum-ipu config balance gpt2-config --n-ipu 4: each layer timed     25
+#                       on the GPU, balanced split vs even, each stage of both timed apart
+#   t5_balance          the same for t5-small-config (encoder-decoder) on 2 stages             20
+#   pipeline_bubbles    benchmarks/pipeline_schedules.py on 2 CPU processes (the host's idle     60
+#                       cores): GPipe, 1F1B, Interleaved1F1B, ZeroBubble, bubble vs theory
 #   bert_qa_compiled    bert_qa_eager under torch.compile, 30 steps (8 warm-up)            250  (~1,500 samples/s;
 #                       compilation 60-120 s per compiled runner, the later ones partly from the caches)
 #   summary             summary.json, summary.png, results.tar.gz                            5
-#   total                                                                                610  (hard stop: below)
+#   total                                                                                715  (hard stop: below)
 #
 # Budget: GPU_CHECK_BUDGET_S (default 520 s: the device tool allows 600 s a command and 15 minutes a session,
 # machine start included; the compiled run, last, gets what is left) bounds the whole check: each run has a time limit (`timeout`) of at
@@ -59,10 +64,12 @@ export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 
 runs=(bert_qa_eager bert_qa_pipeline2 gpt2_clm bert_qa_inference bert_qa_packed bert_qa_latency bert_qa_throughput
-  bert_qa_compiled)
+  gpt2_balance t5_balance pipeline_bubbles bert_qa_compiled)
 pipeline_config="$here/ipu_config_bert_pipeline2.json"
 if [[ $tiny == 1 ]]; then
-  bert=tiny-bert-config gpt2=tiny-gpt2-config
+  bert=tiny-bert-config gpt2=tiny-gpt2-config t5=tiny-t5-config
+  balance_gpt2=(--n-ipu 2 --seq-len 32 --repeats 1 --warmup 1) balance_t5=(--n-ipu 2 --seq-len 32 --repeats 1 --warmup 1)
+  bubbles=(--layers 4 --seq-len 32 --steps 2)
   bert_train=(--seq-len 32 --batch-size 8 --steps 4 --warmup 1)
   gpt2_train=(--seq-len 32 --batch-size 4 --steps 4 --warmup 1)
   bert_infer=(--seq-len 32 --batch-size 8 --steps 4 --warmup 1)
@@ -81,7 +88,10 @@ json.dump(config, open(sys.argv[2], "w"))
 EOF
   pipeline_config="$work/ipu_config_pipeline2_tiny.json"
 else
-  bert=bert-base-uncased-config gpt2=gpt2-config
+  bert=bert-base-uncased-config gpt2=gpt2-config t5=t5-small-config
+  balance_gpt2=(--n-ipu 4 --seq-len 1024 --batch-size 8 --micro-batches 16)
+  balance_t5=(--n-ipu 2 --seq-len 512 --batch-size 8 --micro-batches 8)
+  bubbles=(--layers 8 --seq-len 128 --steps 5)
   bert_train=(--seq-len 384 --batch-size 64 --steps 30 --warmup 5)
   gpt2_train=(--seq-len 1024 --batch-size 16 --steps 20 --warmup 5)
   bert_infer=(--seq-len 384 --batch-size 128 --steps 30 --warmup 5)
@@ -106,7 +116,14 @@ limited() { # limited SECONDS COMMAND...: the command, stopped after SECONDS (ex
   if command -v timeout >/dev/null; then timeout -k 15 "$@"; else shift; "$@"; fi
 }
 
-bench() { # bench NAME ESTIMATE_S LIMIT_S NOTE ARGS...: one benchmark run in its own process, never fatal
+bench() { # bench NAME ESTIMATE_S LIMIT_S NOTE ARGS...: one `optimum-ipu benchmark` run
+  local name=$1 estimate=$2 cap=$3 note=$4
+  shift 4
+  run_one "$name" "$estimate" "$cap" "$note" "$PY" -m optimum_ipu.cli benchmark "${common[@]}" "$@" --output-dir "$work/$name"
+}
+
+run_one() { # run_one NAME ESTIMATE_S LIMIT_S NOTE COMMAND...: one run in its own process, never fatal; it writes
+  # $work/NAME/benchmark.json (what summarize merges)
   local name=$1 estimate=$2 cap=$3 note=$4
   shift 4
   local dir="$work/$name" left=$((budget - reserve - SECONDS)) start rc
@@ -120,8 +137,8 @@ bench() { # bench NAME ESTIMATE_S LIMIT_S NOTE ARGS...: one benchmark run in its
   fi
   ((cap > left)) && cap=$left
   echo "=== $name (H200 estimate ${estimate}s, limit ${cap}s)${note:+ [$note]}"
-  echo "+ optimum-ipu benchmark ${common[*]} $* --output-dir $name"
-  limited "$cap" "$PY" -m optimum_ipu.cli benchmark "${common[@]}" "$@" --output-dir "$dir" 2>&1 | tee "$dir/run.log"
+  echo "+ $*"
+  limited "$cap" "$@" 2>&1 | tee "$dir/run.log"
   rc=${PIPESTATUS[0]}
   record "$name" "$rc" "$start" "$(date +%s.%N)" "$estimate" "$note"
   case $rc in
@@ -160,6 +177,12 @@ main() {
   bench bert_qa_packed 40 120 "" --model "$bert" --task question-answering --packing "${bert_train[@]}"
   bench bert_qa_latency 150 240 "" --mode latency --model "$bert" "${latency[@]}"
   bench bert_qa_throughput 40 120 "" --mode throughput --model "$bert" "${throughput[@]}"
+  run_one gpt2_balance 25 90 "" "$PY" -m optimum_ipu.cli config balance "$gpt2" "${balance_gpt2[@]}" --measure-stages \
+    --json "$work/gpt2_balance/benchmark.json"
+  run_one t5_balance 20 90 "" "$PY" -m optimum_ipu.cli config balance "$t5" "${balance_t5[@]}" --measure-stages \
+    --json "$work/t5_balance/benchmark.json"
+  run_one pipeline_bubbles 60 150 "CPU processes" "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 \
+    "$here/pipeline_schedules.py" "${bubbles[@]}" --json "$work/pipeline_bubbles/benchmark.json"
   bench bert_qa_compiled 250 400 "$compile_note" --model "$bert" --task question-answering "${bert_train[@]}" \
     "${compiled[@]}"
 

@@ -161,8 +161,9 @@ def _chart(summary: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.4 * len(runs)), squeeze=False)
     for ax, (name, entry) in zip(axes[:, 0], runs.items(), strict=True):
         report = entry.get("benchmark")
-        if report is None:
-            ax.text(0.5, 0.5, f"{name}: {entry['status']}", ha="center", va="center", transform=ax.transAxes)
+        if report is None or "results" not in report:  # failed, or not `optimum-ipu benchmark` (balance, bubbles)
+            text = f"{name}: {entry['status']}" + (f"\n{report['headline']}" if report and "headline" in report else "")
+            ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=8)
             ax.set_axis_off()
             continue
         bars = {r["name"]: r["samples_per_second"] for r in report["results"]} | report["anchors"]
