@@ -277,9 +277,12 @@ class IPUConfig:
         else:  # `mode`, the mode-managed names (their descriptor checks the field reached), other attributes
             object.__setattr__(self, name, value)
 
-    def _set_field(self, name: str, value: Any) -> None:
+    def _set_field(self, name: str, value: Any, keep_auto: bool = False) -> None:
+        """Set a field, checked; a layout set so is no longer `"auto"` unless `keep_auto` (the balanced split)."""
         check_field_types({**self.__dict__, name: value})
         self.__dict__[name] = value
+        if not keep_auto:
+            self.__dict__["auto_layers"] = tuple(f for f in self.__dict__.get("auto_layers", ()) if f != name)
 
     def _get_managed_attr_mode_name(self, attr: str) -> str:
         """The field that the mode-managed `attr` reaches in the current mode (Optimum Graphcore's helper)."""
@@ -502,7 +505,7 @@ class IPUConfig:
             check[raw_key] = value
         # Validate on a copy first: a bad update leaves this config untouched.
         candidate = type(self).from_dict(check)
-        for name in FIELDS:
+        for name in (*FIELDS, "auto_layers"):
             self.__dict__[name] = candidate.__dict__[name]
 
     def copy(self) -> IPUConfig:

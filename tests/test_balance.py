@@ -110,6 +110,14 @@ def test_auto_layers_resolve_at_parallelize_and_train():
     assert losses[1] < losses[0]
 
 
+def test_a_layout_set_after_auto_is_kept():
+    config = IPUConfig.from_dict({"layers_per_ipu": "auto", "ipus_per_replica": 2})
+    config.layers_per_ipu = [3, 1]
+    assert config.to_dict()["layers_per_ipu"] == [3, 1] and config.to_dict()["inference_layers_per_ipu"] == "auto"
+    config.update_from_string("inference_layers_per_ipu=[2 2]")
+    assert config.to_dict()["inference_layers_per_ipu"] == [2, 2]
+
+
 def test_auto_needs_the_number_of_stages():
     with pytest.raises(IncompatibleIPUConfigError, match='"auto" needs `ipus_per_replica`'):
         IPUConfig(layers_per_ipu="auto")

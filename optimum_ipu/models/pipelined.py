@@ -230,7 +230,7 @@ class PipelinedModel(StaticGeneration, nn.Module):
         stages = {f: len(cfg.__dict__[f]) for f in fields}
         resolved = auto_layers_per_ipu(self.model, self.stage_cut(), fields, stages, cfg.gradient_accumulation_steps)
         for field, counts in resolved.items():
-            cfg._set_field(field, counts)
+            cfg._set_field(field, counts, keep_auto=True)
             logger.warning(f'{field} "auto": {counts}, balanced from each layer\'s cost measured here')
 
     def deparallelize(self) -> nn.Module:
