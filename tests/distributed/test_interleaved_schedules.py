@@ -85,3 +85,26 @@ def test_trainer_four_stages_on_two_processes_equal_one_process(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads((two / "result.json").read_text())["world_size"] == 2
     assert_same_training(two, reference)
+
+
+def test_auto_layers_agree_over_processes(tmp_path):
+    """`layers_per_ipu: "auto"` on 2 processes: each measures, rank 0's split is taken by both (a different split on
+    each would hang the schedule), and training gives one process's numbers (any split does)."""
+    config = {"layers_per_ipu": "auto", "ipus_per_replica": 2, "gradient_accumulation_steps": 2}
+    run = launch(
+        *TORCHRUN,
+        "--nproc_per_node=2",
+        f"--master_port={free_port()}",
+        WORKER,
+        str(tmp_path),
+        json.dumps(config),
+        "1F1B",
+        str(STEPS),
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert 'layers_per_ipu "auto": [' in run.stderr
+    want_losses, want_weights = single_process(config)
+    assert json.loads((tmp_path / "loss.json").read_text()) == pytest.approx(want_losses, abs=1e-5)
+    got = {**load_file(tmp_path / "rank0.safetensors"), **load_file(tmp_path / "rank1.safetensors")}
+    for key, value in want_weights.items():
+        torch.testing.assert_close(got[key], value, atol=1e-5, rtol=0, msg=key)
