@@ -158,11 +158,7 @@ def generate_static(
     generate_kwargs.setdefault("pad_token_id", pad_id)
     with torch.no_grad(), staged:
         output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)
-    # generate() returns `num_return_sequences` consecutive rows per prompt
-    per_prompt = generate_kwargs.get("num_return_sequences") or getattr(
-        getattr(model, "generation_config", None), "num_return_sequences", None
-    )
-    keep = rows * (per_prompt or 1)
+    keep = rows * _sequences_per_input(model, generate_kwargs)
     if isinstance(output, torch.Tensor):
         return output[:keep]
     output.sequences = output.sequences[:keep]
@@ -262,10 +258,19 @@ def _generate_from_features(
         inputs["attention_mask"] = attention_mask
     with torch.no_grad():
         output = model.generate(**inputs, **generate_kwargs)
+    keep = rows * _sequences_per_input(model, generate_kwargs)
     if isinstance(output, torch.Tensor):
-        return output[:rows]
-    output.sequences = output.sequences[:rows]
+        return output[:keep]
+    output.sequences = output.sequences[:keep]
     return output
+
+
+def _sequences_per_input(model: nn.Module, generate_kwargs: dict[str, Any]) -> int:
+    """How many consecutive rows `generate()` returns per input (`num_return_sequences`)."""
+    per_input = generate_kwargs.get("num_return_sequences") or getattr(
+        getattr(model, "generation_config", None), "num_return_sequences", None
+    )
+    return per_input or 1
 
 
 def _pad_token_id(model: nn.Module) -> int:

@@ -88,6 +88,17 @@ def load_held_tensors(
     return missing
 
 
+def _load_generation_config(model: nn.Module, name_or_path: str, hub: dict[str, Any]) -> None:
+    """The folder's `generation_config.json`, as `from_pretrained` reads it (Whisper's suppressed tokens, its decoder
+    prompt and length live there); the config's defaults when it has none."""
+    if not model.can_generate():
+        return
+    try:
+        model.generation_config = transformers.GenerationConfig.from_pretrained(name_or_path, **hub)
+    except OSError:
+        logger.info("%s has no generation_config.json: generation uses the model config's defaults", name_or_path)
+
+
 def load_stage(
     auto_class: str | type, name_or_path: str, ipu_config: IPUConfig, device: torch.device | None = None, **kwargs: Any
 ) -> PipelinedModel:
@@ -127,6 +138,7 @@ def load_stage(
         model = builder(config, dtype=dtype, **kwargs)
     model.tie_weights()
     model.eval()  # as from_pretrained returns it
+    _load_generation_config(model, name_or_path, hub)
     pipelined = to_pipelined(model, ipu_config)
     counts = layers_per_stage(ipu_config, pipelined.num_layers, inference=False)
     mesh = stage_mesh(ipu_config.value("replication_factor"), len(counts), device)

@@ -15,6 +15,7 @@ the same tokens; each process's KV cache holds the keys and values of its own la
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,10 +24,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.modeling_outputs import BaseModelOutput, CausalLMOutputWithPast, Seq2SeqLMOutput
 
 from ..errors import IncompatibleIPUConfigError
-from .stage_cut import StageCut, StageModule, stage_ranges
+from .stage_cut import StageCut, StageModule, hold_place, stage_ranges
 from .stage_hold import StageHold
 
 
@@ -56,19 +57,27 @@ class StageForward:
         group: Any,
         precision: str = "fp32",
         gate: Any = None,
+        chain: Sequence[int] | None = None,
+        layers: range | None = None,
     ) -> None:
-        self.stage, self.num_stages, self.group = stage, len(counts), group
-        layers = stage_ranges(counts)[stage]
-        self.module = StageModule(model, cut, layers, stage, len(counts), ["?"], precision, _nothing, root=gate)
+        # `chain`: the stages that take part, in order (all by default; generation runs an encoder-decoder's encoder
+        # and decoder stages as two chains), and `layers` this stage's layers in the chain
+        self.chain = list(chain) if chain is not None else list(range(len(counts)))
+        self.stage, self.num_stages, self.group = self.chain.index(stage), len(self.chain), group
+        layers = stage_ranges(counts)[stage] if layers is None else layers
+        self.module = StageModule(
+            model, cut, layers, self.stage, self.num_stages, ["?"], precision, _nothing, root=gate
+        )
 
-    def _rank(self, stage: int) -> int:
-        return dist.get_global_rank(self.group, stage)
+    def _rank(self, position: int) -> int:
+        """The global rank of the process at `position` in the chain."""
+        return dist.get_global_rank(self.group, self.chain[position])
 
     @torch.no_grad()
     def __call__(self, batch: dict[str, torch.Tensor]) -> Any:
         """This stage's part of `batch`'s forward: the model's output on the last stage, `None` on the others."""
         module = self.module
-        module.keys = [next(iter(batch))]  # stage 0 finds its micro-batch by its first tensor
+        module.keys = [next(k for k, v in batch.items() if torch.is_tensor(v))]  # stage 0 finds it by this tensor
         module.reset([batch])
         if self.stage == 0:
             received: tuple[torch.Tensor, ...] = (batch[module.keys[0]],)
@@ -133,10 +142,16 @@ class StageGeneration:
     Every process of the replica calls the stock model's `generate()` with the same arguments inside `generating()`.
     Each call of the model that the decoding loop makes (prefill, then one per token) runs this process's stage on
     its own KV cache (the cache object `generate()` made here; its layers of other stages hold placeholders that keep
-    its lengths, `stage_cut._hold_place`); the hidden states travel to the next stage and the last stage's logits come
+    its lengths, `stage_cut.hold_place`); the hidden states travel to the next stage and the last stage's logits come
     back to every stage. The loop then sees the same logits everywhere and, with the same random state (shared from
     the last stage as generation starts), draws the same tokens: greedy, beam search and sampling alike. Only
     activations and logits travel; a process never holds another stage's weights or cache.
+
+    An encoder-decoder model's `generate()` calls its encoder once, apart from the decoding loop: that call runs
+    through the stages holding encoder layers (the encoder module's own forward, cut as the model is), and the
+    encoder's output is broadcast to every stage. The decoding loop's calls then run through the stages holding
+    decoder layers only, each given the encoder output as `encoder_outputs`; a stage of encoder layers only takes
+    the logits.
 
     Args:
         model (`nn.Module`): the stock model, holding its stage only (`stage_hold.stage_hold(model)`).
@@ -150,23 +165,49 @@ class StageGeneration:
                 "generate() with stages sharded over replicas (FSDP) is not supported: load the model for generation "
                 "without sharding (optimum_ipu.AutoModelForCausalLM.from_pretrained(..., ipu_config=...))"
             )
-        if cut.encoder is not None:
-            raise IncompatibleIPUConfigError(
-                f"generate() with the stages of {type(model).__name__} on separate processes: only decoder-only "
-                "models generate across processes yet; generate with an encoder-decoder model in one process"
-            )
         counts = [len(r) for r in hold.ranges]
-        self.model, self.gate = model, hold.gate
-        self.stages = StageForward(model, cut, counts, hold.stage, hold.mesh.get_group("pp"))  # gate: generating()
+        self.model, self.gate, self.cut = model, hold.gate, cut
+        self.group = hold.mesh.get_group("pp")
+        self._last = dist.get_global_rank(self.group, len(counts) - 1)  # the stage whose logits every stage takes
         self._inside = False
+        split = cut.encoder.num_layers if cut.encoder is not None else 0
+        # the cache indices (decoder layers, counted from 0) of the layers after this stage's
+        self._unreached = range(max(hold.ranges[hold.stage].stop, split) - split, len(cut.layer_paths) - split)
+        self.encoder_stages: StageForward | None = None
+        self.stages: StageForward | None  # `None` on a stage of encoder layers only
+        if cut.encoder is None:
+            self.stages = StageForward(model, cut, counts, hold.stage, self.group)  # gate: generating()
+            self._output: type = CausalLMOutputWithPast
+        else:
+            self.encoder_stages, self.stages = _encoder_decoder_chains(model, cut, hold.ranges, hold.stage, self.group)
+            encoder_chain = [s for s, r in enumerate(hold.ranges) if s == 0 or r.start < cut.encoder.num_layers]
+            self._encoder_last = dist.get_global_rank(self.group, encoder_chain[-1])
+            self._output = Seq2SeqLMOutput
 
     @contextmanager
     def generating(self) -> Iterator[None]:
         """While open, a call of the model runs it as described in the class docstring; `generate()` is called
-        inside. The model's `forward` is wrapped on this instance for the time of the call (as accelerate's hooks
-        wrap it): no class or module of `transformers` is changed."""
+        inside. The model's `forward` (and an encoder-decoder's encoder's) is wrapped on this instance for the time
+        of the call (as accelerate's hooks wrap it): no class or module of `transformers` is changed."""
         model = self.model
-        stock = type(model).forward.__get__(model)  # the class's forward, bound (a wrapper would call itself)
+        wrapped = [(model, self._step)]
+        if self.cut.encoder is not None:
+            wrapped.append((model.get_submodule(self.cut.encoder.path), self._encode))
+        for module, run in wrapped:
+            module.forward = self._wrap(module, run)
+        was_open = self.gate.running
+        self.gate.running = True  # the model runs its stage only: its whole forward is replaced meanwhile
+        try:
+            self._share_random_state()
+            yield
+        finally:
+            for module, _ in wrapped:
+                del module.forward
+            self.gate.running = was_open
+
+    def _wrap(self, module: nn.Module, run: Any) -> Any:
+        """`module`'s forward while generating: `run(inputs)`, except within a stage's own run of the stock forward."""
+        stock = type(module).forward.__get__(module)  # the class's forward, bound (a wrapper would call itself)
 
         @functools.wraps(stock)
         def forward(*args: Any, **inputs: Any) -> Any:
@@ -174,46 +215,119 @@ class StageGeneration:
                 return stock(*args, **inputs)
             if args:
                 raise TypeError("generation across stages calls the model with keyword arguments only")
-            return self._step(inputs)
+            return run(inputs)
 
-        was_open = self.gate.running
-        model.forward = forward
-        self.gate.running = True  # the model runs its stage only: its whole forward is replaced meanwhile
+        return forward
+
+    def _run(self, stages: StageForward | None, inputs: dict[str, Any]) -> Any:
+        """This process's part of one call through `stages`: the model's output on the chain's last stage."""
+        if stages is None:
+            return None
+        self._inside = True
         try:
-            self._share_random_state()
-            yield
+            return stages(inputs)
         finally:
-            del model.forward
-            self.gate.running = was_open
+            self._inside = False
 
     def _step(self, inputs: dict[str, Any]) -> Any:
         """One model call of the decoding loop: this stage's forward, then the last stage's logits everywhere."""
-        stages = self.stages
-        self._inside = True
-        try:
-            output = stages(inputs)
-        finally:
-            self._inside = False
-        last = stages._rank(stages.num_stages - 1)
-        logits = output.logits if output is not None else None
-        header = [(tuple(logits.shape), logits.dtype) if logits is not None else None]
-        dist.broadcast_object_list(header, src=last, group=stages.group)
-        if logits is None:
-            device = next(v.device for v in inputs.values() if torch.is_tensor(v))
-            shape, dtype = header[0]
-            logits = torch.empty(shape, dtype=dtype, device=device)
-        dist.broadcast(logits.contiguous() if output is not None else logits, src=last, group=stages.group)
+        output = self._run(self.stages, inputs)
+        logits = self._broadcast(output.logits if output is not None else None, self._last, _device(inputs))
+        self._follow_tokens(inputs, logits.dtype)
         if output is not None:
             return output
-        return CausalLMOutputWithPast(logits=logits, cache=inputs.get("cache"))
+        return self._output(logits=logits, cache=inputs.get("cache"))
+
+    def _follow_tokens(self, inputs: dict[str, Any], dtype: torch.dtype) -> None:
+        """Placeholders in this process's KV cache for the decoder layers its stage did not reach (those after it,
+        or every one on a stage of encoder layers only), as a pass-through layer holds for those before it:
+        `generate()` reads lengths from every layer, reorders them for beam search and may return them."""
+        cache = inputs.get("cache")
+        ids = inputs.get("input_ids" if self.cut.encoder is None else "decoder_input_ids")
+        if cache is None or ids is None:
+            return
+        tokens = torch.empty(ids.shape, dtype=dtype, device=ids.device)
+        for index in self._unreached:
+            hold_place(cache, index, tokens)
+
+    def _encode(self, inputs: dict[str, Any]) -> BaseModelOutput:
+        """The encoder's call in `generate()`: through the encoder's stages, its output then on every stage."""
+        extras = [k for k in ("output_attentions", "output_hidden_states") if inputs.get(k)]
+        if extras:
+            raise IncompatibleIPUConfigError(
+                f"generate(..., {extras[0]}=True) with the encoder's stages on separate processes: each process holds "
+                f"only its layers' outputs; generate without {extras[0]}, or in one process"
+            )
+        tensors = {k: v for k, v in inputs.items() if torch.is_tensor(v)}
+        output = self._run(self.encoder_stages, tensors)
+        hidden = output.last_hidden_state if output is not None else None
+        return BaseModelOutput(last_hidden_state=self._broadcast(hidden, self._encoder_last, _device(tensors)))
+
+    def _broadcast(self, tensor: torch.Tensor | None, src: int, device: torch.device) -> torch.Tensor:
+        """`tensor` of process `src` on every stage of the replica (its shape and dtype sent first)."""
+        header = [(tuple(tensor.shape), tensor.dtype) if tensor is not None else None]
+        dist.broadcast_object_list(header, src=src, group=self.group)
+        if tensor is None:
+            shape, dtype = header[0]
+            tensor = torch.empty(shape, dtype=dtype, device=device)
+        else:
+            tensor = tensor.contiguous()
+        dist.broadcast(tensor, src=src, group=self.group)
+        return tensor
 
     def _share_random_state(self) -> None:
         """Every stage takes the last stage's random state (CPU, and this process's GPU): sampling then draws the
         same tokens on every process, whatever each process consumed before."""
-        stages = self.stages
         device = next((p.device for p in self.model.parameters() if not p.is_meta), torch.device("cpu"))
         states = [torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None]
-        dist.broadcast_object_list(states, src=stages._rank(stages.num_stages - 1), group=stages.group)
+        dist.broadcast_object_list(states, src=self._last, group=self.group)
         torch.set_rng_state(states[0])
         if states[1] is not None:
             torch.cuda.set_rng_state(states[1], device)
+
+
+def _device(inputs: dict[str, Any]) -> torch.device:
+    return next(v.device for v in inputs.values() if torch.is_tensor(v))
+
+
+def _encoder_decoder_chains(
+    model: nn.Module, cut: StageCut, ranges: Sequence[range], stage: int, group: Any
+) -> tuple[StageForward | None, StageForward | None]:
+    """This stage's parts of an encoder-decoder's two generation chains (`None` where it takes no part).
+
+    The encoder chain runs the encoder module's own forward over the stages holding encoder layers (stage 0 always:
+    it holds the embeddings); the decoder chain runs the whole model's forward, given the encoder's output, over the
+    stages holding decoder layers (and the last stage: the heads), the first of them making the decoder's hidden
+    states from its embeddings."""
+    split = cut.encoder.num_layers
+    encoder = model.get_submodule(cut.encoder.path)
+    encoder_chain = [s for s, r in enumerate(ranges) if s == 0 or r.start < split]
+    decoder_chain = [s for s, r in enumerate(ranges) if r.stop > split or s == len(ranges) - 1]
+    counts = [len(r) for r in ranges]
+    encoder_cut = StageCut(
+        layer_paths=_paths_within(encoder, [model.get_submodule(p) for p in cut.layer_paths[:split]]),
+        stand_in=cut.stand_in,
+        strict=cut.strict,
+        embeddings=_paths_within(encoder, [model.get_submodule(p) for p in cut.embeddings], missing_ok=True),
+        shape_only_embeddings=cut.shape_only_embeddings,
+    )
+    decoder_cut = dataclasses.replace(cut, encoder=None)  # the encoder's output is an input of every decoder stage
+    own = ranges[stage]
+    encoder_stages = decoder_stages = None
+    if stage in encoder_chain:
+        layers = range(own.start, min(own.stop, split))
+        encoder_stages = StageForward(encoder, encoder_cut, counts, stage, group, chain=encoder_chain, layers=layers)
+    if stage in decoder_chain:
+        layers = range(max(own.start, split), own.stop)
+        decoder_stages = StageForward(model, decoder_cut, counts, stage, group, chain=decoder_chain, layers=layers)
+    return encoder_stages, decoder_stages
+
+
+def _paths_within(root: nn.Module, modules: Sequence[nn.Module], missing_ok: bool = False) -> list[str]:
+    """The dotted paths of `modules` within `root` (a module registered under several names: its first)."""
+    paths: dict[int, str] = {}
+    for name, module in root.named_modules(remove_duplicate=False):
+        paths.setdefault(id(module), name)
+    if not missing_ok and any(id(m) not in paths for m in modules):
+        raise IncompatibleIPUConfigError(f"{type(root).__name__} does not hold every encoder layer of its plan")
+    return [paths[id(m)] for m in modules if id(m) in paths]

@@ -30,6 +30,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
+from transformers.utils import ModelOutput
 
 from ..errors import IncompatibleIPUConfigError
 from .precision import autocast
@@ -102,7 +103,7 @@ class _PassThrough(nn.Module):
     output (a tensor, or a tuple of that length whose other items are `None`). Other attributes are the layer's
     (base models read a layer's `attention_type` and the like between layers).
 
-    Given a KV cache (generation), it appends a placeholder for its layer's new tokens (`_hold_place`): the keys and
+    Given a KV cache (generation), it appends a placeholder for its layer's new tokens (`hold_place`): the keys and
     values live in the cache of the process that runs the layer, while this process's cache keeps its lengths."""
 
     def __init__(self, arity: int = 0, layer: nn.Module | None = None) -> None:
@@ -125,18 +126,24 @@ class _PassThrough(nn.Module):
     def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         cache = next((v for v in (*args, *kwargs.values()) if isinstance(v, Cache)), None)
         if cache is not None and self.__dict__["_cache_index"] is not None:
-            _hold_place(cache, self.__dict__["_cache_index"], hidden_states)
+            hold_place(cache, self.__dict__["_cache_index"], hidden_states)
         return (hidden_states, *([None] * (self.arity - 1))) if self.arity else hidden_states
 
 
-def _hold_place(cache: Cache, index: int, hidden_states: torch.Tensor) -> None:
+def hold_place(cache: Cache, index: int, hidden_states: torch.Tensor) -> None:
     """Append to cache layer `index` one zero per new token and row (keys and values of shape `(batch, 1, tokens,
     1)`), for a layer run by another process: `transformers` reads the cached length (positions, masks) from a
     layer's keys and reorders every layer for beam search, so each layer must follow the tokens; one value each
     (not an empty tensor, which a dynamic cache would count as no tokens) is all the memory it takes."""
-    if isinstance(cache, EncoderDecoderCache):
-        cache = cache.self_attention_cache
     placeholder = hidden_states.new_zeros(hidden_states.shape[0], 1, hidden_states.shape[1], 1)
+    if isinstance(cache, EncoderDecoderCache):
+        cross = cache.cross_attention_cache
+        layer = cross.layers[index] if index < len(cross.layers) else None
+        if layer is not None and not layer.is_initialized and getattr(layer, "max_cache_len", None) is None:
+            # one value per row for the encoder's keys and values too: Whisper's generate() splits every layer's
+            # cross-attention cache by row when it returns the cache
+            cross.update(placeholder[:, :, :1], placeholder[:, :, :1], index)
+        cache = cache.self_attention_cache
     cache.update(placeholder, placeholder, index)
 
 
@@ -189,6 +196,16 @@ class ShapeOnly(nn.Module):
             output = functional_call(module, state, tree_map(to_meta, args), tree_map(to_meta, kwargs))
         zeros = lambda t: torch.zeros(t.shape, dtype=t.dtype, device=device) if isinstance(t, torch.Tensor) else t  # noqa: E731
         return tree_map(zeros, output)
+
+
+def _first_row(value: Any) -> Any:
+    """The first row of a batch tensor, or of each tensor of a model output (an encoder's output handed to the
+    decoder in generation); anything else as it is."""
+    if isinstance(value, torch.Tensor):
+        return value[:1] if value.dim() else value
+    if isinstance(value, ModelOutput):
+        return type(value)(**{k: _first_row(v) for k, v in value.items()})
+    return value
 
 
 def _first(output: Any) -> torch.Tensor:
@@ -301,7 +318,7 @@ class StageModule(nn.Module):
     def _learn_layers(self, batch: dict[str, torch.Tensor]) -> dict[int, nn.Module]:
         """Stand-ins for the layers of other stages, each returning what its layer returns (a tensor or a tuple
         of some length): learnt from one forward of the whole model on one row, so no family needs declaring."""
-        row = {k: v[:1] if isinstance(v, torch.Tensor) and v.dim() else v for k, v in batch.items()}
+        row = {k: _first_row(v) for k, v in batch.items()}
         if any(isinstance(v, Cache) for v in row.values()):
             # a generation's step: the probe runs every layer, which would write into the KV cache; it runs without
             # it, and without the attention mask, which may be sized to the cache (a static cache's full length)
