@@ -13,6 +13,9 @@ import logging
 
 import pytest
 import transformers
+
+# from optimum.graphcore.models.whisper import WhisperProcessorTorch
+from optimum_ipu.models.whisper import WhisperProcessorTorch
 from transformers import WhisperForConditionalGeneration
 
 # from optimum.graphcore import IPUConfig, pipeline
@@ -20,9 +23,6 @@ from optimum_ipu import IPUConfig, pipeline
 
 # from optimum.graphcore.modeling_utils import to_pipelined
 from optimum_ipu.modeling_utils import to_pipelined
-
-# from optimum.graphcore.models.whisper import WhisperProcessorTorch
-from optimum_ipu.models.whisper import WhisperProcessorTorch
 from optimum_ipu.pipelines.audio import load_audio
 
 SAID = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."
