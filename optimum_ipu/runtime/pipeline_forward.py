@@ -180,7 +180,7 @@ class StageGeneration:
             self._output: type = CausalLMOutputWithPast
         else:
             self.encoder_stages, self.stages = _encoder_decoder_chains(model, cut, hold.ranges, hold.stage, self.group)
-            encoder_chain = [s for s, r in enumerate(hold.ranges) if s == 0 or r.start < cut.encoder.num_layers]
+            encoder_chain, _ = _chains(hold.ranges, cut.encoder.num_layers)
             self._encoder_last = dist.get_global_rank(self.group, encoder_chain[-1])
             self._output = Seq2SeqLMOutput
 
@@ -290,6 +290,14 @@ def _device(inputs: dict[str, Any]) -> torch.device:
     return next(v.device for v in inputs.values() if torch.is_tensor(v))
 
 
+def _chains(ranges: Sequence[range], split: int) -> tuple[list[int], list[int]]:
+    """The stages of an encoder-decoder's encoder chain (those holding encoder layers, and stage 0: its embeddings)
+    and of its decoder chain (those holding decoder layers, and the last stage: its heads), in order."""
+    encoder_chain = [s for s, r in enumerate(ranges) if s == 0 or r.start < split]
+    decoder_chain = [s for s, r in enumerate(ranges) if r.stop > split or s == len(ranges) - 1]
+    return encoder_chain, decoder_chain
+
+
 def _encoder_decoder_chains(
     model: nn.Module, cut: StageCut, ranges: Sequence[range], stage: int, group: Any
 ) -> tuple[StageForward | None, StageForward | None]:
@@ -301,8 +309,7 @@ def _encoder_decoder_chains(
     states from its embeddings."""
     split = cut.encoder.num_layers
     encoder = model.get_submodule(cut.encoder.path)
-    encoder_chain = [s for s, r in enumerate(ranges) if s == 0 or r.start < split]
-    decoder_chain = [s for s, r in enumerate(ranges) if r.stop > split or s == len(ranges) - 1]
+    encoder_chain, decoder_chain = _chains(ranges, split)
     counts = [len(r) for r in ranges]
     encoder_cut = StageCut(
         layer_paths=_paths_within(encoder, [model.get_submodule(p) for p in cut.layer_paths[:split]]),
