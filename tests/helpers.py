@@ -11,6 +11,7 @@ import torch
 import transformers
 
 from optimum_ipu import IPUTrainingArguments
+from optimum_ipu.runtime.devices import cpu_supports_bf16
 
 from .conftest import PYTHON, REPO_ROOT
 from .processes import free_port, run_python, run_torchrun  # noqa: F401  (free_port: the tests' import site)
@@ -24,6 +25,12 @@ def env(**extra: str) -> dict[str, str]:
     # HF_DATASETS_OFFLINE too: the suite is offline, and one environment lets the test zygote serve every process
     offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     return {**os.environ, "PYTHONPATH": str(REPO_ROOT), **offline, "OMP_NUM_THREADS": "1", **extra}
+
+
+def half_precision_flags() -> list[str]:
+    """`--bf16` where this CPU multiplies bf16 natively (AVX512-BF16 or AMX), else none (fp32): emulated, a Whisper
+    tiny step takes about a minute, and the suite's machines are of both kinds."""
+    return ["--bf16"] if cpu_supports_bf16() else []
 
 
 def launch(
