@@ -45,6 +45,11 @@
 # models, seq 32, batch 8, 4 steps (latency / throughput: seq 64, 4 requests / 2 batches of 4, our eager backend) (bert_qa_packed: SQuAD lengths scaled to seq 32), fp32 (Trainer refuses bf16 on a CPU), no --peak-tflops; bert_qa_compiled then
 # runs without --compile (a cold torch.compile of the tiny model took ~45 s on a 2-core CPU) and says so.
 #
+# GPU_CHECK_RUNS=name,name: only these runs (e.g. a rerun of the ones that failed, in what is left of the session's
+# device time); the summary lists only them. An unknown name stops the check up front (exit 2), naming it.
+# GPU_CHECK_DRY_RUN=1: print each selected run's command line (`+ NAME: COMMAND`, shell-quoted) and run nothing: what
+# CI checks every run's arguments with, in both modes, without the minutes they take.
+#
 # Needs: python3 (or $PYTHON) with torch and transformers; this package is taken from this checkout (PYTHONPATH).
 set -uo pipefail # no -e: a failed run is recorded, and the next one runs
 
@@ -65,6 +70,17 @@ export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 
 runs=(bert_qa_eager bert_qa_pipeline2 gpt2_clm bert_qa_inference bert_qa_packed bert_qa_latency bert_qa_throughput
   gpt2_balance t5_balance pipeline_bubbles bert_qa_compiled)
+dry=${GPU_CHECK_DRY_RUN:-0}
+if [[ -n ${GPU_CHECK_RUNS:-} ]]; then
+  IFS=, read -r -a chosen <<<"$GPU_CHECK_RUNS"
+  for name in "${chosen[@]}"; do
+    if [[ " ${runs[*]} " != *" $name "* ]]; then
+      echo "gpu_check: GPU_CHECK_RUNS: unknown run '$name'; choose from: ${runs[*]}"
+      exit 2
+    fi
+  done
+  runs=("${chosen[@]}")
+fi
 pipeline_config="$here/ipu_config_bert_pipeline2.json"
 if [[ $tiny == 1 ]]; then
   bert=tiny-bert-config gpt2=tiny-gpt2-config t5=tiny-t5-config
@@ -126,6 +142,11 @@ run_one() { # run_one NAME ESTIMATE_S LIMIT_S NOTE COMMAND...: one run in its ow
   # $work/NAME/benchmark.json (what summarize merges)
   local name=$1 estimate=$2 cap=$3 note=$4
   shift 4
+  [[ " ${runs[*]} " == *" $name "* ]] || return 0 # not among GPU_CHECK_RUNS
+  if [[ $dry == 1 ]]; then
+    printf '+ %s:' "$name" && printf ' %q' "$@" && echo
+    return 0
+  fi
   local dir="$work/$name" left=$((budget - reserve - SECONDS)) start rc
   mkdir -p "$dir"
   start=$(date +%s.%N)
@@ -168,7 +189,11 @@ main() {
   fi
   echo "--- pipeline config of bert_qa_pipeline2"
   "$PY" -m optimum_ipu.cli config check "$pipeline_config"
+  all_runs
+  report
+}
 
+all_runs() { # every run, in order; run_one leaves out those not selected (GPU_CHECK_RUNS)
   bench bert_qa_eager 30 120 "" --model "$bert" --task question-answering "${bert_train[@]}"
   bench bert_qa_pipeline2 30 120 "2 stages in turn on one device" --model "$bert" --task question-answering \
     "${bert_train[@]}" --ipu-config "$pipeline_config"
@@ -185,7 +210,9 @@ main() {
     "$here/pipeline_schedules.py" "${bubbles[@]}" --json "$work/pipeline_bubbles/benchmark.json"
   bench bert_qa_compiled 250 400 "$compile_note" --model "$bert" --task question-answering "${bert_train[@]}" \
     "${compiled[@]}"
+}
 
+report() { # the summary, its chart and a table of the runs
   echo "--- summary (${SECONDS}s so far)"
   summarize --chart
   local status=$?
@@ -203,5 +230,9 @@ EOF
   return $status
 }
 
+if [[ $dry == 1 ]]; then
+  all_runs
+  exit 0
+fi
 main 2>&1 | tee "$OUT/gpu_check.log"
 exit "${PIPESTATUS[0]}"

@@ -69,7 +69,7 @@ def run_schedule(name: str, args: argparse.Namespace, batch: dict[str, torch.Ten
     return {"step_s": step_s, "busy_s": busy, "bubble": 1 - busy / step_s, "theory": theory, "stages": stages}
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--micro-batches", type=int, default=4)
@@ -77,7 +77,11 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--json", default="pipeline_schedules.json")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     dist.init_process_group("gloo")
     ids = torch.randint(
         0, 8000, (args.rows * args.micro_batches, args.seq_len), generator=torch.Generator().manual_seed(0)

@@ -34,6 +34,16 @@ def test_reference_command_flags_parse_with_their_meaning(tmp_path, monkeypatch)
     assert args.precision("cpu") == "fp32"
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_on_a_cpu_without_native_bf16_is_said_once(tmp_path, monkeypatch, caplog, native):
+    monkeypatch.setattr("optimum_ipu.trainer.training_args.cpu_supports_bf16", lambda: native)
+    args = IPUTrainingArguments(output_dir=str(tmp_path), bf16=True, use_cpu=True)
+    with caplog.at_level("WARNING", logger="optimum_ipu.trainer.training_args"):
+        assert args.precision("cpu") == "bf16"  # kept as asked: the numbers are a bf16 run's
+    said = [r.getMessage() for r in caplog.records if "no native bf16" in r.getMessage()]
+    assert len(said) == (0 if native else 1), said
+
+
 def test_warmup_steps_win_over_ratio(tmp_path):
     args = IPUTrainingArguments(output_dir=str(tmp_path), warmup_ratio=0.5, warmup_steps=7)
     assert args.get_warmup_steps(100) == 7
