@@ -369,8 +369,8 @@ class IPUTrainingArguments(TrainingArguments):
             return "fp16"
         if self.bf16:
             if device_type == "cpu" and not cpu_supports_bf16():
-                # oneDNN emulates bf16 without AVX512-BF16 or AMX: a Whisper tiny step took 60x its fp32 time on
-                # an AVX2 EPYC. Asked for, it is kept (the numbers are what a bf16 run gives), but said once.
+                # oneDNN emulates bf16 without AVX512-BF16 or AMX: a MiniLM QA training step took 22-27x its fp32
+                # time on an AVX2 EPYC (benchmarks/cpu_bf16.py). Asked for, it is kept, but said once.
                 logger.warning(
                     "--bf16: this CPU has no native bf16 (AVX512-BF16 or AMX), so it is emulated and much slower "
                     "than fp32; drop --bf16 to train in fp32"
