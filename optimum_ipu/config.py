@@ -603,7 +603,7 @@ def report_parallelize_kwargs(knobs: dict[str, Any], where: str, inference: bool
     return realised
 
 
-@functools.lru_cache(maxsize=None)  # reading a distribution's metadata takes ~6 ms; it does not change in a process
+@functools.cache  # reading a distribution's metadata takes ~6 ms; it does not change in a process
 def _installed_version(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)

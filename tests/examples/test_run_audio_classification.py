@@ -103,8 +103,8 @@ def test_fsdd_from_scratch(tmp_path, shared_data, model_type):
 
 def test_pretrained_whisper_encoder_classifies_fsdd_digits(tmp_path, shared_data):
     """OpenAI's Whisper tiny.en (`../shared/models/whisper-tiny.en`) loaded as `WhisperForAudioClassification`: its
-    pretrained encoder (frozen here; bf16 where the CPU has it natively), a new projector and classifier, in 2 pipeline stages; one recording of
-    each digit, learnt in 20 steps."""
+    pretrained encoder (frozen here; bf16 where the CPU has it natively), a new projector and classifier, in 2
+    pipeline stages; one recording of each digit, learnt in 20 steps."""
     fsdd = shared_data / "audio" / "fsdd"
     clips = fsdd_subset(fsdd / "train", tmp_path / "clips", per_digit=1)
     out = tmp_path / "whisper"
