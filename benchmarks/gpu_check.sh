@@ -79,7 +79,11 @@ if [[ -n ${GPU_CHECK_RUNS:-} ]]; then
       exit 2
     fi
   done
-  runs=("${chosen[@]}")
+  selected=()
+  for name in "${runs[@]}"; do # in the script's order, which is the order they run in
+    [[ ",$GPU_CHECK_RUNS," == *",$name,"* ]] && selected+=("$name")
+  done
+  runs=("${selected[@]}")
 fi
 pipeline_config="$here/ipu_config_bert_pipeline2.json"
 if [[ $tiny == 1 ]]; then
