@@ -94,10 +94,7 @@ OG_NAMES: dict[str, dict[str, bool]] = {
 }
 # `optimum/graphcore/__init__.py` exported the names of `models/*/__init__.py` at the top too, but for these.
 NOT_AT_TOP = {"deberta", "whisper", "PipelinedWav2Vec2ForCTC"}
-# Its families whose models were its own modeling code, not transformers': each name is a clear ImportError here.
-UNSERVED = {"groupbert"}
 ALL = [(module, name) for module, names in OG_NAMES.items() for name in names]
-SERVED = [(module, name) for module, name in ALL if module not in UNSERVED]
 
 
 def _tiny(class_name: str) -> tuple[transformers.PreTrainedModel, dict[str, torch.Tensor]]:
@@ -109,12 +106,12 @@ def _tensors(outputs) -> dict[str, torch.Tensor]:
     return {k: v for k, v in outputs.items() if isinstance(v, torch.Tensor)}
 
 
-def test_the_names_are_optimum_graphcores_and_39_of_its_45_are_served():
-    assert len(ALL) == 45 and len(SERVED) == 39
+def test_the_names_are_optimum_graphcores_45():
+    assert len(ALL) == 45
     assert sum(exported for names in OG_NAMES.values() for exported in names.values()) == 38
 
 
-@pytest.mark.parametrize(("module", "name"), SERVED, ids=[name for _, name in SERVED])
+@pytest.mark.parametrize(("module", "name"), ALL, ids=[name for _, name in ALL])
 def test_each_name_imports_from_its_path_and_runs_as_the_stock_model(module, name):
     modeling = importlib.import_module(f"optimum_ipu.models.{module}.modeling_{module}")
     pipelined_cls = getattr(modeling, name)
@@ -140,7 +137,7 @@ def test_each_name_imports_from_its_path_and_runs_as_the_stock_model(module, nam
 def test_the_top_level_names_of_optimum_graphcore():
     import optimum_ipu
 
-    top = [(m, n) for m, n in SERVED if OG_NAMES[m][n] and m not in NOT_AT_TOP and n not in NOT_AT_TOP]
+    top = [(m, n) for m, n in ALL if OG_NAMES[m][n] and m not in NOT_AT_TOP and n not in NOT_AT_TOP]
     assert len(top) == 32
     for module, name in top:
         assert getattr(optimum_ipu, name) is getattr(importlib.import_module(f"optimum_ipu.models.{module}"), name)
@@ -158,20 +155,13 @@ def test_whispers_processor_names_at_its_paths():
         importlib.import_module("optimum_ipu.models.whisper.processing_bert")
 
 
-@pytest.mark.parametrize("name", list(OG_NAMES["groupbert"]))
-def test_groupbert_names_say_why_they_are_not_here(name):
-    modeling = importlib.import_module("optimum_ipu.models.groupbert.modeling_groupbert")
-    with pytest.raises(ImportError, match="GroupBERT's model .* not a transformers model.* forks no modeling files"):
-        getattr(modeling, name)
-    with pytest.raises(ImportError, match=name):
-        exec(f"from optimum_ipu.models.groupbert import {name}", {})
-
-
 def test_every_registered_class_has_its_name():
     for plan in registered_plans():
         module = importlib.import_module(f"optimum_ipu.models.{module_name(plan.family)}")
         for class_name in plan.classes:
-            assert getattr(module, f"Pipelined{class_name}").get_transformers_cls() is getattr(transformers, class_name)
+            stock_cls = pipelined_classes.transformers_class(class_name)
+            assert stock_cls is not None
+            assert getattr(module, f"Pipelined{class_name}").get_transformers_cls() is stock_cls
     with pytest.raises(AttributeError, match="has no attribute 'PipelinedBertLMHeadModel'; it serves"):
         importlib.import_module("optimum_ipu.models.bert").PipelinedBertLMHeadModel  # noqa: B018
 

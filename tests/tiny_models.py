@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import transformers
 
+from optimum_ipu.models.groupbert import GroupBertConfig
+from optimum_ipu.models.pipelined_classes import transformers_class
 from optimum_ipu.models.plans import plan_for_class
 
 VOCAB, SEQ, BATCH, CHOICES, LABELS = 99, 8, 2, 3, 3
@@ -27,6 +29,10 @@ def tiny_config(family: str) -> transformers.PretrainedConfig:
     }
     if family == "bert":
         return transformers.BertConfig(**bert_like, **common)
+    if family == "groupbert":  # 2 convolution groups of 16 channels, 4 feed-forward groups of 9 and 8
+        return GroupBertConfig(
+            **{**bert_like, "intermediate_size": 36}, ffn_groups=4, conv_group_size=16, conv_kernel_size=3, **common
+        )
     if family == "roberta":
         return transformers.RobertaConfig(**bert_like, pad_token_id=1, **common)
     if family == "distilbert":
@@ -155,7 +161,7 @@ def tiny_model(class_name: str, seed: int = 0) -> transformers.PreTrainedModel:
         config.num_labels = 2  # start and end logits
     if class_name.startswith(("T5Encoder", "MT5Encoder")) or class_name.endswith("5ForTokenClassification"):
         config.num_layers = 4  # an encoder alone: 4 layers, as every other tiny model
-    return getattr(transformers, class_name)(config).eval()
+    return transformers_class(class_name)(config).eval()
 
 
 def tiny_inputs(class_name: str, batch: int = BATCH, seed: int = 1) -> dict[str, torch.Tensor]:

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Pretrain BERT (masked LM + next sentence prediction, `BertForPreTraining`) with `IPUTrainer`, packed or not.
+"""Pretrain BERT (masked LM + next sentence prediction, `BertForPreTraining`) with `IPUTrainer`, packed or not; or
+GroupBERT (`--model_type groupbert`, `optimum_ipu.models.groupbert`), unpacked.
 
 Optimum Graphcore's `run_pretraining.py`, with its flags; its recipe (BERT-base phase 1, online):
 
@@ -44,8 +45,9 @@ import torch
 from example_utils import language_modeling as lm
 from example_utils.pretraining import PAIR_COLUMNS, make_pairs
 from torchmetrics.functional import accuracy
-from transformers import AutoModelForPreTraining, EvalPrediction, default_data_collator, set_seed
+from transformers import AutoModelForPreTraining, EvalPrediction, SchedulerType, default_data_collator, set_seed
 
+import optimum_ipu.models.groupbert  # noqa: F401  (--model_type groupbert: GroupBERT known to transformers' auto classes)
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
 from optimum_ipu.data import DataCollatorForLanguageModelingWithMaxTokensMasked
 from optimum_ipu.errors import run_script
@@ -73,11 +75,6 @@ class ModelArguments(lm.ModelArguments):
     )
 
     def __post_init__(self) -> None:
-        if self.model_type == "groupbert":
-            raise ValueError(
-                "--model_type groupbert: GroupBERT is Graphcore's own model (optimum/graphcore/models/groupbert), not "
-                "a transformers model, and no modeling file is forked here; leave it out and pass --model_type bert"
-            )
         overrides, self.config_overrides = self.config_overrides, None  # checked by the parent without them
         super().__post_init__()
         self.config_overrides = overrides
@@ -249,7 +246,7 @@ def main() -> None:
         # Optimum Graphcore's schedule decays polynomially (power 1) to 1e-7 after a warmup of power 0.5;
         # transformers' "polynomial" schedule has the same decay after a linear warmup
         logger.warning("--groupbert_schedule: polynomial decay to 1e-7 after a linear warmup (not a square-root one)")
-        training_args.lr_scheduler_type = "polynomial"
+        training_args.lr_scheduler_type = SchedulerType.POLYNOMIAL  # the enum, as parsed (the model card reads .value)
         training_args.lr_scheduler_kwargs = {"lr_end": 1e-7, "power": 1.0}
     if tokenizer.mask_token is None or tokenizer.cls_token is None:
         raise ValueError(f"--tokenizer_name: {type(tokenizer).__name__} has no [MASK]/[CLS]; use a BERT tokenizer")

@@ -37,17 +37,6 @@ EXTRAS: dict[str, dict[str, str]] = {
 }
 # Its submodules besides `modeling_<family>` that held such names (each serves the family's names).
 SUBMODULES: dict[str, tuple[str, ...]] = {"whisper": ("feature_extraction_whisper", "processing_whisper")}
-# Its families whose models were its own code, not `transformers`': module -> (prefix of its names, why, what to do).
-UNSERVED: dict[str, tuple[str, str]] = {
-    "groupbert": (
-        "GroupBert",
-        "GroupBERT's model (GroupBertConfig, GroupBertModel, ...) was Optimum Graphcore's own modeling code "
-        "(optimum/graphcore/models/groupbert/modeling_groupbert.py), not a transformers model, and optimum-ipu "
-        "forks no modeling files; its IPU config (Graphcore/groupbert-base-uncased) loads. With GroupBERT's model "
-        "class in hand, register its stage plan: optimum_ipu.modeling_utils.register(GroupBertForMaskedLM, "
-        "plan=StagePlan(...)) (docs/adding_a_family.md)",
-    ),
-}
 
 
 def served_classes() -> dict[str, dict[str, str]]:
@@ -64,7 +53,7 @@ def served_classes() -> dict[str, dict[str, str]]:
 
 def served_modules() -> set[str]:
     """The names `optimum_ipu.models.<name>` serves: the registry's families and Optimum Graphcore's others."""
-    return set(served_classes()) | set(EXTRAS) | set(UNSERVED)
+    return set(served_classes()) | set(EXTRAS)
 
 
 def served_names(module: str) -> list[str]:
@@ -76,16 +65,12 @@ def resolve(module: str, name: str) -> Any:
     """`optimum_ipu.models.<module>.<name>`: a generated `Pipelined<Class>`, or one of `EXTRAS`.
 
     Raises:
-        `ImportError`: a name of a family in `UNSERVED`, saying why and what to do.
         `AttributeError`: a name the module does not serve, listing those it does.
     """
     import transformers
 
     from .pipelined_classes import pipelined_class, transformers_class
 
-    prefix, why = UNSERVED.get(module, ("", ""))
-    if prefix and name.startswith((prefix, f"Pipelined{prefix}")):
-        raise ImportError(f"{PACKAGE}.{module}.{name}: {why}", name=f"{PACKAGE}.{module}")
     if name in EXTRAS.get(module, {}):
         return getattr(transformers, EXTRAS[module][name])
     class_name = served_classes().get(module, {}).get(name)
@@ -153,7 +138,6 @@ __all__ = [
     "ALIASES",
     "EXTRAS",
     "SUBMODULES",
-    "UNSERVED",
     "FamilyModuleFinder",
     "install",
     "resolve",

@@ -50,6 +50,12 @@ def module_name(model_type: str) -> str:
     return model_type_to_module_name(model_type)
 
 
+def register_model_class(model_class: type) -> None:
+    """Make a model class that `transformers` does not export known by its name (`transformers_class`), so that its
+    `Pipelined<Class>` name is served: GroupBERT's, or a user's own with a registered stage plan."""
+    _USER_CLASSES[model_class.__name__] = model_class
+
+
 def transformers_class(class_name: str) -> type | None:
     """The model class of a registered class name: `transformers`' own, or one made known by `register`."""
     return _USER_CLASSES.get(class_name) or getattr(transformers, class_name, None)
@@ -258,7 +264,7 @@ def register(
         original = transformers_cls or _original_class(cls)
         _ensure_plan(original, plan)
         if getattr(transformers, original.__name__, None) is not original:
-            _USER_CLASSES[original.__name__] = original
+            register_model_class(original)
         own = sorted(k for k, v in vars(cls).items() if isinstance(v, _METHODS) and not k.startswith("__"))
         if own:
             logger.warning(

@@ -36,9 +36,6 @@ IN_TWO_FOLDERS = {"run_pretraining.py"}
 # Commands refused while parsing: the flag the one-line error starts with (Optimum Graphcore's script refused
 # `--config_overrides` with `--model_name_or_path` as well: its README's GPT-2 commands never ran there either).
 REFUSED = {
-    # GroupBERT is Graphcore's own model, not a transformers one
-    "readme:language-modeling/run_pretraining-1": "--model_type groupbert",
-    "readme:language-modeling/run_pretraining-2": "--model_type groupbert",
     "readme:language-modeling/run_clm-1": "--config_overrides",
     "readme:language-modeling/run_clm-2": "--config_overrides",
 }

@@ -76,6 +76,12 @@ def test_prepare_dataset_refuses_a_bad_length_in_one_line(prepared, capsys):
     assert "--max_seq_length 4: expected at least 8 tokens" in capsys.readouterr().err
 
 
+GROUPBERT_OVERRIDES = (
+    "hidden_size=32,num_hidden_layers=2,num_attention_heads=2,intermediate_size=64,"
+    f"max_position_embeddings={LENGTH},vocab_size=1500,conv_group_size=16,ffn_groups=4"
+)
+
+
 def tiny_bert(folder) -> list[str]:
     overrides = (
         "hidden_size=32,num_hidden_layers=2,num_attention_heads=2,intermediate_size=64,"
@@ -121,6 +127,27 @@ def test_run_pretraining_makes_pairs_from_text_files_unpacked(prepared, tmp_path
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((out / "all_results.json").read_text())
     assert {"eval_mlm_accuracy", "eval_nsp_accuracy", "perplexity", "train_loss"} <= set(results)
+
+
+def test_run_pretraining_trains_groupbert_on_two_stages(prepared, tmp_path):
+    """Optimum Graphcore's GroupBERT recipe (`--model_type groupbert --groupbert_schedule`), tiny, on prepared pairs,
+    in the 2 stages of `ipu_config_bert_pretraining.json`."""
+    folder = prepared[0]
+    out = tmp_path / "groupbert"
+    args = [a if a != "bert" else "groupbert" for a in tiny_bert(folder)]
+    run = run_example(
+        LM_DIR, "run_pretraining.py", *args, "--config_overrides", f"{GROUPBERT_OVERRIDES},conv_kernel_size=3",
+        "--dataset_path", str(folder / "pairs"), "--do_train", "--do_eval", "--groupbert_schedule",
+        "--per_device_train_batch_size", "8", "--learning_rate", "5e-3", "--warmup_steps", "2", "--max_steps", "16",
+        *run_flags(out),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    losses = [entry["loss"] for entry in history if "loss" in entry]
+    first, last = sum(losses[:4]) / 4, sum(losses[-4:]) / 4
+    assert len(losses) == 16 and last < first - 0.5, (first, last)  # from ln(1500) + ln(2) = 8.0 at random
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "groupbert" and config["architectures"] == ["GroupBertForPreTraining"]
 
 
 def test_run_pretraining_refuses_a_model_without_a_next_sentence_head(prepared, tmp_path):

@@ -1,4 +1,4 @@
-"""Stage plans of the encoder families: BERT, RoBERTa, DistilBERT, DeBERTa (v1 and v2), MPNet, LXMERT and ViT.
+"""Stage plans of the encoder families: BERT, RoBERTa, DistilBERT, DeBERTa (v1 and v2), MPNet, GroupBERT, LXMERT, ViT.
 
 Each keeps its embeddings with stage 0, its `encoder.layer` list as the pipeline layers and its heads with the
 last stage. Relative position tables (DeBERTa, MPNet) are computed by the encoder before its first layer, so
@@ -97,6 +97,16 @@ PLANS: tuple[StagePlan, ...] = (
         layers=("encoder.layer",),
         vocabulary_loss={"MPNetForMaskedLM": "masked"},
         position_offset=position_offset_after_padding,
+        attention_dropout_field="attention_probs_dropout_prob",
+    ),
+    StagePlan(
+        # GroupBERT (`optimum_ipu.models.groupbert`): BERT's embeddings and heads; its encoder's closing LayerNorm
+        # runs with the last stage, as GPT-2's `ln_f`. No packing: its convolution would mix packed neighbours.
+        family="groupbert",
+        classes=("GroupBertModel", "GroupBertForPreTraining", *(f"GroupBert{t}" for t in _ENCODER_TASKS)),
+        embeddings=("embeddings",),
+        layers=("encoder.layer",),
+        vocabulary_loss={"GroupBertForMaskedLM": "masked"},
         attention_dropout_field="attention_probs_dropout_prob",
     ),
     StagePlan(
