@@ -1051,6 +1051,32 @@ python run_glue.py \
 """,
     ),
     Command(
+        "v0_5_0:question-answering/run_vqa-1",
+        "examples/question-answering/README.md",
+        V0_5_0_COMMIT,
+        r"""python examples/question-answering/run_vqa.py \
+  --model_name_or_path unc-nlp/lxmert-base-uncased \
+  --ipu_config_name Graphcore/lxmert-base-ipu \
+  --dataset_name Graphcore/gqa-lxmert \
+  --do_train \
+  --do_eval \
+  --max_seq_length 512 \
+  --per_device_train_batch_size 1 \
+  --num_train_epochs 4 \
+  --dataloader_num_workers 64 \
+  --logging_steps 5 \
+  --learning_rate 1e-5 \
+  --lr_scheduler_type linear \
+  --loss_scaling 16384 \
+  --weight_decay 0.01 \
+  --warmup_ratio 0.1 \
+  --output_dir /tmp/gqa/ \
+  --dataloader_drop_last \
+  --replace_qa_head \
+  --pod_type pod16
+""",
+    ),
+    Command(
         "v0_5_0:summarization/run_summarization-1",
         "examples/summarization/README.md",
         V0_5_0_COMMIT,

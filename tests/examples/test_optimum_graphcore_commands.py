@@ -27,10 +27,8 @@ from .optimum_graphcore_commands import COMMANDS, Command
 
 EXAMPLES = REPO_ROOT / "examples"
 
-# Optimum Graphcore's scripts that have no counterpart here (docs/migrating.md says so).
-WITHOUT_SCRIPT = {
-    "run_vqa.py": "LXMERT visual question answering",
-}
+# Optimum Graphcore's scripts that have no counterpart here (docs/migrating.md says so): none since run_vqa.py.
+WITHOUT_SCRIPT: dict[str, str] = {}
 # Script names that Optimum Graphcore has in two example folders: the command's own folder's script is its counterpart.
 IN_TWO_FOLDERS = {"run_pretraining.py"}
 # Commands refused while parsing: the flag the one-line error starts with (Optimum Graphcore's script refused
