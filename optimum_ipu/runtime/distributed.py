@@ -9,7 +9,9 @@ import hashlib
 import os
 import threading
 import time
+from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from .. import topology
@@ -168,3 +170,40 @@ def replicas_per_process(ipu_config: IPUConfig, processes: int | None = None, in
     """How many data-parallel replicas this process runs, one after the other (`topology.replicas_per_process`
     with this job's number of processes)."""
     return topology.replicas_per_process(ipu_config, world_size() if processes is None else processes, inference)
+
+
+def batches_of(src: int, group: Any, batches: list[dict[str, Any]], device: Any) -> list[dict[str, Any]]:
+    """Process `src`'s `batches` (their tensors) on every process of `group`, which all call this with theirs.
+
+    The stages of a pipeline replica each load and collate the same examples, but a collator that draws at random
+    (a masked language model's masks, `DataCollatorForLanguageModelingWithMaxTokensMasked`'s, Wav2Vec2's masked
+    frames) draws from each process's own generator, which dropout consumes differently on each stage: from the
+    second step on, stage 0 would embed tokens masked one way and the last stage score labels masked another. One
+    process's batches, sent to the others, keep the stages on the same micro-batches whatever the collator does.
+
+    Args:
+        src (`int`): the global rank whose batches every process takes (the last stage: its labels are those its
+            loss and `Trainer`'s metrics read).
+        group (`ProcessGroup`): the processes of one pipeline replica.
+        batches (`list[dict]`): this process's micro-batches; only their tensors are sent and replaced.
+        device (`torch.device`): where the received tensors go.
+    """
+    if dist.get_world_size(group) == 1:
+        return batches
+    mine = dist.get_rank() == src
+    tensors = [{k: v for k, v in batch.items() if isinstance(v, torch.Tensor)} for batch in batches]
+    header = [[[(k, tuple(v.shape), v.dtype) for k, v in t.items()] for t in tensors] if mine else None]
+    dist.broadcast_object_list(header, src=src, group=group)
+    if len(header[0]) != len(batches):
+        raise RuntimeError(
+            f"the stages of a pipeline replica hold {len(header[0])} and {len(batches)} micro-batches for one step"
+        )
+    shared = []
+    for layout, batch, own in zip(header[0], batches, tensors, strict=True):
+        received = {}
+        for key, shape, dtype in layout:
+            tensor = own[key].contiguous() if mine else torch.empty(shape, dtype=dtype, device=device)
+            dist.broadcast(tensor, src=src, group=group)
+            received[key] = tensor
+        shared.append({**batch, **received})
+    return shared

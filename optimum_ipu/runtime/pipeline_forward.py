@@ -27,6 +27,7 @@ from torch import nn
 from transformers.modeling_outputs import BaseModelOutput, CausalLMOutputWithPast, Seq2SeqLMOutput
 
 from ..errors import IncompatibleIPUConfigError
+from .distributed import batches_of
 from .stage_cut import StageCut, StageModule, hold_place, stage_ranges
 from .stage_hold import StageHold
 
@@ -77,12 +78,13 @@ class StageForward:
     def __call__(self, batch: dict[str, torch.Tensor]) -> Any:
         """This stage's part of `batch`'s forward: the model's output on the last stage, `None` on the others."""
         module = self.module
+        device = next(v for v in batch.values() if torch.is_tensor(v)).device
         module.keys = [next(k for k, v in batch.items() if torch.is_tensor(v))]  # stage 0 finds it by this tensor
         module.reset([batch])
         if self.stage == 0:
             received: tuple[torch.Tensor, ...] = (batch[module.keys[0]],)
         else:
-            received = self._receive(next(v for v in batch.values() if torch.is_tensor(v)).device)
+            received = self._receive(device)
         sent = module(*received)
         if self.stage == self.num_stages - 1:
             return module.last_output
@@ -124,6 +126,9 @@ class PipelinedForward(nn.Module):
 
     def forward(self, **inputs: Any) -> Any:
         stages = self.stage_forward
+        # the last stage's batch on every stage: its labels are the ones the loss and the gathered metrics read
+        device = next(v for v in inputs.values() if torch.is_tensor(v)).device
+        inputs = batches_of(stages._rank(stages.num_stages - 1), stages.group, [inputs], device)[0]
         output = stages(inputs)
         payload = [None]
         if output is not None:  # the last stage: its output, on the CPU, for the other stages
@@ -131,7 +136,6 @@ class PipelinedForward(nn.Module):
         dist.broadcast_object_list(payload, src=stages._rank(stages.num_stages - 1), group=stages.group)
         if output is not None:
             return output
-        device = next(v.device for v in inputs.values() if torch.is_tensor(v))
         received = payload[0]
         return type(received)(**{k: v.to(device) if torch.is_tensor(v) else v for k, v in received.items()})
 

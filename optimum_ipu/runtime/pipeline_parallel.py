@@ -33,6 +33,7 @@ from torch.distributed.tensor import DTensor
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..topology import MULTI_STAGE_SCHEDULES, check_processes, check_schedule, stages_per_process
+from .distributed import batches_of
 from .fsdp import shard_stages, stage_mesh
 from .stage_cut import StageCut, StageModule, stage_ranges
 from .stage_hold import StageHold, stage_hold
@@ -248,6 +249,8 @@ class PipelineEngine:
 
     def _run_schedule(self, micro_batches: list[dict[str, torch.Tensor]], weights: torch.Tensor) -> torch.Tensor:
         """One optimizer step's schedule over `micro_batches`; returns the step's loss (on every process)."""
+        # every stage on the last stage's micro-batches (see `batches_of`: a collator's random draws differ per process)
+        micro_batches = batches_of(self._stage_rank(self.ranks - 1), self.stage_group, micro_batches, self.device)
         if self.schedule is None:
             self._build_schedule(list(micro_batches[0]))
         micro_batches = [{k: b[k] for k in self.keys} for b in micro_batches]

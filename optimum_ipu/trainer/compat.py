@@ -93,6 +93,15 @@ class TrainerPrivateHooks(Trainer):
         finally:
             self.data_collator = original
 
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
+        """`Trainer`'s, with stages on separate processes the replica's last stage's micro-batches on every stage
+        (`ProcessPipeline.same_batches`), counted after they are shared."""
+        batches, count = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if self.process_pipeline is None or not batches:
+            return batches, count
+        batches = self.process_pipeline.same_batches(batches)
+        return batches, self._get_num_items_in_batch(batches, device)
+
     def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """`Trainer`'s, then packed rows for flex attention get their `BlockMask`, made on the device (its
         `mask_mod` reads the sequence ids there) outside any compiled region."""

@@ -8,6 +8,7 @@ over the replicas of each stage only. `ProcessPipeline` does that through the tr
 - `wrap` returns the model in a plain container, so accelerate does not wrap it in DDP over all processes;
 - `shard_loader` makes the training loader shard the data by replica (rank // stages), not by process, so the
   stages of one replica see the same batches and an epoch has the single-process number of steps;
+- `same_batches` gives every stage of a replica the micro-batches its last stage collated, before they are counted;
 - `make_engine` builds the `PipelineEngine` that `IPUTrainer.training_step` drives through the step protocol
   (`optimum_ipu.runtime.step`), as it drives the single-process `Engine`: micro-batches are queued, and the
   schedule runs, and the gradients are reduced and clipped with the norm over every stage, at `finish_step`;
@@ -30,7 +31,7 @@ from torch import nn
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..models.layout import layers_per_stage
-from ..runtime.distributed import world_size
+from ..runtime.distributed import batches_of, world_size
 from ..runtime.pipeline_forward import PipelinedForward, StageForward
 from ..runtime.pipeline_parallel import PipelineEngine
 from ..runtime.stage_hold import stage_hold
@@ -141,6 +142,13 @@ class ProcessPipeline:
             required_inputs=trainer.pipelined.plan.process_stage_inputs,
         )
         return self.engine
+
+    def same_batches(self, batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """An optimizer step's micro-batches as the replica's last stage collated them, on every stage of the replica
+        (`runtime.distributed.batches_of`: a collator's random draws differ per process), before anything is
+        counted from them (`Trainer`'s items in the batch, each micro-batch's loss weight)."""
+        engine = self.engine
+        return batches_of(engine._stage_rank(engine.ranks - 1), engine.stage_group, batches, engine.device)
 
     # ---------------------------------------------------------------- evaluation
     def forward_module(self) -> PipelinedForward:

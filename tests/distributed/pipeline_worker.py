@@ -2,7 +2,8 @@
 
     torchrun --nproc_per_node 2 pipeline_worker.py OUT_DIR CONFIG_JSON SCHEDULE STEPS [CLASS]
 
-CLASS defaults to BertForQuestionAnswering; any class of tests/tiny_models*.py.
+CLASS defaults to BertForQuestionAnswering; any class of tests/tiny_models*.py. `SKEWED_BATCHES=1` feeds every stage
+but the last other batches than the last stage's.
 
 Each rank writes OUT_DIR/rank{r}.safetensors with the parameters its stage changed, and OUT_DIR/loss.json.
 """
@@ -65,7 +66,10 @@ def main() -> None:
     )
     sgd = torch.optim.SGD([p for p in engine.params if p.requires_grad], lr=0.1)
     micro, iterations = config.gradient_accumulation_steps, config.device_iterations
-    batches = [tiny_inputs(class_name, batch=rows, seed=step) for step in range(steps)]
+    # SKEWED_BATCHES=1: every stage but the last collates other batches (as a random collator would after dropout
+    # consumed each process's generator differently); the last stage's are the ones every stage must train on
+    skewed = os.environ.get("SKEWED_BATCHES") == "1" and dist.get_rank() < dist.get_world_size() - 1
+    batches = [tiny_inputs(class_name, batch=rows, seed=step + 100 * skewed) for step in range(steps)]
     losses = [float(run_steps(engine, sgd, batch, micro, iterations)[-1]) for batch in batches]
     changed = {
         k: v.clone()

@@ -68,7 +68,7 @@ def test_two_stages_on_two_processes_equal_one_process(tmp_path, config, schedul
         torch.testing.assert_close(got[key], value, atol=1e-5, rtol=0, msg=key)
 
 
-def _assert_processes_equal_one(tmp_path, config, class_name, processes):
+def _assert_processes_equal_one(tmp_path, config, class_name, processes, extra_env=None):
     run = launch(
         *TORCHRUN,
         f"--nproc_per_node={processes}",
@@ -79,6 +79,7 @@ def _assert_processes_equal_one(tmp_path, config, class_name, processes):
         "1F1B",
         str(STEPS),
         class_name,
+        extra_env=extra_env,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     want_losses, want_weights = single_process(config, class_name)
@@ -89,6 +90,14 @@ def _assert_processes_equal_one(tmp_path, config, class_name, processes):
     assert got.keys() == want_weights.keys()
     for key, value in want_weights.items():
         torch.testing.assert_close(got[key], value, atol=1e-5, rtol=0, msg=f"{class_name} {key}")
+
+
+def test_every_stage_trains_on_the_last_stages_batches(tmp_path):
+    """Stages that collate other batches (a collator's random masks, once dropout has consumed each process's generator
+    its own way) train on the last stage's: the one-process numbers on those, not embeddings of one batch scored
+    against another's labels (which trained a masked LM on mismatched masks, silently)."""
+    config = {"layers_per_ipu": [1, 1, 2], "gradient_accumulation_steps": 3}
+    _assert_processes_equal_one(tmp_path, config, "BertForMaskedLM", 3, extra_env={"SKEWED_BATCHES": "1"})
 
 
 # Encoder-decoder models: the encoder's output travels with every decoder stage. 2 processes put the seam

@@ -11,7 +11,7 @@ import datasets
 import pytest
 
 from ..conftest import REPO_ROOT
-from ..helpers import run_example, run_flags
+from ..helpers import env, free_port, run_example, run_flags, run_torchrun
 
 LM_DIR = REPO_ROOT / "examples" / "language-modeling"
 LENGTH = 48
@@ -131,15 +131,16 @@ def test_run_pretraining_makes_pairs_from_text_files_unpacked(prepared, tmp_path
 
 def test_run_pretraining_trains_groupbert_on_two_stages(prepared, tmp_path):
     """Optimum Graphcore's GroupBERT recipe (`--model_type groupbert --groupbert_schedule`), tiny, on prepared pairs,
-    in the 2 stages of `ipu_config_bert_pretraining.json`."""
+    in the 2 stages of `ipu_config_bert_pretraining.json` on 2 processes under torchrun (each holds its stage)."""
     folder = prepared[0]
     out = tmp_path / "groupbert"
     args = [a if a != "bert" else "groupbert" for a in tiny_bert(folder)]
-    run = run_example(
-        LM_DIR, "run_pretraining.py", *args, "--config_overrides", f"{GROUPBERT_OVERRIDES},conv_kernel_size=3",
+    torchrun = ["--nproc_per_node=2", f"--master_port={free_port()}", "run_pretraining.py"]
+    run = run_torchrun(
+        [*torchrun, *args, "--config_overrides", f"{GROUPBERT_OVERRIDES},conv_kernel_size=3",
         "--dataset_path", str(folder / "pairs"), "--do_train", "--do_eval", "--groupbert_schedule",
         "--per_device_train_batch_size", "8", "--learning_rate", "5e-3", "--warmup_steps", "2", "--max_steps", "16",
-        *run_flags(out),
+        *run_flags(out)], cwd=LM_DIR, env=env(), timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
