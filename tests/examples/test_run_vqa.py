@@ -21,7 +21,7 @@ import pytest
 from PIL import Image
 
 from ..conftest import REPO_ROOT
-from ..helpers import run_example, run_flags
+from ..helpers import env, free_port, run_example, run_flags, run_torchrun
 
 VQA_DIR = REPO_ROOT / "examples" / "question-answering"
 QUESTIONS = ("which digit is written?", "is the digit even?")
@@ -29,8 +29,12 @@ NO, YES = 10, 11
 ANSWERS = 12
 
 
-def run_vqa(*args: str) -> subprocess.CompletedProcess:
-    return run_example(VQA_DIR, "run_vqa.py", *args, timeout=600)
+def run_vqa(*args: str, processes: int = 1) -> subprocess.CompletedProcess:
+    """`run_vqa.py ARGS` in its folder; with `processes` > 1, under torchrun (one pipeline stage a process)."""
+    if processes == 1:
+        return run_example(VQA_DIR, "run_vqa.py", *args, timeout=600)
+    torchrun = [f"--nproc_per_node={processes}", f"--master_port={free_port()}"]
+    return run_torchrun([*torchrun, "run_vqa.py", *args], cwd=VQA_DIR, env=env(), timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -168,9 +172,10 @@ def test_soft_labels_train_on_binary_cross_entropy_in_two_stages(tmp_path, share
     assert everything["eval_accuracy"] == pytest.approx(everything["predict_accuracy"])
 
 
-def test_two_stages_in_one_process_give_the_one_stage_losses(tmp_path, shared_data, tiny_lxmert):
-    """The language layers cut over 2 stages run in turn in one process, with the visual inputs (`visual_feats`,
-    `visual_pos`) reaching the vision and cross-modality layers of the last stage: the losses of one stage."""
+def test_two_stages_give_the_one_stage_losses(tmp_path, shared_data, tiny_lxmert):
+    """The language layers cut over 2 stages, run in turn in one process and on 2 processes (each holding its stage
+    only: the visual projection runs with the embeddings), with the visual inputs (`visual_feats`, `visual_pos`)
+    reaching the vision and cross-modality layers of the last stage: the losses of one stage."""
     train = write_data_json(tmp_path / "train.json", digit_rows(shared_data, "train", 4))
     validation = write_data_json(tmp_path / "validation.json", digit_rows(shared_data, "validation", 2))
     results = {}
@@ -178,6 +183,7 @@ def test_two_stages_in_one_process_give_the_one_stage_losses(tmp_path, shared_da
         "one": "layers_per_ipu=[-1],ipus_per_replica=1,inference_layers_per_ipu=[-1],inference_ipus_per_replica=1",
         "two": "layers_per_ipu=[1 3],ipus_per_replica=2,inference_layers_per_ipu=[1 3],inference_ipus_per_replica=2",
     }
+    layouts["processes"] = layouts["two"]
     for name, layout in layouts.items():
         out = tmp_path / name
         result = run_vqa(
@@ -193,12 +199,15 @@ def test_two_stages_in_one_process_give_the_one_stage_losses(tmp_path, shared_da
                 "--log_level",
                 "info",
             ),
+            processes=2 if name == "processes" else 1,
         )
         assert result.returncode == 0, result.stderr[-3000:]
         results[name] = (losses(out), json.loads((out / "all_results.json").read_text())["eval_loss"], result.stdout)
     assert "ipu1: layers 1-3 + heads" in results["two"][2] and "ipu1" not in results["one"][2]
     assert results["two"][0] == pytest.approx(results["one"][0], abs=1e-5)
     assert results["two"][1] == pytest.approx(results["one"][1], abs=1e-5)
+    assert results["processes"][0] == pytest.approx(results["one"][0], abs=1e-5)
+    assert results["processes"][1] == pytest.approx(results["one"][1], abs=1e-5)
 
 
 def bad_rows(shared_data, fault: str) -> list[dict]:

@@ -111,10 +111,13 @@ PLANS: tuple[StagePlan, ...] = (
     ),
     StagePlan(
         # The language stream's layers are the pipeline layers; the vision stream and the cross-modality layers
-        # run with the last stage, which is the first to use what they compute.
+        # run with the last stage, which is the first to use what they compute. The encoder projects the visual
+        # features (`visn_fc`) before its first language layer, so that projection is run with the embeddings, and
+        # every stage holds it: its output reaches the last stage beside the hidden states, not through them.
         family="lxmert",
         classes=("LxmertModel", "LxmertForQuestionAnswering"),
-        embeddings=("embeddings",),
+        embeddings=("embeddings", "encoder.visn_fc"),
+        embeddings_feed_hidden_states_only=False,
         layers=("encoder.layer",),
         layer_count_fields=("l_layers",),
         attention_dropout_field="attention_probs_dropout_prob",
