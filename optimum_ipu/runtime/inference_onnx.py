@@ -10,9 +10,10 @@ unfused graph is used if the fused one differs), and kept in `cache_dir` (`graph
 model's code, weights and config, the versions and the export options; written atomically, verified by size and
 checksum when read, rebuilt with one warning when damaged), so that a second process starts without exporting.
 
-`quantize=True` stores the weights of the matrix multiplications in int8 (`onnxruntime.quantization.
-quantize_dynamic`: activations quantized per call): faster on CPUs, not exact (its accuracy cost is measured in
-BENCHMARKS.md, "Latency").
+`quantize=True` stores the weights of the matrix multiplications (and of the fused attention's projections) in int8,
+one scale per output channel (`onnxruntime.quantization.quantize_dynamic(per_channel=True)`: activations quantized per
+call): faster on CPUs, not exact. One scale per tensor, as before, cost 2.8 F1 on the fine-tuned MiniLM of `make demo`;
+per channel, 0.4 (BENCHMARKS.md, "Latency").
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ logger = logging.getLogger(__name__)
 OPSET = 17
 # How far the fused graph's outputs may be from the model's on the check batch before the unfused one is used.
 FUSION_TOLERANCE = 1e-3
+# the int8 scheme of `quantize=True`, part of the graph cache key: a graph quantized otherwise is not served
+INT8_SCHEME = "dynamic-int8-per-channel"
 
 
 def _threads() -> int:
@@ -106,7 +109,8 @@ class OnnxRuntimeModel:
             `executable_cache_dir`); a temporary folder when not given.
         threads (`int`, *optional*): intra-op threads (default: the cores this process may use).
         optimize (`bool`, *optional*, defaults to `True`): fuse the graph with ONNX Runtime's transformer optimizer.
-        quantize (`bool`, *optional*, defaults to `False`): int8 weights (dynamic quantization); not exact.
+        quantize (`bool`, *optional*, defaults to `False`): int8 weights, one scale per output channel (dynamic
+            quantization); not exact.
         device (`torch.device`, *optional*): `cuda` runs on ONNX Runtime's CUDA provider (which must be installed).
         fusion_model_type (`str`, *optional*): the model type whose fusions ONNX Runtime's transformer optimizer
             applies (the model's stage plan says it: `StagePlan.onnx_model_type`, `"bert"` for RoBERTa); the
@@ -148,7 +152,7 @@ class OnnxRuntimeModel:
         with torch.no_grad():
             reference = model(**sample)
         self.output_names = [k for k, v in reference.items() if isinstance(v, torch.Tensor)]
-        options = {"inputs": self.input_names, "optimize": optimize, "quantize": quantize}
+        options = {"inputs": self.input_names, "optimize": optimize, "quantize": quantize and INT8_SCHEME}
         key = model_key(model, _cache_header({**options, "fusion": self.fusion_model_type}))
         self._tmp = None if cache_dir else tempfile.TemporaryDirectory(prefix="optimum-ipu-onnx-")
         root = os.path.join(cache_dir, "onnx") if cache_dir else self._tmp.name
@@ -198,7 +202,8 @@ class OnnxRuntimeModel:
             quantized = os.path.join(folder, "quantized.onnx")
             # the fused graph's contrib ops defeat ONNX shape inference: their outputs are fp32
             extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}
-            quantize_dynamic(chosen, quantized, weight_type=QuantType.QInt8, extra_options=extra)
+            # per output channel: one scale per tensor lets a few large weights of a channel crush the others
+            quantize_dynamic(chosen, quantized, weight_type=QuantType.QInt8, per_channel=True, extra_options=extra)
             chosen = quantized
         return chosen
 
