@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 import datasets
 import torch
 import transformers
 from torch.distributed.fsdp import FSDPModule
+from transformers import default_data_collator
 
 from optimum_ipu import AutoModelForCausalLM, IPUConfig, IPUTrainer, IPUTrainingArguments
 from optimum_ipu.runtime.fsdp import local_parameter_bytes
@@ -50,6 +52,23 @@ def unevenly_padded(rows: int = 64, seq: int = 16, seed: int = 0) -> datasets.Da
     return datasets.Dataset.from_dict(
         {"input_ids": ids.tolist(), "attention_mask": mask.tolist(), "labels": labels.tolist()}
     )
+
+
+def collated_other_on_all_but_last_stages(stages: int) -> Any:
+    """`--skew`: a collator that gives every process but each replica's last stage other batches than the last stage's
+    (ids remapped, labels from them), as a collator drawing at random does once dropout has consumed each process's
+    generator its own way: the stages must all take the last stage's."""
+    rank, processes = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    other = processes > 1 and rank % stages != stages - 1
+
+    def collate(features: list[dict]) -> dict[str, torch.Tensor]:
+        batch = default_data_collator(features)
+        if other:
+            batch["input_ids"] = (batch["input_ids"] * 7 + 3) % 127 + 1
+            batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        return batch
+
+    return collate
 
 
 def track_peak_parameter_bytes(model: torch.nn.Module) -> dict[str, int]:
@@ -91,7 +110,10 @@ def main() -> None:
         model = AutoModelForCausalLM.from_pretrained(os.environ["PRETRAINED"], ipu_config=config).model
     evaluate = "--evaluate" in sys.argv[4:]
     eval_dataset = unevenly_padded(rows=20, seed=1) if evaluate else None
-    trainer = IPUTrainer(model, config, args, train_dataset=unevenly_padded(), eval_dataset=eval_dataset)
+    collator = collated_other_on_all_but_last_stages(2) if "--skew" in sys.argv[4:] else None
+    trainer = IPUTrainer(
+        model, config, args, train_dataset=unevenly_padded(), eval_dataset=eval_dataset, data_collator=collator
+    )
     here = local_parameter_bytes(trainer.model.parameters())
     peak = track_peak_parameter_bytes(trainer.model)
     before = {}

@@ -134,14 +134,17 @@ def pretrained_llama(tmp_path_factory):
 def test_trainer_stage_local_predicts_as_one_process(tmp_path, pretrained_llama, processes, replicas, flags):
     """`optimum_ipu.AutoModelForCausalLM` under torchrun loads each stage alone; `IPUTrainer.evaluate()` / `predict()`
     then run forward through the stages (no process holds the whole model) and give one process's predictions; with
-    one replica the batches are one process's, so the loss (perplexity) is equal too."""
-    got = trainer_run(tmp_path / "stages", pretrained_llama, processes, replicas, "--stage-local", *flags)
+    one replica the batches are one process's, so the loss (perplexity) is equal too. The stages but the last collate
+    other batches (`--skew`, as a random collator's draws would differ): every stage takes the last stage's, in
+    training and evaluation."""
+    got = trainer_run(tmp_path / "stages", pretrained_llama, processes, replicas, "--stage-local", "--skew", *flags)
     want = trainer_run(tmp_path / "one", pretrained_llama, 1, replicas)
     got_logits = torch.load(tmp_path / "stages" / "predictions_before.pt")
     want_logits = torch.load(tmp_path / "one" / "predictions_before.pt")
     torch.testing.assert_close(got_logits, want_logits, atol=1e-5, rtol=0)
     if replicas == 1:
         assert got["eval_before"]["before_loss"] == pytest.approx(want["eval_before"]["before_loss"], abs=1e-5)
+        assert got["losses"] == pytest.approx(want["losses"], abs=1e-5)
     assert got["parameter_bytes"] < 0.6 * got["whole_parameter_bytes"]  # each process: its stage only
     # the trained model, gathered from the stages, is the stock layout
     import transformers
@@ -159,6 +162,7 @@ def test_trainer_stage_local_predicts_as_one_process(tmp_path, pretrained_llama,
         processes,
         replicas,
         "--stage-local",
+        "--skew",
         *flags,
         resume_from=tmp_path / "stages" / "checkpoint-3",
     )
