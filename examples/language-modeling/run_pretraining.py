@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Pretrain BERT (masked LM + next sentence prediction, `BertForPreTraining`) with `IPUTrainer`, packed or not; or
-GroupBERT (`--model_type groupbert`, `optimum_ipu.models.groupbert`), unpacked.
+GroupBERT (`--model_type groupbert`, `optimum_ipu.models.modeling_groupbert`), unpacked.
 
 Optimum Graphcore's `run_pretraining.py`, with its flags; its recipe (BERT-base phase 1, online):
 
@@ -47,7 +47,7 @@ from example_utils.pretraining import PAIR_COLUMNS, make_pairs
 from torchmetrics.functional import accuracy
 from transformers import AutoModelForPreTraining, EvalPrediction, SchedulerType, default_data_collator, set_seed
 
-import optimum_ipu.models.groupbert  # noqa: F401  (--model_type groupbert: GroupBERT known to transformers' auto classes)
+import optimum_ipu.models.modeling_groupbert  # noqa: F401  (--model_type groupbert: known to transformers' auto classes)
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
 from optimum_ipu.data import DataCollatorForLanguageModelingWithMaxTokensMasked
 from optimum_ipu.errors import run_script

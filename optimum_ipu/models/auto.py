@@ -17,7 +17,7 @@ from transformers.utils.hub import cached_file
 from ..config import IPUConfig
 from ..config_schema import CONFIG_NAME
 from ..config_validation import check_subfolder
-from . import groupbert  # noqa: F401  (GroupBERT's model_type known to transformers' auto classes before any load)
+from . import modeling_groupbert  # noqa: F401  (GroupBERT's model_type known to transformers' auto classes)
 from .pipelined import PipelinedModel, to_pipelined
 from .plans import AUTO_CLASSES
 from .stage_loading import load_stage, loads_stage_only

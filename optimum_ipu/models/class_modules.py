@@ -35,6 +35,9 @@ EXTRAS: dict[str, dict[str, str]] = {
     # transformers 5's `WhisperFeatureExtractor` computes with torch already (the same features).
     "whisper": {"WhisperProcessorTorch": "WhisperProcessor", "WhisperFeatureExtractorTorch": "WhisperFeatureExtractor"},
 }
+# Its families whose model was its own code, not `transformers`': their names are those of our model of it
+# (`modeling_groupbert.__all__`, imported when first asked for: it imports torch).
+OWN_MODELS = {"groupbert"}
 # Its submodules besides `modeling_<family>` that held such names (each serves the family's names).
 SUBMODULES: dict[str, tuple[str, ...]] = {"whisper": ("feature_extraction_whisper", "processing_whisper")}
 
@@ -53,12 +56,20 @@ def served_classes() -> dict[str, dict[str, str]]:
 
 def served_modules() -> set[str]:
     """The names `optimum_ipu.models.<name>` serves: the registry's families and Optimum Graphcore's others."""
-    return set(served_classes()) | set(EXTRAS)
+    return set(served_classes()) | set(EXTRAS) | set(OWN_MODELS)
 
 
 def served_names(module: str) -> list[str]:
     """The names `optimum_ipu.models.<module>` serves (its `__all__`)."""
-    return sorted([*served_classes().get(module, {}), *EXTRAS.get(module, {})])
+    return sorted([*served_classes().get(module, {}), *EXTRAS.get(module, {}), *_own_model_names(module)])
+
+
+def _own_model_names(module: str) -> list[str]:
+    if module not in OWN_MODELS:
+        return []
+    from . import modeling_groupbert  # the one model of our own (GroupBERT), registered with transformers on import
+
+    return list(modeling_groupbert.__all__)
 
 
 def resolve(module: str, name: str) -> Any:
@@ -73,6 +84,10 @@ def resolve(module: str, name: str) -> Any:
 
     if name in EXTRAS.get(module, {}):
         return getattr(transformers, EXTRAS[module][name])
+    if name in _own_model_names(module):
+        from . import modeling_groupbert
+
+        return getattr(modeling_groupbert, name)
     class_name = served_classes().get(module, {}).get(name)
     model_class = transformers_class(class_name) if class_name else None
     if model_class is None:
@@ -137,6 +152,7 @@ def install() -> None:
 __all__ = [
     "ALIASES",
     "EXTRAS",
+    "OWN_MODELS",
     "SUBMODULES",
     "FamilyModuleFinder",
     "install",

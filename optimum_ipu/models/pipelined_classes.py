@@ -50,15 +50,13 @@ def module_name(model_type: str) -> str:
     return model_type_to_module_name(model_type)
 
 
-def register_model_class(model_class: type) -> None:
-    """Make a model class that `transformers` does not export known by its name (`transformers_class`), so that its
-    `Pipelined<Class>` name is served: GroupBERT's, or a user's own with a registered stage plan."""
-    _USER_CLASSES[model_class.__name__] = model_class
-
-
 def transformers_class(class_name: str) -> type | None:
-    """The model class of a registered class name: `transformers`' own, or one made known by `register`."""
-    return _USER_CLASSES.get(class_name) or getattr(transformers, class_name, None)
+    """The model class of a registered class name: `transformers`' own, GroupBERT's (`modeling_groupbert`), or one
+    made known by `register`."""
+    from . import modeling_groupbert  # the one model of our own: its classes are not transformers' attributes
+
+    found = _USER_CLASSES.get(class_name) or getattr(transformers, class_name, None)
+    return found or getattr(modeling_groupbert, class_name, None)
 
 
 class PipelineMixin(PipelinedModel):
@@ -264,7 +262,7 @@ def register(
         original = transformers_cls or _original_class(cls)
         _ensure_plan(original, plan)
         if getattr(transformers, original.__name__, None) is not original:
-            register_model_class(original)
+            _USER_CLASSES[original.__name__] = original
         own = sorted(k for k, v in vars(cls).items() if isinstance(v, _METHODS) and not k.startswith("__"))
         if own:
             logger.warning(

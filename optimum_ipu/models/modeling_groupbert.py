@@ -6,7 +6,11 @@ GroupBERT is not a `transformers` model: it was Optimum Graphcore's own modeling
 (`optimum/graphcore/models/groupbert/`), and checkpoints such as `Graphcore/groupbert-base-uncased` were written by it.
 This module is its model for `transformers` (a `BertConfig` with three more fields, BERT's embeddings, pooler and
 heads, GroupBERT's layers), with the same parameter names, so those checkpoints load; nothing here is a copy of a
-`transformers` model. Its pipeline stages are declared like any family's (`optimum_ipu.models.families.encoders`).
+`transformers` model. Importing it registers `model_type` `"groupbert"` with `transformers`' auto classes (their
+public `register` API), as Optimum Graphcore's package did; `optimum_ipu`'s auto classes import it. Its names are
+also served at Optimum Graphcore's path, `optimum_ipu.models.groupbert` (with the `PipelinedGroupBert*` classes,
+`optimum_ipu.models.class_modules`), and its pipeline stages are declared like any family's
+(`optimum_ipu.models.families.encoders`). It imports nothing else of `optimum_ipu`.
 
 A layer is four pre-norm residual blocks, in this order: convolution (LayerNorm, gated linear unit, grouped
 convolution over the sequence with padding masked out, LayerNorm, Swish, projection), feed-forward, self-attention,
@@ -20,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import transformers
 from torch import nn
 from transformers import (
     BertConfig,
@@ -53,7 +58,7 @@ class GroupBertConfig(BertConfig):
     Example:
 
     ```python
-    >>> from optimum_ipu.models.groupbert import GroupBertConfig, GroupBertForMaskedLM
+    >>> from optimum_ipu.models.groupbert import GroupBertConfig, GroupBertForMaskedLM  # Optimum Graphcore's path
     >>> model = GroupBertForMaskedLM(GroupBertConfig(num_hidden_layers=2))
     ```
     """
@@ -292,74 +297,61 @@ class GroupBertModel(GroupBertPreTrainedModel):
         return BaseModelOutputWithPoolingAndCrossAttentions(last_hidden_state=sequence_output, pooler_output=pooled)
 
 
-class _GroupBertHead:
+class _GroupBertHead(GroupBertPreTrainedModel):
     """BERT's heads over GroupBERT's encoder: each `transformers` head class builds its BERT encoder, replaced here by
-    GroupBERT's before weights are initialized or loaded (with the pooler where BERT's head has one)."""
+    GroupBERT's before weights are initialized or loaded, with a pooler where BERT's head has one (`_pooling`)."""
 
-    def _use_groupbert_encoder(self, config: GroupBertConfig, pooling: bool) -> None:
-        self.bert = GroupBertModel(config, add_pooling_layer=pooling)
+    _pooling: bool
+
+    def __init__(self, config: GroupBertConfig):
+        super().__init__(config)  # the BERT head's own __init__ (next in the method order)
+        self.bert = GroupBertModel(config, add_pooling_layer=self._pooling)
         self.post_init()
 
 
-class GroupBertForPreTraining(GroupBertPreTrainedModel, BertForPreTraining, _GroupBertHead):
-    """Masked-language-model and next-sentence heads (`BertForPreTraining`'s) over [`GroupBertModel`]."""
-
-    def __init__(self, config: GroupBertConfig):
-        super().__init__(config)
-        self._use_groupbert_encoder(config, pooling=True)
-
-
-class GroupBertForMaskedLM(GroupBertPreTrainedModel, BertForMaskedLM, _GroupBertHead):
-    """`BertForMaskedLM`'s head over [`GroupBertModel`]."""
-
-    def __init__(self, config: GroupBertConfig):
-        super().__init__(config)
-        self._use_groupbert_encoder(config, pooling=False)
+def _head(bert_head: type, pooling: bool) -> type:
+    """`GroupBert<Task>`: the `transformers` class `Bert<Task>`'s head over [`GroupBertModel`]."""
+    name = bert_head.__name__.replace("Bert", "GroupBert", 1)
+    doc = f"`{bert_head.__name__}`'s head over [`GroupBertModel`]."
+    return type(name, (_GroupBertHead, bert_head), {"_pooling": pooling, "__doc__": doc, "__module__": __name__})
 
 
-class GroupBertForSequenceClassification(GroupBertPreTrainedModel, BertForSequenceClassification, _GroupBertHead):
-    """`BertForSequenceClassification`'s head over [`GroupBertModel`]."""
-
-    def __init__(self, config: GroupBertConfig):
-        super().__init__(config)
-        self._use_groupbert_encoder(config, pooling=True)
-
-
-class GroupBertForMultipleChoice(GroupBertPreTrainedModel, BertForMultipleChoice, _GroupBertHead):
-    """`BertForMultipleChoice`'s head over [`GroupBertModel`]."""
-
-    def __init__(self, config: GroupBertConfig):
-        super().__init__(config)
-        self._use_groupbert_encoder(config, pooling=True)
+GroupBertForPreTraining = _head(BertForPreTraining, pooling=True)  # masked LM and next-sentence heads
+GroupBertForMaskedLM = _head(BertForMaskedLM, pooling=False)
+GroupBertForSequenceClassification = _head(BertForSequenceClassification, pooling=True)
+GroupBertForMultipleChoice = _head(BertForMultipleChoice, pooling=True)
+GroupBertForTokenClassification = _head(BertForTokenClassification, pooling=False)
+GroupBertForQuestionAnswering = _head(BertForQuestionAnswering, pooling=False)
 
 
-class GroupBertForTokenClassification(GroupBertPreTrainedModel, BertForTokenClassification, _GroupBertHead):
-    """`BertForTokenClassification`'s head over [`GroupBertModel`]."""
-
-    def __init__(self, config: GroupBertConfig):
-        super().__init__(config)
-        self._use_groupbert_encoder(config, pooling=False)
-
-
-class GroupBertForQuestionAnswering(GroupBertPreTrainedModel, BertForQuestionAnswering, _GroupBertHead):
-    """`BertForQuestionAnswering`'s head over [`GroupBertModel`]."""
-
-    def __init__(self, config: GroupBertConfig):
-        super().__init__(config)
-        self._use_groupbert_encoder(config, pooling=False)
+# transformers' auto class of each model class, as Optimum Graphcore's `models/groupbert/__init__.py` registered them
+AUTO_CLASSES = {
+    "AutoModel": GroupBertModel,
+    "AutoModelForPreTraining": GroupBertForPreTraining,
+    "AutoModelForMaskedLM": GroupBertForMaskedLM,
+    "AutoModelForSequenceClassification": GroupBertForSequenceClassification,
+    "AutoModelForMultipleChoice": GroupBertForMultipleChoice,
+    "AutoModelForTokenClassification": GroupBertForTokenClassification,
+    "AutoModelForQuestionAnswering": GroupBertForQuestionAnswering,
+}
 
 
-HEADS = (
-    GroupBertForPreTraining,
-    GroupBertForMaskedLM,
-    GroupBertForSequenceClassification,
-    GroupBertForMultipleChoice,
-    GroupBertForTokenClassification,
-    GroupBertForQuestionAnswering,
-)
+def register_with_transformers() -> None:
+    """Register `model_type` `"groupbert"` with `AutoConfig` and each model with its auto class (again: a no-op)."""
+    transformers.AutoConfig.register("groupbert", GroupBertConfig, exist_ok=True)
+    for auto_name, model_class in AUTO_CLASSES.items():
+        getattr(transformers, auto_name).register(GroupBertConfig, model_class, exist_ok=True)
 
 
-def __getattr__(name: str) -> Any:  # Optimum Graphcore's `...groupbert.modeling_groupbert.PipelinedGroupBert*` names
-    from ..class_modules import resolve
+register_with_transformers()
 
-    return resolve("groupbert", name)
+__all__ = [
+    "GroupBertConfig",
+    "GroupBertModel",
+    "GroupBertForPreTraining",
+    "GroupBertForMaskedLM",
+    "GroupBertForSequenceClassification",
+    "GroupBertForMultipleChoice",
+    "GroupBertForTokenClassification",
+    "GroupBertForQuestionAnswering",
+]
