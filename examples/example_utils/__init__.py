@@ -27,6 +27,7 @@ from .help_cache import answer_help_from_cache, store_help
 answer_help_from_cache()  # `run_*.py --help` from the text an earlier run cached, before the seconds of imports below
 
 import datasets  # noqa: E402
+import numpy as np  # noqa: E402
 import transformers  # noqa: E402
 from transformers import HfArgumentParser  # noqa: E402
 
@@ -205,6 +206,30 @@ def load_pretrained(auto_class: Any, name_or_path: str, training_args: Any, whol
     return stage_class.from_pretrained(name_or_path, ipu_config=ipu_config, **kwargs).model
 
 
+# The scripts' size flags, each an integer of at least 1 when given (`check_at_least_one`).
+SIZE_FLAGS = ("max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples")
+# The splits a run of the train / evaluate / predict scripts reads, each with the flag that asks for it.
+SPLIT_FLAGS = {"train": "do_train", "validation": "do_eval", "test": "do_predict"}
+
+
+def check_at_least_one(args: Any, flags: tuple[str, ...] = SIZE_FLAGS) -> None:
+    """
+    Each of `args`' `flags` that is given is at least 1.
+
+    Raises:
+        `ValueError`: one line naming the first that is not (`--max_train_samples 0: expected an integer >= 1`).
+    """
+    for flag in flags:
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise ValueError(f"--{flag} {value}: expected an integer >= 1")
+
+
+def requested_splits(training_args: Any) -> list[str]:
+    """The splits the run reads: train (`--do_train`), validation (`--do_eval`), test (`--do_predict`)."""
+    return [split for split, flag in SPLIT_FLAGS.items() if getattr(training_args, flag)]
+
+
 def check_columns(raw: Mapping[str, datasets.Dataset], columns: Mapping[str, str]) -> None:
     """
     Every split has the columns the flags name (`{"--label_column_name": "label", ...}`).
@@ -372,6 +397,22 @@ def predict(trainer: Any, dataset: Any, num_samples: int, *args: Any, **kwargs: 
     trainer.log_metrics("predict", results.metrics)
     trainer.save_metrics("predict", results.metrics)
     return results
+
+
+def write_class_predictions(trainer: Any, dataset: Any, class_name: Callable[[int], Any]) -> None:
+    """`predict` over the test split (`predict_results.json`, with its loss and metrics when it has labels), then
+    `predictions.txt` in the output folder: `index\tprediction`, each example's top class as `class_name(id)` gives it
+    (a label name, or the id), on the main process."""
+    results = predict(trainer, dataset, len(dataset), metric_key_prefix="predict")
+    scores = results.predictions[0] if isinstance(results.predictions, tuple) else results.predictions
+    if not trainer.is_world_process_zero():
+        return
+    path = os.path.join(trainer.args.output_dir, "predictions.txt")
+    with open(path, "w", encoding="utf-8") as writer:
+        writer.write("index\tprediction\n")
+        for index, item in enumerate(np.argmax(scores, axis=-1)):
+            writer.write(f"{index}\t{class_name(int(item))}\n")
+    logger.info("Predictions written to %s", path)
 
 
 def finish(trainer: Any, training_args: Any, model_args: Any = None, data_args: Any = None) -> Path | None:

@@ -100,18 +100,8 @@ class DataTrainingArguments:
         if self.dataset_name is None and self.train_file is None and self.validation_file is None:
             raise ValueError("give --dataset_name or --train_file/--validation_file (SQuAD JSON, nested or flat)")
         # 0 or negative values gave EM/F1 0.0 silently (n_best_size, max_answer_length) or failed deep inside
-        for flag in (
-            "max_seq_length",
-            "n_best_size",
-            "max_answer_length",
-            "max_sequences_per_pack",
-            "max_train_samples",
-            "max_eval_samples",
-            "max_predict_samples",
-        ):
-            value = getattr(self, flag)
-            if value is not None and value < 1:
-                raise ValueError(f"--{flag} {value}: expected an integer >= 1")
+        sizes = ("max_seq_length", "n_best_size", "max_answer_length", "max_sequences_per_pack")
+        example_utils.check_at_least_one(self, (*sizes, "max_train_samples", "max_eval_samples", "max_predict_samples"))
         if not 0 <= self.doc_stride < self.max_seq_length:
             raise ValueError(
                 f"--doc_stride {self.doc_stride}: expected 0 <= doc_stride < --max_seq_length ({self.max_seq_length}), "

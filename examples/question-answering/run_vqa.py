@@ -36,7 +36,6 @@ except ModuleNotFoundError as err:  # a source checkout run without installing t
 
 import json
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,10 +59,10 @@ from optimum_ipu import IPUTrainer, IPUTrainingArguments
 from optimum_ipu.errors import run_script
 
 logger = logging.getLogger(__name__)
+SPLITS = example_utils.SPLIT_FLAGS  # the flag that asks for each split
 
 INPUT_COLUMNS = ("question", "features", "normalized_boxes")
 FILE_FORMATS = ("csv", "json", "jsonl")
-SPLITS = {"train": "do_train", "validation": "do_eval", "test": "do_predict"}
 # GQA's validation split was in LXMERT's pretraining data: Optimum Graphcore's script evaluated on its test split
 EVAL_SPLIT = {"Graphcore/gqa-lxmert": "test"}
 LAYOUT = "question, features, normalized_boxes, label"
@@ -121,10 +120,7 @@ class DataTrainingArguments:
                 "no data: give --dataset_name (Graphcore/vqa-lxmert, Graphcore/gqa-lxmert) or --train_file / "
                 f"--validation_file / --test_file ({LAYOUT})"
             )
-        for flag in ("max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples"):
-            value = getattr(self, flag)
-            if value is not None and value < 1:
-                raise ValueError(f"--{flag} {value}: expected an integer >= 1")
+        example_utils.check_at_least_one(self)
         for name, path in self.local_files().items():
             if path is not None and path.rsplit(".", 1)[-1].lower() not in FILE_FORMATS:
                 raise ValueError(
@@ -133,11 +129,6 @@ class DataTrainingArguments:
 
     def local_files(self) -> dict[str, str | None]:
         return {"train": self.train_file, "validation": self.validation_file, "test": self.test_file}
-
-
-def wanted_splits(training_args: IPUTrainingArguments) -> list[str]:
-    """The splits the run reads: train (--do_train), validation (--do_eval), test (--do_predict)."""
-    return [split for split, flag in SPLITS.items() if getattr(training_args, flag)]
 
 
 def load_raw_datasets(
@@ -436,21 +427,6 @@ def metrics_for(soft: bool, num_labels: int) -> Callable[[EvalPrediction], dict[
     return compute_metrics
 
 
-def write_predictions(trainer: IPUTrainer, dataset: datasets.Dataset, classes: datasets.ClassLabel | None) -> None:
-    """`predict_results.json` (with the loss and accuracy when the test split has labels) and `predictions.txt`:
-    each test example's top answer (the class name when the data names its classes, else the id)."""
-    results = example_utils.predict(trainer, dataset, len(dataset), metric_key_prefix="predict")
-    scores = results.predictions[0] if isinstance(results.predictions, tuple) else results.predictions
-    if not trainer.is_world_process_zero():
-        return
-    path = os.path.join(trainer.args.output_dir, "predictions.txt")
-    with open(path, "w", encoding="utf-8") as writer:
-        writer.write("index\tprediction\n")
-        for index, item in enumerate(np.argmax(scores, axis=-1)):
-            writer.write(f"{index}\t{classes.int2str(int(item)) if classes is not None else int(item)}\n")
-    logger.info("Predictions written to %s", path)
-
-
 def main() -> None:
     model_args, data_args, training_args = example_utils.parse_args(
         ModelArguments, DataTrainingArguments, IPUTrainingArguments
@@ -458,7 +434,7 @@ def main() -> None:
     example_utils.setup_logging(training_args, logger)
     last_checkpoint = example_utils.start_run(training_args)
     set_seed(training_args.seed)
-    raw, sources = load_raw_datasets(data_args, model_args, wanted_splits(training_args))
+    raw, sources = load_raw_datasets(data_args, model_args, example_utils.requested_splits(training_args))
     soft = check_layout(raw, sources, data_args.soft_label)
     classes = answer_classes(raw)
     model, tokenizer, num_labels = load_model_and_tokenizer(model_args, training_args, classes)
@@ -484,7 +460,8 @@ def main() -> None:
     if training_args.do_eval:
         example_utils.evaluate(trainer, len(splits["validation"]))
     if training_args.do_predict:
-        write_predictions(trainer, splits["test"], classes)
+        class_name = classes.int2str if classes is not None else int  # the class name when the data names them
+        example_utils.write_class_predictions(trainer, splits["test"], class_name)
     example_utils.finish(trainer, training_args, model_args, data_args)
 
 

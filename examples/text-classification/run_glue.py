@@ -142,10 +142,7 @@ class DataTrainingArguments:
     max_sequences_per_pack: int | None = field(default=None, metadata={"help": "At most this many examples a row."})
 
     def __post_init__(self) -> None:
-        for flag in ("max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples"):
-            value = getattr(self, flag)
-            if value is not None and value < 1:
-                raise ValueError(f"--{flag} {value}: expected an integer >= 1")
+        example_utils.check_at_least_one(self)
         if self.max_sequences_per_pack is not None:
             if not self.packing:
                 raise ValueError(

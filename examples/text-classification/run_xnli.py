@@ -27,7 +27,6 @@ except ModuleNotFoundError as err:  # a source checkout run without installing t
     raise SystemExit(f"{err}. To fix: {fix}") from None
 
 import logging
-import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ from optimum_ipu import IPUTrainer, IPUTrainingArguments
 from optimum_ipu.errors import run_script
 
 logger = logging.getLogger(__name__)
+SPLITS = example_utils.SPLIT_FLAGS  # the flag that asks for each split
 
 # XNLI's label names, in the order of its ClassLabel (`facebook/xnli`)
 XNLI_LABELS = ["entailment", "neutral", "contradiction"]
@@ -97,10 +97,7 @@ class DataTrainingArguments:
     max_predict_samples: int | None = field(default=None, metadata={"help": "Keep this many prediction examples."})
 
     def __post_init__(self) -> None:
-        for flag in ("max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples"):
-            value = getattr(self, flag)
-            if value is not None and value < 1:
-                raise ValueError(f"--{flag} {value}: expected an integer >= 1")
+        example_utils.check_at_least_one(self)
         for name in ("train_file", "validation_file", "test_file"):
             path = getattr(self, name)
             if path is not None and path.rsplit(".", 1)[-1].lower() not in FILE_FORMATS:
@@ -110,14 +107,6 @@ class DataTrainingArguments:
 
     def local_files(self) -> dict[str, str | None]:
         return {"train": self.train_file, "validation": self.validation_file, "test": self.test_file}
-
-
-SPLITS = {"train": "do_train", "validation": "do_eval", "test": "do_predict"}
-
-
-def wanted_splits(training_args: IPUTrainingArguments) -> list[str]:
-    """The splits the run reads: train (--do_train), validation (--do_eval), test (--do_predict)."""
-    return [split for split, flag in SPLITS.items() if getattr(training_args, flag)]
 
 
 def split_language(split: str, model_args: ModelArguments) -> str | None:
@@ -278,21 +267,6 @@ def compute_metrics(p: EvalPrediction) -> dict[str, float]:
     return {"accuracy": float(accuracy(preds, labels, task="multiclass", num_classes=len(XNLI_LABELS)))}
 
 
-def write_predictions(trainer: IPUTrainer, dataset: datasets.Dataset) -> None:
-    """`predict_results.json` (with the test loss when the test split has labels) and `predictions.txt`: index and
-    predicted label name of every test example, as Optimum Graphcore's script."""
-    results = example_utils.predict(trainer, dataset, len(dataset), metric_key_prefix="predict")
-    logits = results.predictions[0] if isinstance(results.predictions, tuple) else results.predictions
-    if not trainer.is_world_process_zero():
-        return
-    path = os.path.join(trainer.args.output_dir, "predictions.txt")
-    with open(path, "w", encoding="utf-8") as writer:
-        writer.write("index\tprediction\n")
-        for index, item in enumerate(np.argmax(logits, axis=-1)):
-            writer.write(f"{index}\t{XNLI_LABELS[item]}\n")
-    logger.info("Predictions written to %s", path)
-
-
 def main() -> None:
     model_args, data_args, training_args = example_utils.parse_args(
         ModelArguments, DataTrainingArguments, IPUTrainingArguments
@@ -300,7 +274,7 @@ def main() -> None:
     example_utils.setup_logging(training_args, logger)
     last_checkpoint = example_utils.start_run(training_args)
     set_seed(training_args.seed)
-    raw = load_raw_datasets(data_args, model_args, wanted_splits(training_args))
+    raw = load_raw_datasets(data_args, model_args, example_utils.requested_splits(training_args))
     encode = label_encoder(raw)
     model, tokenizer = load_model_and_tokenizer(model_args, training_args)
     splits = tokenized_splits(raw, tokenizer, encode, data_args, training_args)
@@ -324,7 +298,7 @@ def main() -> None:
     if training_args.do_eval:
         example_utils.evaluate(trainer, len(splits["validation"]))
     if training_args.do_predict:
-        write_predictions(trainer, splits["test"])
+        example_utils.write_class_predictions(trainer, splits["test"], XNLI_LABELS.__getitem__)
     example_utils.finish(trainer, training_args, model_args, data_args)
 
 
