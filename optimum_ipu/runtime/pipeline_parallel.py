@@ -86,6 +86,9 @@ class PipelineEngine:
             stage's replicas (`fsdp.shard_stages`; a model sharded so already is taken as it is).
         required_inputs (`Sequence[str]`, *optional*): tensors every batch must carry (`StagePlan.process_stage_inputs`:
             what the model would otherwise draw at random inside its forward, on each stage apart).
+        share_batches (`bool`, *optional*, defaults to `True`): send the last stage's micro-batches to the replica's
+            other stages before each step (`distributed.batches_of`: a random collator draws other values on each
+            process); `False` where the caller has shared them already (`IPUTrainer`, before it counts their items).
     """
 
     def __init__(
@@ -102,6 +105,7 @@ class PipelineEngine:
         device: torch.device | None = None,
         fsdp: bool = False,
         required_inputs: Sequence[str] = (),
+        share_batches: bool = True,
     ) -> None:
         if not dist.is_initialized():
             raise RuntimeError("PipelineEngine needs torch.distributed: launch with torchrun")
@@ -139,7 +143,7 @@ class PipelineEngine:
         self.ipu_config, self.max_grad_norm = ipu_config, max_grad_norm
         self._root = self.shards.gate if self.shards is not None else None
         self._cut, self._ranges = cut, stage_ranges(counts)
-        self._required = tuple(required_inputs)
+        self._required, self._share_batches = tuple(required_inputs), share_batches
         self._micro, self._schedule_name, self.precision = micro, schedule, precision
         if self.shards is None:  # held or sharded: on its device already, other stages' parameters on the meta device
             model.to(self.device)
@@ -199,6 +203,10 @@ class PipelineEngine:
     def _stage_rank(self, stage: int) -> int:
         return dist.get_global_rank(self.stage_group, stage)
 
+    def same_batches(self, batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The replica's last stage's `batches` on every stage of the replica (`distributed.batches_of`)."""
+        return batches_of(self._stage_rank(self.ranks - 1), self.stage_group, batches, self.device)
+
     # ------------------------------------------------------------- step protocol
     def micro_batch(
         self, inputs: Mapping[str, Any], weight: float | torch.Tensor, compute_loss: ComputeLoss | None = None
@@ -249,8 +257,8 @@ class PipelineEngine:
 
     def _run_schedule(self, micro_batches: list[dict[str, torch.Tensor]], weights: torch.Tensor) -> torch.Tensor:
         """One optimizer step's schedule over `micro_batches`; returns the step's loss (on every process)."""
-        # every stage on the last stage's micro-batches (see `batches_of`: a collator's random draws differ per process)
-        micro_batches = batches_of(self._stage_rank(self.ranks - 1), self.stage_group, micro_batches, self.device)
+        if self._share_batches:  # every stage on the last stage's micro-batches (a collator's draws differ per process)
+            micro_batches = self.same_batches(micro_batches)
         if self.schedule is None:
             self._build_schedule(list(micro_batches[0]))
         micro_batches = [{k: b[k] for k in self.keys} for b in micro_batches]

@@ -31,7 +31,7 @@ from torch import nn
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..models.layout import layers_per_stage
-from ..runtime.distributed import batches_of, world_size
+from ..runtime.distributed import world_size
 from ..runtime.pipeline_forward import PipelinedForward, StageForward
 from ..runtime.pipeline_parallel import PipelineEngine
 from ..runtime.stage_hold import stage_hold
@@ -140,6 +140,7 @@ class ProcessPipeline:
             precision=trainer.engine.precision,
             device=trainer.args.device,
             required_inputs=trainer.pipelined.plan.process_stage_inputs,
+            share_batches=False,  # `same_batches` shares them in `get_batch_samples`, before Trainer counts them
         )
         return self.engine
 
@@ -147,8 +148,7 @@ class ProcessPipeline:
         """An optimizer step's micro-batches as the replica's last stage collated them, on every stage of the replica
         (`runtime.distributed.batches_of`: a collator's random draws differ per process), before anything is
         counted from them (`Trainer`'s items in the batch, each micro-batch's loss weight)."""
-        engine = self.engine
-        return batches_of(engine._stage_rank(engine.ranks - 1), engine.stage_group, batches, engine.device)
+        return self.engine.same_batches(batches)
 
     # ---------------------------------------------------------------- evaluation
     def forward_module(self) -> PipelinedForward:
