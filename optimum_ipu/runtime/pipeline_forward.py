@@ -78,13 +78,12 @@ class StageForward:
     def __call__(self, batch: dict[str, torch.Tensor]) -> Any:
         """This stage's part of `batch`'s forward: the model's output on the last stage, `None` on the others."""
         module = self.module
-        device = next(v for v in batch.values() if torch.is_tensor(v)).device
         module.keys = [next(k for k, v in batch.items() if torch.is_tensor(v))]  # stage 0 finds it by this tensor
         module.reset([batch])
         if self.stage == 0:
             received: tuple[torch.Tensor, ...] = (batch[module.keys[0]],)
         else:
-            received = self._receive(device)
+            received = self._receive(next(v for v in batch.values() if torch.is_tensor(v)).device)
         sent = module(*received)
         if self.stage == self.num_stages - 1:
             return module.last_output
