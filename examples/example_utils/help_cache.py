@@ -1,19 +1,20 @@
-"""`run_*.py --help` in a fraction of a second: the help text the full parser printed, cached per script.
+"""`run_*.py --help` in a fraction of a second: the help the full parser printed, cached per script.
 
 A script's parser needs `IPUTrainingArguments`, which imports `transformers`' trainer, `torch` and (when installed)
-`peft`: several seconds before argparse can print anything. The first time a script parses its arguments (`--help` or
-any run), `store_help` writes the parser's help text to `$HF_HOME/optimum_ipu/help/` (`~/.cache/huggingface/...` by
-default; `OPTIMUM_IPU_HELP_CACHE=DIR` moves it, `OPTIMUM_IPU_HELP_CACHE=off` turns it off). Afterwards
-`answer_help_from_cache`, called by `example_utils` before its heavy imports, prints that text when the command line
-is exactly `-h` or `--help` and the entry is fresh, then exits 0 as argparse does.
+`peft`: 6 to 13 seconds on a 2-core machine before argparse can print anything. The first time a script parses its
+arguments (`--help` or any run), `store_help` writes what the parser's help is drawn from (`help_layout`) to
+`$HF_HOME/optimum_ipu/help/` (`~/.cache/huggingface/...` by default; `OPTIMUM_IPU_HELP_CACHE=DIR` moves it,
+`OPTIMUM_IPU_HELP_CACHE=off` turns it off). Afterwards `answer_help_from_cache`, called by `example_utils` before its
+heavy imports, draws that help for the terminal at hand when the command line is exactly `-h` or `--help` and the entry
+is fresh, then exits 0 as argparse does. `python -m example_utils.cache_help` (run by `make setup`) fills the cache
+for every example script in one process, so that even a script's first `--help` is answered from it.
 
 An entry is fresh only if nothing that shapes the text changed: its file name is a hash of the script's content and
-path, `prog`, the terminal width argparse wraps to, the locale variables gettext reads, the Python build and the
-installed versions of `optimum-ipu` and `transformers`; inside, the SHA-256 of every source file that defined the
-arguments (the script, the modules beside it, `example_utils`, `optimum_ipu`, and each argument dataclass's module
-and bases) is checked again before the text is shown (an editable install keeps its version when its files change).
-Anything else (no entry, a stale one, an unreadable cache) leaves the answer to the full parser. This module imports
-only the standard library.
+path, `prog`, the locale variables gettext reads, the Python build and the installed versions of `optimum-ipu` and
+`transformers`; inside, the SHA-256 of every source file that defined the arguments (the script, the modules beside
+it, `example_utils`, `optimum_ipu`, and each argument dataclass's module and bases) is checked again before the help
+is shown (an editable install keeps its version when its files change). Anything else (no entry, a stale one, an
+unreadable cache) leaves the answer to the full parser. This module imports only the standard library.
 """
 
 from __future__ import annotations
@@ -21,15 +22,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
 from collections.abc import Iterable
 from typing import Any
 
+from .help_layout import format_layout, parser_layout
+
 CACHE_ENV = "OPTIMUM_IPU_HELP_CACHE"
 _OFF = ("off", "0", "false", "no", "")
 HELP_COMMAND_LINES = (["-h"], ["--help"])  # the only command lines answered from the cache
-ENTRY_FORMAT = 1  # bumped when an entry's layout or key changes
+ENTRY_FORMAT = 2  # bumped when an entry's layout or key changes
 VERSIONED_DISTRIBUTIONS = ("optimum-ipu", "transformers")
 LOCALE_VARIABLES = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")  # gettext's, which translates argparse's headings
 OWN_PACKAGES = ("example_utils", "optimum_ipu")
@@ -81,11 +83,12 @@ def cached_help(script: str, prog: str) -> str | None:
     try:
         with open(path, encoding="utf-8") as file:
             entry = json.load(file)
-        sources, text = entry["sources"], entry["help"]
-        fresh = all(_file_digest(source) == digest for source, digest in sources.items())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        sources, layout = entry["sources"], entry["layout"]
+        if not all(_file_digest(source) == digest for source, digest in sources.items()):
+            return None
+        return format_layout(layout, prog)
+    except Exception:  # noqa: BLE001 -- an entry argparse cannot draw (damaged, another layout): the full parser answers
         return None
-    return text if fresh and isinstance(text, str) else None
 
 
 def store_help(parser: Any, dataclass_types: Iterable[type]) -> None:
@@ -101,16 +104,20 @@ def store_help(parser: Any, dataclass_types: Iterable[type]) -> None:
 
 def cache_help(script: str, parser: Any, dataclass_types: Iterable[type]) -> None:
     """
-    Write `parser.format_help()` as the help of `script` run as `parser.prog`, with the digests of the sources that
-    shaped it, unless a fresh entry is there already; remove the entries of the script's earlier contents. A cache
-    that cannot be written (a read-only folder, a full disk) is skipped without a word: the script runs as without it.
+    Write what `parser.format_help()` draws from (`help_layout.parser_layout`) as the help of `script` run as
+    `parser.prog`, with the digests of the sources that shaped it, unless a fresh entry is there already; remove the
+    entries of the script's earlier contents. A parser whose help depends on more than the layout holds is not cached,
+    nor is anything when the cache cannot be written (a read-only folder, a full disk): the script runs as without it.
     """
     path = entry_path(script, parser.prog)
     if path is None or cached_help(script, parser.prog) is not None:
         return
     try:
+        layout = parser_layout(parser)
+        if layout is None:
+            return
         classes = [*dataclass_types, type(parser)]  # + HfArgumentParser's module (an editable install)
-        entry = {"sources": _sources(script, classes), "help": parser.format_help()}
+        entry = {"sources": _sources(script, classes), "layout": layout}
         _write_atomically(path, json.dumps(entry, ensure_ascii=False))
         _prune(path)
     except Exception:  # noqa: BLE001 -- a help cache never stops a run (a help text argparse cannot format included)
@@ -133,7 +140,6 @@ def entry_path(script: str, prog: str) -> str | None:
     key = {
         "format": ENTRY_FORMAT,
         "prog": prog,
-        "columns": shutil.get_terminal_size().columns,  # argparse's own measure of the width it wraps to
         "locale": [os.environ.get(name) for name in LOCALE_VARIABLES],
         "python": sys.version,
         "versions": _versions(),
@@ -220,7 +226,7 @@ def _write_atomically(path: str, text: str) -> None:
 
 
 def _prune(path: str) -> None:
-    """Remove the entries of earlier versions of the same script file (other terminal widths of this one stay)."""
+    """Remove the entries of earlier versions of the same script file (other keys of this one stay)."""
     folder, name = os.path.split(path)
     script_part = name.rsplit("-", 1)[0]  # prefix + the script's content hash
     prefix = script_part.rsplit("-", 1)[0] + "-"
@@ -230,3 +236,46 @@ def _prune(path: str) -> None:
                 os.remove(os.path.join(folder, other))
             except OSError:
                 pass
+
+
+def example_scripts() -> list[str]:
+    """The example scripts of this checkout (`examples/*/run_*.py` beside `example_utils`), or none when
+    `example_utils` is installed without them."""
+    examples = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    scripts = []
+    for folder in sorted(os.listdir(examples)):
+        path = os.path.join(examples, folder)
+        if os.path.isdir(path) and folder != "example_utils":
+            scripts += [os.path.join(path, name) for name in sorted(os.listdir(path)) if name.startswith("run_")]
+    return [script for script in scripts if script.endswith(".py")]
+
+
+def warm(scripts: Iterable[str]) -> list[str]:
+    """
+    Cache the help of each of `scripts` by running it with `--help` in this process (its output discarded), so that
+    their imports are paid once for all of them; the modules loaded from a script's folder are unloaded after it
+    (two folders may hold modules of one name). Returns the scripts whose help is now cached.
+    """
+    import contextlib
+    import io
+    import runpy
+
+    warmed = []
+    for script in scripts:
+        script = os.path.realpath(script)
+        folder = os.path.dirname(script)
+        argv, path, loaded = sys.argv, list(sys.path), set(sys.modules)
+        sys.argv, sys.path[:0] = [script, "--help"], [folder]
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                runpy.run_path(script, run_name="__main__")
+        except SystemExit:
+            pass  # argparse's exit after printing the help
+        finally:
+            sys.argv, sys.path[:] = argv, path
+            for name in set(sys.modules) - loaded:
+                if os.path.dirname(os.path.realpath(getattr(sys.modules[name], "__file__", None) or "/")) == folder:
+                    del sys.modules[name]
+        if cached_help(script, os.path.basename(script)) is not None:
+            warmed.append(script)
+    return warmed

@@ -22,14 +22,14 @@ def help_env(cache: Path, **extra: str) -> dict[str, str]:
     return env(**{help_cache.CACHE_ENV: str(cache), "COLUMNS": "100", **extra})
 
 
-def full_parser(script: Path, *args: str, cache: Path) -> subprocess.CompletedProcess:
-    return run_python([script.name, *args], cwd=script.parent, env=help_env(cache))
+def full_parser(script: Path, *args: str, cache: Path, **extra: str) -> subprocess.CompletedProcess:
+    return run_python([script.name, *args], cwd=script.parent, env=help_env(cache, **extra))
 
 
-def cached_answer(script: Path, *args: str, cache: Path) -> tuple[subprocess.CompletedProcess, set[str]]:
+def cached_answer(script: Path, *args: str, cache: Path, **extra: str) -> tuple[subprocess.CompletedProcess, set[str]]:
     """The script run as a fresh interpreter; with the top-level modules it imported (`-X importtime`)."""
     command = [PYTHON, "-X", "importtime", script.name, *args]
-    result = subprocess.run(command, cwd=script.parent, env=help_env(cache), capture_output=True, text=True)
+    result = subprocess.run(command, cwd=script.parent, env=help_env(cache, **extra), capture_output=True, text=True)
     modules = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
     return result, modules
 
