@@ -13,6 +13,7 @@ import transformers
 from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments, to_pipelined
 
 from .conftest import PYTHON, REPO_ROOT
+from .distributed.fsdp_worker import tiny_llama
 from .helpers import SHORT_RUN, TORCHRUN, free_port, launch
 from .tiny_models import tiny_inputs, tiny_model
 
@@ -123,12 +124,35 @@ def test_pipelined_layers_are_found_through_the_peft_wrapper():
 
 def test_stages_on_two_processes_equal_one_process(tmp_path):
     """LoRA on a tiny Llama in 2 pipeline stages: a stage per gloo process gives the losses and saved adapters of one
-    process running both stages in turn."""
+    process running both stages in turn; each process loading only its stage (the base model never whole, LoRA
+    wrapping the stage-local model) gives the losses of the processes that loaded it whole exactly, and their adapters
+    to 1e-6 (the held stages' gradient norm is summed in another order)."""
     worker = str(REPO_ROOT / "tests" / "distributed" / "peft_worker.py")
+    tiny_llama().save_pretrained(tmp_path / "base")
     one = launch(PYTHON, worker, str(tmp_path / "one"))
     assert one.returncode == 0, one.stderr[-3000:]
     two = launch(*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", worker, str(tmp_path / "two"))
     assert two.returncode == 0, two.stderr[-3000:]
+    local = launch(
+        *TORCHRUN,
+        "--nproc_per_node=2",
+        f"--master_port={free_port()}",
+        worker,
+        str(tmp_path / "local"),
+        "--from",
+        str(tmp_path / "base"),
+    )
+    assert local.returncode == 0, local.stderr[-3000:]
+    for run, meta in (("two", False), ("local", True)):
+        assert all(
+            json.loads((tmp_path / run / f"rank{r}.json").read_text())["other_stages_on_meta"] is meta for r in (0, 1)
+        )
+    want, got = (json.loads((tmp_path / run / "losses.json").read_text()) for run in ("two", "local"))
+    assert got == want
+    want, got = (load_file(tmp_path / run / "final" / "adapter_model.safetensors") for run in ("two", "local"))
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        torch.testing.assert_close(got[key], value, atol=1e-6, rtol=0, msg=key)
     want, got = (json.loads((tmp_path / run / "losses.json").read_text()) for run in ("one", "two"))
     assert len(got) == 3
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)

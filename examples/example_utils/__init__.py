@@ -174,24 +174,38 @@ def start_run(training_args: Any) -> str | None:
     return last_checkpoint
 
 
-def load_pretrained(auto_class: Any, name_or_path: str, training_args: Any, whole: bool = False, **kwargs: Any) -> Any:
+def load_pretrained(
+    auto_class: Any, name_or_path: str, training_args: Any, vocabulary: int | None = None, **kwargs: Any
+) -> Any:
     """
     `auto_class.from_pretrained(name_or_path, **kwargs)`, the stock `transformers` model; under `torchrun` with the
     IPU config's stages on separate processes, each process builds it on the meta device and reads only its own
     stage's tensors (`optimum_ipu`'s auto class of the same name, with `ipu_config=`), the other stages' parameters
-    staying on the meta device.
+    staying on the meta device (LoRA adapters put on it by `--use_peft` take them over: the base model is never whole).
 
     Args:
         auto_class (`type`): A `transformers` auto class, e.g. `AutoModelForQuestionAnswering`.
         name_or_path (`str`): A model folder or Hub id.
         training_args (`IPUTrainingArguments`): The run's arguments (its IPU config, `--ipu_config_overrides` applied).
-        whole (`bool`, *optional*): Load the whole model on every process all the same: LoRA adapters (`--use_peft`)
-            wrap the stock model before `IPUTrainer` cuts it, and a stage-held model cannot be wrapped yet.
+        vocabulary (`int`, *optional*): The tokenizer's size. When it is larger than the checkpoint's vocabulary (the
+            `config` given), the script grows the embeddings with `resize_token_embeddings`, which needs the whole
+            embedding matrix (`transformers`' mean resizing draws the new rows from its covariance): the whole model
+            is loaded then, as without stages, and a line says why.
         kwargs: `from_pretrained`'s keyword arguments (`config`, `dtype`, Hub options, `ignore_mismatched_sizes`).
     """
     ipu_config = training_args.load_ipu_config()
     stages = ipu_config.value("ipus_per_replica")
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or stages <= 1 or whole:
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or stages <= 1:
+        return auto_class.from_pretrained(name_or_path, **kwargs)
+    checkpoint_vocabulary = getattr(kwargs.get("config"), "vocab_size", None)
+    if vocabulary is not None and checkpoint_vocabulary is not None and vocabulary > checkpoint_vocabulary:
+        logger.warning(
+            "loading the whole of %s in every process: its embeddings (%d rows) grow to the tokenizer's %d tokens, "
+            "which needs the whole embedding matrix; resize and save it once in one process to load one stage only",
+            name_or_path,
+            checkpoint_vocabulary,
+            vocabulary,
+        )
         return auto_class.from_pretrained(name_or_path, **kwargs)
     import optimum_ipu
 

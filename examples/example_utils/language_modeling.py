@@ -174,11 +174,9 @@ def load_config_and_tokenizer(model_args: ModelArguments) -> tuple[Any, Any]:
     return config, tokenizer
 
 
-def load_model(
-    auto_class: Any, model_args: ModelArguments, config: Any, tokenizer: Any, training_args: Any, whole: bool = False
-) -> Any:
-    """The pretrained model, or a new one from the config; embeddings grown to the tokenizer if it is larger (`whole`:
-    see `example_utils.load_pretrained`)."""
+def load_model(auto_class: Any, model_args: ModelArguments, config: Any, tokenizer: Any, training_args: Any) -> Any:
+    """The pretrained model (only this process's stage of it with stages on processes: `example_utils.load_pretrained`),
+    or a new one from the config; embeddings grown to the tokenizer if it is larger."""
     if model_args.model_name_or_path:
         dtype = (
             model_args.torch_dtype
@@ -189,7 +187,7 @@ def load_model(
             auto_class,
             model_args.model_name_or_path,
             training_args,
-            whole=whole,
+            vocabulary=len(tokenizer),
             config=config,
             cache_dir=model_args.cache_dir,
             revision=model_args.model_revision,

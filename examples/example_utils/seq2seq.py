@@ -102,7 +102,7 @@ def load_model_and_tokenizer(model_args: Any, data_args: Seq2SeqDataArguments, t
         model_args.tokenizer_name or model_args.model_name_or_path, use_fast=model_args.use_fast_tokenizer, **hub
     )
     model = example_utils.load_pretrained(
-        AutoModelForSeq2SeqLM, model_args.model_name_or_path, training_args, config=config, **hub
+        AutoModelForSeq2SeqLM, model_args.model_name_or_path, training_args, len(tokenizer), config=config, **hub
     )
     # resize only when needed: a larger embedding than the vocabulary is fine, a smaller one breaks lookups
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:

@@ -78,7 +78,7 @@ def main() -> None:
     set_seed(training_args.seed)
     raw = lm.load_raw_datasets(data_args, model_args)
     config, tokenizer = lm.load_config_and_tokenizer(model_args)
-    model = lm.load_model(AutoModelForCausalLM, model_args, config, tokenizer, training_args, whole=peft_args.use_peft)
+    model = lm.load_model(AutoModelForCausalLM, model_args, config, tokenizer, training_args)
     model = maybe_wrap_with_lora(model, peft_args, "CAUSAL_LM")
 
     text, _ = lm.raw_text_columns(raw, training_args)

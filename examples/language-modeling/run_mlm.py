@@ -120,7 +120,7 @@ def main() -> None:
             f"{type(tokenizer).__name__} has no mask token, which masked language modeling needs; use a BERT or "
             "RoBERTa tokenizer (train_tokenizer.py --family roberta builds one), or run_clm.py for causal LM"
         )
-    model = lm.load_model(AutoModelForMaskedLM, model_args, config, tokenizer, training_args, whole=peft_args.use_peft)
+    model = lm.load_model(AutoModelForMaskedLM, model_args, config, tokenizer, training_args)
     model = maybe_wrap_with_lora(model, peft_args)  # peft has no masked-LM task type: the plain PeftModel
 
     max_seq_length = lm.sequence_length(data_args.max_seq_length, "max_seq_length", tokenizer, model.config)

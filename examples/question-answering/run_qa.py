@@ -142,7 +142,7 @@ def load_raw_datasets(data: DataTrainingArguments, model: example_utils.ModelArg
 
 
 def load_model_and_tokenizer(
-    model_args: example_utils.ModelArguments, training_args: IPUTrainingArguments, whole: bool = False
+    model_args: example_utils.ModelArguments, training_args: IPUTrainingArguments
 ) -> tuple[Any, Any]:
     """The question-answering model and its fast tokenizer (the offsets map answers back to the context)."""
     hub = model_args.hub_kwargs()
@@ -154,7 +154,7 @@ def load_model_and_tokenizer(
             "with a tokenizer.json (the `tokenizers` library), see https://huggingface.co/transformers/index.html"
         )
     model = example_utils.load_pretrained(
-        AutoModelForQuestionAnswering, model_args.model_name_or_path, training_args, whole=whole, config=config, **hub
+        AutoModelForQuestionAnswering, model_args.model_name_or_path, training_args, config=config, **hub
     )
     return model, tokenizer
 
@@ -277,7 +277,7 @@ def main() -> None:
     last_checkpoint = example_utils.start_run(training_args)
     set_seed(training_args.seed)
     raw = load_raw_datasets(data_args, model_args)
-    model, tokenizer = load_model_and_tokenizer(model_args, training_args, whole=peft_args.use_peft)
+    model, tokenizer = load_model_and_tokenizer(model_args, training_args)
     model = maybe_wrap_with_lora(model, peft_args, "QUESTION_ANS")  # --use_peft: the span head trains too
     features = build_features(raw, tokenizer, data_args, training_args)
     trainer = build_trainer(model, tokenizer, features, data_args, training_args)

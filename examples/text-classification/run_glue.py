@@ -377,7 +377,7 @@ def text_columns(raw: dict[str, datasets.Dataset], task: str | None) -> tuple[st
 
 
 def load_model_and_tokenizer(
-    model_args: ModelArguments, num_labels: int, training_args: IPUTrainingArguments, whole: bool = False
+    model_args: ModelArguments, num_labels: int, training_args: IPUTrainingArguments
 ) -> tuple[Any, Any]:
     """The classifier and its tokenizer; decoders without a padding token pad with end-of-text."""
     hub = model_args.hub_kwargs()
@@ -399,7 +399,6 @@ def load_model_and_tokenizer(
         AutoModelForSequenceClassification,
         model_args.model_name_or_path,
         training_args,
-        whole=whole,
         config=config,
         ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
         **hub,
@@ -521,7 +520,7 @@ def main() -> None:
     if not is_regression and num_labels < 2:
         raise ValueError(f"the label column holds {num_labels} distinct value(s) {label_list}: nothing to classify")
     keys = text_columns(raw, task)
-    model, tokenizer = load_model_and_tokenizer(model_args, num_labels, training_args, whole=peft_args.use_peft)
+    model, tokenizer = load_model_and_tokenizer(model_args, num_labels, training_args)
     if not is_regression:
         label_list, label_to_id = align_labels(model, label_list, label_to_id, num_labels)
     model = maybe_wrap_with_lora(model, peft_args, "SEQ_CLS")  # --use_peft: the classifier head trains too

@@ -14,11 +14,14 @@ A stage's process keeps only the parameters its stage runs; every other paramete
 - a tied parameter (input embedding = output projection) wherever one of its names is held.
 
 Buffers (position ids, rotary tables) are small and kept on every process. `hold_stage` frees what a whole model does
-not need here; `stage_loading.load_stage` builds the model on the meta device and reads only the held tensors.
+not need here; `stage_loading.load_stage` builds the model on the meta device and reads only the held tensors. An
+adapter wrapper (`peft`'s `get_peft_model`) put around a model loaded so takes its hold over, under the wrapper's names
+(`stage_hold`): the base model is never whole in any process, and the other stages' adapters stay on the meta device.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +69,7 @@ class StageHold:
             saved; set by `PipelineEngine` after its first step (stage 0 before).
         cut (`StageCut`, *optional*): how the model was cut into stages (what a later stage run, e.g. generation, cuts
             it by).
+        refusal (`RemovableHandle`, *optional*): the hook that refuses a forward of the whole model outside a stage.
     """
 
     mesh: Any
@@ -76,6 +80,7 @@ class StageHold:
     sharded: bool = False
     owners: dict[str, int] = field(default_factory=dict)
     cut: StageCut | None = None
+    refusal: Any = None
 
     @property
     def stage(self) -> int:
@@ -94,8 +99,37 @@ _HOLDS: weakref.WeakKeyDictionary[nn.Module, StageHold] = weakref.WeakKeyDiction
 
 
 def stage_hold(model: nn.Module) -> StageHold | None:
-    """What this process holds of `model` (`hold_stage`, `stage_loading.load_stage`), if it holds one stage only."""
-    return _HOLDS.get(model)
+    """What this process holds of `model` (`hold_stage`, `stage_loading.load_stage`), if it holds one stage only; for
+    an adapter wrapper around a model that holds one stage, the wrapper's hold (`_adopt_wrapped_hold`)."""
+    return _HOLDS.get(model) or _adopt_wrapped_hold(model)
+
+
+def _adopt_wrapped_hold(wrapper: nn.Module) -> StageHold | None:
+    """The hold of the model inside an adapter wrapper (`peft`'s `PeftModel.get_base_model()`), moved to the wrapper:
+    its paths under the wrapper's names, what the wrapper added there (the other stages' adapters, put on the meta
+    device by `peft` beside their base layers) freed alike, and the refusal of whole-model forwards on the wrapper.
+    Read through the wrapper's own API: `peft` is never imported here."""
+    if not callable(getattr(type(wrapper), "get_base_model", None)):
+        return None
+    inner = wrapper.get_base_model()
+    hold = _HOLDS.get(inner)
+    prefix = next((name for name, module in wrapper.named_modules() if module is inner and name), None)
+    if hold is None or hold.cut is None or hold.sharded or prefix is None:
+        return None
+    del _HOLDS[inner]
+    if hold.refusal is not None:
+        hold.refusal.remove()
+    cut = hold.cut
+    encoder = cut.encoder and dataclasses.replace(cut.encoder, path=f"{prefix}.{cut.encoder.path}")
+    cut = dataclasses.replace(
+        cut,
+        layer_paths=[f"{prefix}.{path}" for path in cut.layer_paths],
+        embeddings=[f"{prefix}.{path}" for path in cut.embeddings],
+        encoder=encoder,
+    )
+    adopted = hold_stage(wrapper, cut, [len(layers) for layers in hold.ranges], hold.mesh)
+    adopted.owners.update({f"{prefix}.{name}": stage for name, stage in hold.owners.items()})
+    return adopted
 
 
 def _under(name: str, paths: Iterable[str]) -> bool:
@@ -169,7 +203,7 @@ def _refuse_outside(hold: StageHold) -> Callable[..., None]:
 
 def register_hold(model: nn.Module, hold: StageHold) -> StageHold:
     """Record what this process holds of `model`; a forward of the whole model outside a stage is refused clearly."""
-    model.register_forward_pre_hook(_refuse_outside(hold), with_kwargs=True)
+    hold.refusal = model.register_forward_pre_hook(_refuse_outside(hold), with_kwargs=True)
     _HOLDS[model] = hold
     return hold
 

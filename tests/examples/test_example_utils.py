@@ -76,3 +76,31 @@ def test_closing_summary(tmp_path):
         timeout=120,
     )
     assert run.returncode == 1 and "no all_results.json; the run did not finish" in run.stderr
+
+
+def test_a_vocabulary_to_grow_loads_the_whole_model_with_a_line_saying_why(monkeypatch, caplog, tmp_path):
+    """With stages on processes each process loads its stage only, unless the tokenizer is larger than the
+    checkpoint's vocabulary: `resize_token_embeddings` then needs the whole embedding matrix (mean resizing)."""
+    import transformers
+
+    from optimum_ipu import IPUConfig
+
+    from ..tiny_models import tiny_model
+
+    tiny_model("LlamaForCausalLM").save_pretrained(tmp_path)
+    config = transformers.AutoConfig.from_pretrained(tmp_path)
+
+    class Args:  # what load_pretrained asks of IPUTrainingArguments
+        @staticmethod
+        def load_ipu_config() -> IPUConfig:
+            return IPUConfig(layers_per_ipu=[1, 1], ipus_per_replica=2)
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with caplog.at_level("WARNING", logger="example_utils"):
+        model = example_utils.load_pretrained(
+            transformers.AutoModelForCausalLM, str(tmp_path), Args(), config.vocab_size + 3, config=config
+        )
+    assert not any(p.is_meta for p in model.parameters())  # whole, to be resized
+    assert f"its embeddings ({config.vocab_size} rows) grow to the tokenizer's {config.vocab_size + 3}" in caplog.text
+    model.resize_token_embeddings(config.vocab_size + 3)
+    assert model.get_output_embeddings().weight.shape[0] == config.vocab_size + 3
