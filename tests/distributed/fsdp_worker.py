@@ -1,13 +1,14 @@
 """A tiny Llama trained by IPUTrainer, launched by tests/distributed/test_fsdp.py (torchrun or one process).
 
-    python fsdp_worker.py OUT_DIR REPLICAS MAX_STEPS [--fsdp] [--stages] [--stage-local] [--evaluate]
+    python fsdp_worker.py OUT_DIR REPLICAS MAX_STEPS [--fsdp] [--stages] [--stage-local] [--evaluate] [--push]
 
 Every rank writes OUT_DIR/rank{RANK}.json (its parameter bytes); rank 0 also the logged losses. A checkpoint is
 written at step 3 and the model saved whole to OUT_DIR/final (stock layout), gathered from the shards under
 --fsdp. `--stages` cuts the model into 2 pipeline stages. With the environment variable RESUME_FROM, training
 resumes from that checkpoint. `--stage-local` loads the model saved in the folder PRETRAINED (environment) with
 `optimum_ipu.AutoModelForCausalLM`, each process reading only its stage; `--evaluate` evaluates after training (the
-metrics go to rank{RANK}.json).
+metrics go to rank{RANK}.json); `--push` pushes every save and the final model to the fake Hub in the folder
+FAKE_HUB (environment; `fake_hub.py`).
 """
 
 from __future__ import annotations
@@ -84,6 +85,16 @@ def track_peak_parameter_bytes(model: torch.nn.Module) -> dict[str, int]:
     return peak
 
 
+def push_to_fake_hub() -> dict:
+    """With `--push`: `push_to_hub` on every save, to the fake Hub in $FAKE_HUB (`fake_hub.py`)."""
+    if "--push" not in sys.argv[4:]:
+        return {}
+    from tests.distributed import fake_hub
+
+    fake_hub.install(os.environ["FAKE_HUB"])
+    return {"push_to_hub": True, "hub_model_id": "me/tiny-llama", "hub_token": "hf_fake"}
+
+
 def main() -> None:
     out, replicas, max_steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     fsdp = "--fsdp" in sys.argv[4:]
@@ -101,6 +112,7 @@ def main() -> None:
         disable_tqdm=True,
         ddp_timeout=60,
         fsdp=fsdp,
+        **push_to_fake_hub(),
     )
     stages = {"layers_per_ipu": [2, 2], "ipus_per_replica": 2} if "--stages" in sys.argv[4:] else {}
     config = IPUConfig(replication_factor=replicas, gradient_accumulation_steps=2, **stages)
@@ -125,6 +137,8 @@ def main() -> None:
     sent = count_reduce_scatters()
     trainer.train(resume_from_checkpoint=os.environ.get("RESUME_FROM") or None)
     trainer.save_model(os.path.join(out, "final"))  # every process calls it: the shards are gathered
+    if "--push" in sys.argv[4:]:
+        trainer.push_to_hub()  # every process calls it (each writes its stage's shard), the main process uploads
     rank = trainer.args.process_index
     result = {
         "parameter_bytes": here,

@@ -17,6 +17,7 @@ from optimum_ipu.runtime.stage_hold import held_parameter_names
 
 from ..conftest import REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch, saved_weights
+from . import fake_hub
 from .pipeline_worker import tiny_for
 from .test_fsdp_stages import one_process
 
@@ -115,7 +116,7 @@ def trainer_run(out, pretrained, processes: int, replicas: int, *flags: str, res
     4 steps, evaluated again. One process when `processes` is 1 (the stages and replicas in turn)."""
     args = [TRAINER_WORKER, str(out), str(replicas), "4", "--stages", "--evaluate", *flags]
     launcher = [*TORCHRUN, f"--nproc_per_node={processes}", f"--master_port={free_port()}"] if processes > 1 else []
-    env = {"PRETRAINED": str(pretrained), "RESUME_FROM": str(resume_from or "")}
+    env = {"PRETRAINED": str(pretrained), "RESUME_FROM": str(resume_from or ""), "FAKE_HUB": f"{out}-hub"}
     run = launch(*(launcher or [TORCHRUN[0]]), *args, extra_env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads((out / "rank0.json").read_text())
@@ -137,7 +138,9 @@ def test_trainer_stage_local_predicts_as_one_process(tmp_path, pretrained_llama,
     one replica the batches are one process's, so the loss (perplexity) is equal too. The stages but the last collate
     other batches (`--skew`, as a random collator's draws would differ): every stage takes the last stage's, in
     training and evaluation."""
-    got = trainer_run(tmp_path / "stages", pretrained_llama, processes, replicas, "--stage-local", "--skew", *flags)
+    got = trainer_run(
+        tmp_path / "stages", pretrained_llama, processes, replicas, "--stage-local", "--skew", "--push", *flags
+    )
     want = trainer_run(tmp_path / "one", pretrained_llama, 1, replicas)
     got_logits = torch.load(tmp_path / "stages" / "predictions_before.pt")
     want_logits = torch.load(tmp_path / "one" / "predictions_before.pt")
@@ -154,6 +157,16 @@ def test_trainer_stage_local_predicts_as_one_process(tmp_path, pretrained_llama,
     assert shards == {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
     model = transformers.AutoModelForCausalLM.from_pretrained(final)  # each stage wrote its shard: nothing gathered
     assert {n for n, _ in model.named_parameters()} == set(load_file(tmp_path / "one" / "final" / "model.safetensors"))
+    # pushed to the (fake) Hub: each checkpoint's shards (hub_strategy="every_save"), then the final model, each
+    # commit the stock sharded layout that from_pretrained loads whole; no checkpoint folder is uploaded
+    pushed = fake_hub.commits(tmp_path / "stages-hub", "me/tiny-llama")
+    assert not any(p.name.startswith("checkpoint-") for commit in pushed for p in commit.iterdir())
+    sources = [tmp_path / "stages" / "checkpoint-3", tmp_path / "stages" / "checkpoint-4", final]
+    for commit, source in zip(pushed, sources, strict=True):
+        assert {p.name for p in commit.glob("model-*.safetensors")} == shards
+        want = saved_weights(source)
+        got_pushed = transformers.AutoModelForCausalLM.from_pretrained(commit).state_dict()
+        assert all(torch.equal(got_pushed[key], value) for key, value in want.items())
     # a stage-local run resumed from its step-3 checkpoint (each process reading its stage's shard) ends where the
     # uninterrupted run ended
     resumed = trainer_run(
