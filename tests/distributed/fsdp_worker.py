@@ -1,6 +1,6 @@
 """A tiny Llama trained by IPUTrainer, launched by tests/distributed/test_fsdp.py (torchrun or one process).
 
-    python fsdp_worker.py OUT_DIR REPLICAS MAX_STEPS [--fsdp] [--stages] [--stage-local] [--evaluate] [--push]
+    python fsdp_worker.py OUT_DIR REPLICAS MAX_STEPS [--fsdp] [--stages] [--stage-local] [--evaluate] [--push] [--best]
 
 Every rank writes OUT_DIR/rank{RANK}.json (its parameter bytes); rank 0 also the logged losses. A checkpoint is
 written at step 3 and the model saved whole to OUT_DIR/final (stock layout), gathered from the shards under
@@ -8,7 +8,7 @@ written at step 3 and the model saved whole to OUT_DIR/final (stock layout), gat
 resumes from that checkpoint. `--stage-local` loads the model saved in the folder PRETRAINED (environment) with
 `optimum_ipu.AutoModelForCausalLM`, each process reading only its stage; `--evaluate` evaluates after training (the
 metrics go to rank{RANK}.json); `--push` pushes every save and the final model to the fake Hub in the folder
-FAKE_HUB (environment; `fake_hub.py`).
+FAKE_HUB (environment; `fake_hub.py`); `--best` keeps the best checkpoint (`keep_the_best`).
 """
 
 from __future__ import annotations
@@ -95,6 +95,20 @@ def push_to_fake_hub() -> dict:
     return {"push_to_hub": True, "hub_model_id": "me/tiny-llama", "hub_token": "hf_fake"}
 
 
+def keep_the_best() -> dict:
+    """With `--best`: evaluate and save every 3 steps, keep one checkpoint besides the best (the lowest evaluation
+    loss), and load the best at the end."""
+    if "--best" not in sys.argv[4:]:
+        return {}
+    return {
+        "eval_strategy": "steps",
+        "eval_steps": 3,
+        "save_total_limit": 1,
+        "load_best_model_at_end": True,
+        "metric_for_best_model": "loss",
+    }
+
+
 def main() -> None:
     out, replicas, max_steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     fsdp = "--fsdp" in sys.argv[4:]
@@ -113,6 +127,7 @@ def main() -> None:
         ddp_timeout=60,
         fsdp=fsdp,
         **push_to_fake_hub(),
+        **keep_the_best(),
     )
     stages = {"layers_per_ipu": [2, 2], "ipus_per_replica": 2} if "--stages" in sys.argv[4:] else {}
     config = IPUConfig(replication_factor=replicas, gradient_accumulation_steps=2, **stages)
@@ -121,7 +136,7 @@ def main() -> None:
     if "--stage-local" in sys.argv[4:]:  # the same weights, each process reading its stage only
         model = AutoModelForCausalLM.from_pretrained(os.environ["PRETRAINED"], ipu_config=config).model
     evaluate = "--evaluate" in sys.argv[4:]
-    eval_dataset = unevenly_padded(rows=20, seed=1) if evaluate else None
+    eval_dataset = unevenly_padded(rows=20, seed=1) if evaluate or "--best" in sys.argv[4:] else None
     collator = collated_other_on_all_but_last_stages(2) if "--skew" in sys.argv[4:] else None
     trainer = IPUTrainer(
         model, config, args, train_dataset=unevenly_padded(), eval_dataset=eval_dataset, data_collator=collator
@@ -153,6 +168,11 @@ def main() -> None:
         result["eval"], result["eval_before"] = trainer.evaluate(), before
     if rank == 0:
         result["losses"] = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+        result["eval_losses"] = {e["step"]: e["eval_loss"] for e in trainer.state.log_history if "eval_loss" in e}
+        result["best_model_checkpoint"], result["global_step"] = (
+            trainer.state.best_model_checkpoint,
+            trainer.state.global_step,
+        )
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
 

@@ -182,3 +182,24 @@ def test_trainer_stage_local_predicts_as_one_process(tmp_path, pretrained_llama,
     assert resumed["losses"][-1] == pytest.approx(got["losses"][-1], abs=1e-6)
     for key, value in saved_weights(final).items():
         torch.testing.assert_close(saved_weights(tmp_path / "resumed" / "final")[key], value, atol=1e-6, rtol=0)
+
+
+def test_trainer_stage_local_keeps_the_best_checkpoint_and_rotates_the_others(tmp_path, pretrained_llama):
+    """`save_total_limit=1` with `load_best_model_at_end` on stages loaded stage-local: checkpoints 3, 6 and 7 are
+    written as parts (the constant learning rate overshoots on random tokens: the evaluation loss is lowest at step
+    3); as with `Trainer`, the best is kept, the others go, and the model trained 7 steps ends with the best's weights,
+    read back by each process from its stage's shard."""
+    out = tmp_path / "best"
+    env = {"PRETRAINED": str(pretrained_llama), "RESUME_FROM": ""}
+    args = [TRAINER_WORKER, str(out), "1", "7", "--stages", "--stage-local", "--best"]
+    run = launch(*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", *args, extra_env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3"]
+    state = json.loads((out / "rank0.json").read_text())
+    losses = {int(step): loss for step, loss in state["eval_losses"].items()}
+    assert sorted(losses) == [3, 6, 7] and min(losses, key=losses.get) == 3, losses
+    assert state["best_model_checkpoint"].endswith("checkpoint-3") and state["global_step"] == 7
+    final, best_weights = saved_weights(out / "final"), saved_weights(out / "checkpoint-3")
+    assert final.keys() == best_weights.keys()
+    assert all(torch.equal(final[key], value) for key, value in best_weights.items())
+    assert not all(torch.equal(final[key], value) for key, value in saved_weights(pretrained_llama).items())
