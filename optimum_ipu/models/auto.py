@@ -17,10 +17,12 @@ from transformers.utils.hub import cached_file
 from ..config import IPUConfig
 from ..config_schema import CONFIG_NAME
 from ..config_validation import check_subfolder
+from ..errors import IncompatibleIPUConfigError
 from . import modeling_groupbert  # noqa: F401  (GroupBERT's model_type known to transformers' auto classes)
 from .pipelined import PipelinedModel, to_pipelined
 from .plans import AUTO_CLASSES
 from .stage_loading import load_stage, loads_stage_only
+from .stage_placement import STAGES, stages_device_map
 
 logger = logging.getLogger(__name__)
 HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "proxies")
@@ -69,7 +71,8 @@ class _IPUAutoModel:
             ipu_config (`IPUConfig` or `str`, *optional*): a config, a folder / JSON file / id of one
                 (e.g. `"Graphcore/bert-base-ipu"`); defaults to the `ipu_config.json` saved with the model (as
                 `IPUTrainer.save_model` and Optimum Graphcore write it), else `IPUConfig()` (one stage, one replica).
-            args, kwargs: passed to `transformers`' `from_pretrained`.
+            args, kwargs: passed to `transformers`' `from_pretrained`; `device_map="stages"` places each stage of the
+                inference layout on its own GPU of this process (`stage_placement`: stage i on GPU i).
 
         Under `torchrun`, with the config's stages on separate processes, each process builds the model on the meta
         device and reads only the tensors of its own stage (`optimum_ipu.models.stage_loading.load_stage`).
@@ -80,6 +83,16 @@ class _IPUAutoModel:
             ipu_config = repo_ipu_config(pretrained_model_name_or_path, **kwargs) or IPUConfig()
         if not isinstance(ipu_config, IPUConfig):
             ipu_config = IPUConfig.from_pretrained(ipu_config)
+        placed = kwargs.get("device_map") == STAGES
+        if placed and loads_stage_only(ipu_config):
+            raise IncompatibleIPUConfigError(
+                'device_map="stages" places every stage in this process, but under torchrun each process loads its '
+                "own stage already: drop device_map, or run one process"
+            )
+        if placed:
+            kwargs["device_map"] = stages_device_map(
+                cls._hf_auto_class, pretrained_model_name_or_path, ipu_config, **kwargs
+            )
         if loads_stage_only(ipu_config) and not args:
             # under torchrun with stages on separate processes: build on the meta device, read this stage's tensors
             return load_stage(cls._hf_auto_class, pretrained_model_name_or_path, ipu_config, **kwargs)

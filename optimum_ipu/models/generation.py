@@ -172,7 +172,8 @@ def _stages_generating(
     per wrapper: it learns the stand-ins of other stages' layers at its first call); nothing to open otherwise."""
     hold = stage_hold(model)
     if hold is None:
-        _warn_one_process_stages(ipu_config)
+        if len(set((getattr(model, "hf_device_map", None) or {}).values())) <= 1:  # not placed a stage a GPU
+            _warn_one_process_stages(ipu_config)
         return contextlib.nullcontext()
     generation = getattr(wrapper, "_stage_generation", None)
     if generation is None:
@@ -191,8 +192,9 @@ def _warn_one_process_stages(ipu_config: IPUConfig | None) -> None:
     if stages > 1 and world_size() == 1 and not _WARNED and detect_devices().count > 1:
         _WARNED.append(True)
         logger.warning(
-            "generate: the %d pipeline stages run in turn on one GPU of this process; placing stage i on GPU i in one "
-            "process is not implemented: launch one process per stage (torchrun --nproc_per_node=%d) to spread them",
+            "generate: the %d pipeline stages run in turn on one GPU of this process; to spread them, load with "
+            'from_pretrained(..., device_map="stages") (stage i on GPU i) or launch one process per stage '
+            "(torchrun --nproc_per_node=%d)",
             stages,
             stages,
         )

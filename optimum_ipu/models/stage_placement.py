@@ -1,0 +1,95 @@
+"""Stage i on device i in one process: a `device_map` that places each pipeline stage of the inference layout on its
+own accelerator, for `transformers`' `from_pretrained(device_map=...)`.
+
+`transformers` and `accelerate` do the placing, as for any `device_map`: each module's weights are read straight onto
+its device, and accelerate's hooks move the activations from one device to the next (and a tied embedding's weight to
+the head's device). What is ours is only which stage holds which module (`PipelinedModel.stage_modules()`: the
+embeddings with stage 0, the layers as `inference_layers_per_ipu` lays them out, heads and final norms with the last
+stage), so that a model past one GPU's memory is served in one process across the GPUs of a machine, as launching one
+process per stage would split it.
+
+```python
+from optimum_ipu import AutoModelForCausalLM, IPUConfig
+
+model = AutoModelForCausalLM.from_pretrained("path/or/hub-id", ipu_config=IPUConfig(layers_per_ipu=[-1, -1]),
+                                             device_map="stages")  # stage 0 on cuda:0, stage 1 on cuda:1
+```
+
+Not run on GPUs yet: no machine with two GPUs has been lent to this project (the map itself is tested on the CPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import transformers
+from accelerate import init_empty_weights
+
+from ..config import IPUConfig
+from ..errors import IncompatibleIPUConfigError
+from ..runtime.devices import detect_devices
+from .pipelined import to_pipelined
+
+STAGES = "stages"  # the `device_map` value that asks for this placement
+
+
+def stage_devices(stages: int) -> list[torch.device]:
+    """The accelerators stage 0, 1, ... run on: one each, in order.
+
+    Raises:
+        `IncompatibleIPUConfigError`: fewer accelerators than stages, naming both and the alternatives.
+    """
+    found = detect_devices()
+    if found.kind not in ("cuda", "xpu") or found.count < stages:
+        raise IncompatibleIPUConfigError(
+            f'device_map="stages": the inference layout has {stages} stages but this process sees {found.count} '
+            f"{found.kind} device(s); give it one GPU a stage, launch one process per stage (torchrun), or drop "
+            "device_map to run the stages in turn on one device"
+        )
+    return [torch.device(found.kind, i) for i in range(stages)]
+
+
+def stage_device_map(model: torch.nn.Module, ipu_config: IPUConfig, devices: Sequence[Any]) -> dict[str, Any]:
+    """
+    `{module path: device}` placing each stage of `ipu_config`'s inference layout of `model` on `devices[stage]`.
+
+    Args:
+        model (`nn.Module`): the stock model (its weights may be on the meta device: only its structure is read).
+        ipu_config (`IPUConfig`): the layout (`inference_layers_per_ipu`, else `layers_per_ipu`).
+        devices (`Sequence`): one device (or accelerate device name / index) per stage.
+
+    Returns:
+        `dict[str, Any]`: every module that holds parameters or buffers of its own, or an ancestor of it, mapped
+        to a device, as `from_pretrained(device_map=...)` and `accelerate.dispatch_model` take it.
+    """
+    pipelined = to_pipelined(model, ipu_config)
+    pipelined.train(False)  # stage_modules() reads the layout of the mode: the inference one
+    owned = pipelined.stage_modules()
+    if len(owned) != len(devices):
+        raise ValueError(f"{len(owned)} stages but {len(devices)} devices")
+    placed = {path: devices[stage] for stage, paths in enumerate(owned) for path in paths}
+    device_map: dict[str, Any] = {}
+    for name, module in model.named_modules():
+        holds = any(True for _ in module.parameters(recurse=False)) or any(True for _ in module.buffers(recurse=False))
+        if not holds or any(name == p or name.startswith(p + ".") for p in device_map):
+            continue
+        # the nearest stage-owned ancestor (or the module itself); what no stage names (a rotary table at the
+        # top of the model) runs before the first layer: stage 0
+        owner = next((p for p in sorted(placed, key=len, reverse=True) if name == p or name.startswith(p + ".")), None)
+        device_map[owner if owner is not None else name] = placed[owner] if owner is not None else devices[0]
+    return device_map
+
+
+def stages_device_map(auto_class: str, name_or_path: str, ipu_config: IPUConfig, **kwargs: Any) -> dict[str, Any]:
+    """The `device_map` for `from_pretrained(name_or_path, device_map="stages")`: the model built on the meta device
+    from its config (nothing read but the config), each stage of the inference layout on its own accelerator."""
+    config = kwargs.get("config") or transformers.AutoConfig.from_pretrained(
+        name_or_path,
+        **{k: v for k, v in kwargs.items() if k in ("revision", "token", "cache_dir", "trust_remote_code")},
+    )
+    with init_empty_weights():
+        model = getattr(transformers, auto_class).from_config(config)
+    stages = len(to_pipelined(model, ipu_config).stage_layout(inference=True))
+    return stage_device_map(model, ipu_config, stage_devices(stages))
