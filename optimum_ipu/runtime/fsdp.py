@@ -188,11 +188,11 @@ class StageRoot(nn.Module):
         self.running = False  # inside a stage's forward: the model may run
 
     def forward(self, fn: Callable[..., Any], *args: Any) -> Any:
-        self.running = True
+        was_running, self.running = self.running, True  # a stage run inside generate(), which opened it already
         try:
             output = fn(*args)
         finally:
-            self.running = False
+            self.running = was_running
         # FSDP hooks its backward onto these outputs, which an in-place op on a view would drop (FSDP warns): a view
         # (the loss reshaped, an activation sent on unchanged) is returned as a copy of its own
         if isinstance(output, tuple):

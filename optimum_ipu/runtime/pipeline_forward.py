@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 from transformers.modeling_outputs import BaseModelOutput, CausalLMOutputWithPast, Seq2SeqLMOutput
 
 from ..errors import IncompatibleIPUConfigError
@@ -163,13 +164,9 @@ class StageGeneration:
     """
 
     def __init__(self, model: nn.Module, cut: StageCut, hold: StageHold) -> None:
-        if hold.sharded:
-            raise IncompatibleIPUConfigError(
-                "generate() with stages sharded over replicas (FSDP) is not supported: load the model for generation "
-                "without sharding (optimum_ipu.AutoModelForCausalLM.from_pretrained(..., ipu_config=...))"
-            )
         counts = [len(r) for r in hold.ranges]
-        self.model, self.gate, self.cut = model, hold.gate, cut
+        self.model, self.gate, self.cut, self.sharded = model, hold.gate, cut, hold.sharded
+        root = hold.gate if hold.sharded else None  # sharded stages run through their FSDP root, as in evaluation
         self.group = hold.mesh.get_group("pp")
         self._last = dist.get_global_rank(self.group, len(counts) - 1)  # the stage whose logits every stage takes
         self._inside = False
@@ -179,10 +176,12 @@ class StageGeneration:
         self.encoder_stages: StageForward | None = None
         self.stages: StageForward | None  # `None` on a stage of encoder layers only
         if cut.encoder is None:
-            self.stages = StageForward(model, cut, counts, hold.stage, self.group)  # gate: generating()
+            self.stages = StageForward(model, cut, counts, hold.stage, self.group, gate=root)
             self._output: type = CausalLMOutputWithPast
         else:
-            self.encoder_stages, self.stages = _encoder_decoder_chains(model, cut, hold.ranges, hold.stage, self.group)
+            self.encoder_stages, self.stages = _encoder_decoder_chains(
+                model, cut, hold.ranges, hold.stage, self.group, root
+            )
             encoder_chain, _ = _chains(hold.ranges, cut.encoder.num_layers)
             self._encoder_last = dist.get_global_rank(self.group, encoder_chain[-1])
             self._output = Seq2SeqLMOutput
@@ -202,11 +201,28 @@ class StageGeneration:
         self.gate.running = True  # the model runs its stage only: its whole forward is replaced meanwhile
         try:
             self._share_random_state()
-            yield
+            with self._gathered_once():
+                yield
         finally:
             for module, _ in wrapped:
                 del module.forward
             self.gate.running = was_open
+
+    @contextmanager
+    def _gathered_once(self) -> Iterator[None]:
+        """Stages sharded over replicas (FSDP): each unit's parameters are gathered at its first forward (the prefill,
+        at the same point in every replica) and kept until generation ends, so the decoding steps make no collective
+        of the replicas, whose prompts may stop after different numbers of tokens. Resharded at the end, and put back
+        to resharding after each forward, as `fsdp.shard_stages` made them."""
+        units = [m for m in self.gate.modules() if isinstance(m, FSDPModule)] if self.sharded else []
+        for unit in units:
+            unit.set_reshard_after_forward(False, recurse=False)
+        try:
+            yield
+        finally:
+            for unit in units:
+                unit.reshard()
+                unit.set_reshard_after_forward(True, recurse=False)
 
     def _wrap(self, module: nn.Module, run: Any) -> Any:
         """`module`'s forward while generating: `run(inputs)`, except within a stage's own run of the stock forward."""
@@ -302,7 +318,7 @@ def _chains(ranges: Sequence[range], split: int) -> tuple[list[int], list[int]]:
 
 
 def _encoder_decoder_chains(
-    model: nn.Module, cut: StageCut, ranges: Sequence[range], stage: int, group: Any
+    model: nn.Module, cut: StageCut, ranges: Sequence[range], stage: int, group: Any, root: Any = None
 ) -> tuple[StageForward | None, StageForward | None]:
     """This stage's parts of an encoder-decoder's two generation chains (`None` where it takes no part).
 
@@ -326,10 +342,14 @@ def _encoder_decoder_chains(
     encoder_stages = decoder_stages = None
     if stage in encoder_chain:
         layers = range(own.start, min(own.stop, split))
-        encoder_stages = StageForward(encoder, encoder_cut, counts, stage, group, chain=encoder_chain, layers=layers)
+        encoder_stages = StageForward(
+            encoder, encoder_cut, counts, stage, group, gate=root, chain=encoder_chain, layers=layers
+        )
     if stage in decoder_chain:
         layers = range(max(own.start, split), own.stop)
-        decoder_stages = StageForward(model, decoder_cut, counts, stage, group, chain=decoder_chain, layers=layers)
+        decoder_stages = StageForward(
+            model, decoder_cut, counts, stage, group, gate=root, chain=decoder_chain, layers=layers
+        )
     return encoder_stages, decoder_stages
 
 

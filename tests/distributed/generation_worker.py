@@ -1,12 +1,13 @@
 """`generate()` and `pipeline("text-generation")` of a model whose stages run on separate processes, for
 tests/distributed/test_generation_stages.py.
 
-    torchrun --nproc_per_node N generation_worker.py OUT_DIR MODEL_DIR LAYERS_PER_IPU_JSON
+    torchrun --nproc_per_node N generation_worker.py OUT_DIR MODEL_DIR LAYERS_PER_IPU_JSON [--fsdp]
 
 Each process loads its stage only (`optimum_ipu.AutoModelForCausalLM.from_pretrained(..., ipu_config=...)` under
 torchrun), then runs every case of `CASES` on the same prompts (seeded as the test seeds its one-process run) and, when
 MODEL_DIR has a tokenizer, the text-generation pipeline on `PROMPTS`. Every rank writes OUT_DIR/rank{r}.json: the
-tokens of each case, the pipeline's results, and the bytes its KV cache held per layer after each case.
+tokens of each case, the pipeline's results, and the bytes its KV cache held per layer after each case. With
+`--fsdp`, 2 replicas of the stages, each stage sharded over its replicas (`fsdp.shard_stages`, as `--fsdp` trains).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import transformers
 import optimum_ipu
 from optimum_ipu import IPUConfig
 from optimum_ipu.pipelines import pipeline
+from optimum_ipu.runtime.fsdp import shard_stages
+from optimum_ipu.runtime.stage_hold import stage_hold
 
 SEED = 7
 PAD = 0
@@ -61,13 +64,18 @@ def cache_bytes(cache: transformers.Cache) -> list[dict]:
 def main() -> None:
     out, model_dir, layout = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     dist.init_process_group("gloo")
-    config = IPUConfig(layers_per_ipu=layout)
+    fsdp = "--fsdp" in sys.argv[4:]
+    config = IPUConfig(layers_per_ipu=layout, replication_factor=2 if fsdp else 1)
     model = optimum_ipu.AutoModelForCausalLM.from_pretrained(model_dir, ipu_config=config)
+    if fsdp:
+        hold = stage_hold(model.model)
+        shard_stages(model.model, hold.cut, [len(r) for r in hold.ranges], hold.mesh)
     held = sum(p.numel() for p in model.model.parameters() if not p.is_meta)
     ids, mask = prompts(model.config.vocab_size)
     record: dict = {"tokens": {}, "cache": {}, "held_parameters": held}
     for name, kwargs in CASES.items():
-        torch.manual_seed(SEED + dist.get_rank())  # a different state per process: the stages share the last one's
+        # a different state per process: the stages share the last one's (each replica its own last stage's)
+        torch.manual_seed(SEED + dist.get_rank() % len(layout))
         output = model.generate(input_ids=ids, attention_mask=mask, return_dict_in_generate=True, **kwargs)
         record["tokens"][name] = output.sequences.tolist()
         record["cache"][name] = cache_bytes(output.cache)

@@ -21,6 +21,8 @@ import transformers
 
 import optimum_ipu
 from optimum_ipu import IPUConfig
+from optimum_ipu.runtime.fsdp import shard_stages
+from optimum_ipu.runtime.stage_hold import stage_hold
 
 SEED = 11
 CASES: dict[str, dict] = {
@@ -43,12 +45,17 @@ def main() -> None:
     config = transformers.AutoConfig.from_pretrained(model_dir)
     speech = config.model_type == "whisper"
     auto = optimum_ipu.AutoModelForSpeechSeq2Seq if speech else optimum_ipu.AutoModelForSeq2SeqLM
-    model = auto.from_pretrained(model_dir, ipu_config=IPUConfig(layers_per_ipu=layout))
+    fsdp = "--fsdp" in sys.argv[5:]  # 2 replicas of the stages, each stage sharded over its replicas
+    model = auto.from_pretrained(model_dir, ipu_config=IPUConfig(layers_per_ipu=layout, replication_factor=1 + fsdp))
+    if fsdp:
+        hold = stage_hold(model.model)
+        shard_stages(model.model, hold.cut, [len(r) for r in hold.ranges], hold.mesh)
     inputs = torch.load(inputs_file)
     record: dict = {"tokens": {}, "cache": {}}
     record["held_parameters"] = sum(p.numel() for p in model.model.parameters() if not p.is_meta)
     for name, kwargs in CASES.items():
-        torch.manual_seed(SEED + dist.get_rank())  # a different state per process: the stages share the last one's
+        # a different state per process: the stages share the last one's (each replica its own last stage's)
+        torch.manual_seed(SEED + dist.get_rank() % len(layout))
         output = model.generate(**inputs, return_dict_in_generate=True, cache_implementation="dynamic", **kwargs)
         record["tokens"][name] = output.sequences.tolist()
         record["cache"][name] = cache_bytes(output.cache)

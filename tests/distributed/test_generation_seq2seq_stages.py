@@ -40,13 +40,14 @@ def text_inputs() -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask}
 
 
-def run_stages(out, model_dir, layout: list[int], inputs: dict[str, torch.Tensor]) -> list[dict]:
-    """The worker on one process per stage; every rank's record."""
+def run_stages(out, model_dir, layout: list[int], inputs: dict[str, torch.Tensor], *flags: str) -> list[dict]:
+    """The worker on one process per stage (2 replicas of them with `--fsdp`); every rank's record."""
     torch.save(inputs, out.parent / "inputs.pt")
-    args = [str(out), str(model_dir), json.dumps(layout), str(out.parent / "inputs.pt")]
-    run = launch(*TORCHRUN, f"--nproc_per_node={len(layout)}", f"--master_port={free_port()}", WORKER, *args)
+    args = [str(out), str(model_dir), json.dumps(layout), str(out.parent / "inputs.pt"), *flags]
+    processes = len(layout) * (2 if "--fsdp" in flags else 1)
+    run = launch(*TORCHRUN, f"--nproc_per_node={processes}", f"--master_port={free_port()}", WORKER, *args)
     assert run.returncode == 0, run.stderr[-3000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(len(layout))]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(processes)]
 
 
 def one_process_tokens(model: transformers.PreTrainedModel, inputs: dict, stages: int) -> dict[str, list]:
@@ -90,6 +91,17 @@ def test_seq2seq_generate_across_stages_gives_one_process_tokens(tmp_path, famil
             real = {i for i, size in enumerate(per_layer) if size > biggest / 4}
             assert real == own, name  # keys and values of its own decoder layers only
             assert all(size > 0 for size in per_layer), name  # every layer follows the tokens (generate reads it)
+
+
+def test_seq2seq_generate_on_stages_sharded_over_replicas_gives_one_process_tokens(tmp_path):
+    """T5 on 2 stages x 2 replicas, each stage sharded over its replicas (`--fsdp`): the encoder's call and the
+    decoding loop give one process's tokens on every process of both replicas."""
+    model = tiny_seq2seq(tmp_path / "model", "t5")
+    inputs = text_inputs()
+    ranks = run_stages(tmp_path / "stages", tmp_path / "model", [1, 3], inputs, "--fsdp")
+    want = one_process_tokens(model, inputs, 2)
+    for rank, record in enumerate(ranks):
+        assert record["tokens"] == want, rank
 
 
 def test_pretrained_whisper_generates_across_stages(tmp_path, shared_data):

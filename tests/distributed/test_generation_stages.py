@@ -36,10 +36,10 @@ def gpt2_dir(tiny_pretrained):
     return tiny_pretrained("GPT2LMHeadModel", initializer_range=0.5)
 
 
-def run_stages(out, model_dir, layout: list[int]) -> list[dict]:
-    """The worker on one process per stage; every rank's record."""
-    processes = len(layout)
-    args = [str(out), str(model_dir), json.dumps(layout)]
+def run_stages(out, model_dir, layout: list[int], *flags: str) -> list[dict]:
+    """The worker on one process per stage (2 replicas of them with `--fsdp`); every rank's record."""
+    processes = len(layout) * (2 if "--fsdp" in flags else 1)
+    args = [str(out), str(model_dir), json.dumps(layout), *flags]
     run = launch(*TORCHRUN, f"--nproc_per_node={processes}", f"--master_port={free_port()}", WORKER, *args)
     assert run.returncode == 0, run.stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(processes)]
@@ -94,3 +94,12 @@ def test_generate_across_stages_gives_one_process_tokens(tmp_path, request, fami
         theirs = transformers.pipeline("text-generation", model=model, tokenizer=tokenizer, device="cpu")
         want_texts = [theirs(prompt, **PIPELINE_CALL) for prompt in PROMPTS]
         assert all(record["pipeline"] == want_texts for record in ranks)
+
+
+def test_generate_on_stages_sharded_over_replicas_gives_one_process_tokens(tmp_path, llama_dir):
+    """2 stages x 2 replicas, each stage sharded over its replicas (`--fsdp`): every process of both replicas gives
+    one process's tokens (each unit gathered once, at the prefill, and resharded after the call)."""
+    ranks = run_stages(tmp_path / "stages", llama_dir, [2, 2], "--fsdp")
+    want = one_process_tokens(transformers.AutoModelForCausalLM.from_pretrained(llama_dir).eval(), 2)
+    for rank, record in enumerate(ranks):
+        assert record["tokens"] == want, rank
