@@ -29,20 +29,42 @@ def test_each_stage_of_the_inference_layout_gets_its_device():
         assert sum(name.startswith(path + ".") for path in device_map) == 1, name
 
 
-@pytest.mark.parametrize("class_name", ["GPT2LMHeadModel", "T5ForConditionalGeneration", "BertForQuestionAnswering"])
+@pytest.mark.parametrize(
+    "class_name", ["GPT2LMHeadModel", "T5ForConditionalGeneration", "BertForQuestionAnswering", "Wav2Vec2ForCTC"]
+)
 def test_transformers_loads_by_the_map(tmp_path, class_name):
     """The map is a `device_map` `transformers` takes as it is (every weight covered; tied embeddings as they are):
     on the CPU, every stage's device the CPU, the model's outputs are the stock model's."""
-    stock = tiny_model(class_name)
+    stock = tiny_wav2vec2() if class_name == "Wav2Vec2ForCTC" else tiny_model(class_name)
     stock.save_pretrained(tmp_path)
     device_map = stage_device_map(stock, IPUConfig(layers_per_ipu=[1, -1], ipus_per_replica=2), ["cpu", "cpu"])
     placed = type(stock).from_pretrained(tmp_path, device_map=device_map)
     ids = torch.randint(1, 32, (2, 6))
     inputs = {"input_ids": ids, **({"decoder_input_ids": ids} if stock.config.is_encoder_decoder else {})}
+    if class_name.startswith("Wav2Vec2"):  # its mask embedding sits on the module above the encoder's layers
+        assert device_map["wav2vec2.masked_spec_embed"] == "cpu" and "wav2vec2.encoder.layers.0" in device_map
+        inputs = {"input_values": torch.randn(2, 800)}
     with torch.no_grad():
         want, got = stock.eval()(**inputs), placed(**inputs)
     key = "logits" if "logits" in want else "start_logits"
     torch.testing.assert_close(got[key], want[key])
+
+
+def tiny_wav2vec2() -> transformers.Wav2Vec2ForCTC:
+    torch.manual_seed(0)
+    config = transformers.Wav2Vec2Config(
+        vocab_size=32,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        conv_dim=(8, 8),
+        conv_stride=(5, 5),
+        conv_kernel=(10, 5),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=2,
+    )
+    return transformers.Wav2Vec2ForCTC(config).eval()
 
 
 def test_fewer_gpus_than_stages_is_one_line(tmp_path):

@@ -61,8 +61,8 @@ def stage_device_map(model: torch.nn.Module, ipu_config: IPUConfig, devices: Seq
         devices (`Sequence`): one device (or accelerate device name / index) per stage.
 
     Returns:
-        `dict[str, Any]`: every module that holds parameters or buffers of its own, or an ancestor of it, mapped
-        to a device, as `from_pretrained(device_map=...)` and `accelerate.dispatch_model` take it.
+        `dict[str, Any]`: the stage-owned modules that hold parameters or buffers, and the own tensors of any other
+        module that holds some, each mapped to a device, as `from_pretrained(device_map=...)` takes it.
     """
     pipelined = to_pipelined(model, ipu_config)
     pipelined.train(False)  # stage_modules() reads the layout of the mode: the inference one
@@ -70,15 +70,20 @@ def stage_device_map(model: torch.nn.Module, ipu_config: IPUConfig, devices: Seq
     if len(owned) != len(devices):
         raise ValueError(f"{len(owned)} stages but {len(devices)} devices")
     placed = {path: devices[stage] for stage, paths in enumerate(owned) for path in paths}
+    by_depth = sorted(placed, key=len, reverse=True)
     device_map: dict[str, Any] = {}
     for name, module in model.named_modules():
-        holds = any(True for _ in module.parameters(recurse=False)) or any(True for _ in module.buffers(recurse=False))
-        if not holds or any(name == p or name.startswith(p + ".") for p in device_map):
+        own = [n for n, _ in module.named_parameters(recurse=False)] + [
+            n for n, _ in module.named_buffers(recurse=False)
+        ]
+        if not own or any(name == p or name.startswith(p + ".") for p in device_map):
             continue
-        # the nearest stage-owned ancestor (or the module itself); what no stage names (a rotary table at the
-        # top of the model) runs before the first layer: stage 0
-        owner = next((p for p in sorted(placed, key=len, reverse=True) if name == p or name.startswith(p + ".")), None)
-        device_map[owner if owner is not None else name] = placed[owner] if owner is not None else devices[0]
+        owner = next((p for p in by_depth if name == p or name.startswith(p + ".")), None)
+        if owner is not None:  # the stage-owned module it is (or is inside)
+            device_map[owner] = placed[owner]
+        else:  # a module no stage names, which may hold stages' modules (Wav2Vec2's mask embedding beside its
+            # encoder): its own tensors only, on stage 0, where what runs before the first layer runs
+            device_map.update({f"{name}.{tensor}" if name else tensor: devices[0] for tensor in own})
     return device_map
 
 

@@ -111,10 +111,12 @@ def _adopt_wrapped_hold(wrapper: nn.Module) -> StageHold | None:
     Read through the wrapper's own API: `peft` is never imported here."""
     if not callable(getattr(type(wrapper), "get_base_model", None)):
         return None
+    hold = _HOLDS.get(wrapper.get_base_model())
+    if hold is None or hold.cut is None or hold.sharded:  # most calls end here: a wrapper of a whole model
+        return None
     inner = wrapper.get_base_model()
-    hold = _HOLDS.get(inner)
     prefix = next((name for name, module in wrapper.named_modules() if module is inner and name), None)
-    if hold is None or hold.cut is None or hold.sharded or prefix is None:
+    if prefix is None:
         return None
     del _HOLDS[inner]
     if hold.refusal is not None:
