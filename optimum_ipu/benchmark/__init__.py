@@ -10,6 +10,8 @@ to it): ours against plain `transformers` and the best alternative, in one run, 
   `latency_report`);
 - `speech_latency`: `--mode latency --task automatic-speech-recognition`, transcribing recordings one at a time (ours
   vs `transformers`' pipeline on the same model folder);
+- `recipe`: `--mode recipe`, `IPUTrainer` against `transformers.Trainer` on the demo's question-answering recipe
+  (real SQuAD features, a pretrained model), each run in its own process;
 - `squad_accuracy`: the SQuAD EM/F1 of each `pipeline()` backend on a fine-tuned model
   (`python -m optimum_ipu.benchmark.squad_accuracy`; not imported here, so that it runs as a module cleanly).
 

@@ -46,11 +46,13 @@ from .packing import (
     feature_flops,
     load_feature_lengths,
 )
+from .recipe import format_recipe_report, run_recipe_benchmark
 from .report import build_report, chart, format_step_report, write_report
 from .runners import RunResult, build_runners, micro_batches_per_step, packing_result, packing_runners
 from .speech_latency import SPEECH_TASK, format_speech_report, run_speech_latency_benchmark
 
-MODES = ("train", "inference", *LATENCY_MODES)
+MODES = ("train", "inference", *LATENCY_MODES, "recipe")
+DEFAULT_ARCHITECTURE = "bert-base-uncased-config"
 
 
 @dataclass
@@ -86,7 +88,7 @@ class Work:
 
 
 def run_benchmark(
-    model: str = "bert-base-uncased-config",
+    model: str = DEFAULT_ARCHITECTURE,
     task: str = "question-answering",
     seq_len: int = 384,
     batch_size: int = 64,
@@ -100,6 +102,7 @@ def run_benchmark(
     mode: str = "train",
     packing: bool = False,
     backends: tuple[str, ...] = ("auto",),
+    pairs: int = 3,
 ) -> dict[str, Any]:
     """Run every runner of `mode` (`"train"` or `"inference"`) on the same batches and write `benchmark.json` and
     `benchmark.png` to `output_dir`; returns the report (what the JSON holds). `batch_size` is the samples of one
@@ -116,11 +119,18 @@ def run_benchmark(
     (`packing.build_workload`): ours `steps` steps of `batch_size` packed rows, the baselines the same features
     padded, `batch_size` a step. Samples are then features: `samples_per_second` is features per second over the
     steps after `warmup` (features in them / their time), `tokens_per_second` real tokens per second,
-    `flops_per_sample` the mean model FLOPs of a feature at its own length; `packing` holds the workload."""
+    `flops_per_sample` the mean model FLOPs of a feature at its own length; `packing` holds the workload.
+
+    `mode="recipe"`: `IPUTrainer` against `transformers.Trainer` on the demo's question-answering recipe (real SQuAD
+    features, a pretrained `model` folder, by default the PyPI MiniLM; `steps` optimizer steps of `batch_size`
+    features), each in its own process, `pairs` times (`recipe.run_recipe_benchmark`)."""
     if mode in LATENCY_MODES and task == SPEECH_TASK:  # transcribing recordings (speech_latency.py); steps: clips
         if mode != "latency":
             raise ValueError(f"--task {SPEECH_TASK} is timed in --mode latency (batch 1), not {mode!r}")
         return run_speech_latency_benchmark(model, steps, warmup, ipu_config, output_dir)
+    if mode == "recipe":  # the demo's training recipe: ours vs Trainer, each run in its own process
+        chosen = None if model == DEFAULT_ARCHITECTURE else model
+        return run_recipe_benchmark(chosen, seq_len, batch_size, steps, warmup, pairs, output_dir)
     if mode in LATENCY_MODES:  # answering SQuAD requests end to end: its own runners (latency.py); steps: requests
         return run_latency_benchmark(model, mode, seq_len, steps, warmup, batch_size, backends, ipu_config, output_dir)
     if packing:
@@ -268,6 +278,8 @@ def format_report(report: dict) -> str:
     """The report of any mode as the table the command prints."""
     if report.get("task") == SPEECH_TASK:
         return format_speech_report(report)
+    if report["mode"] == "recipe":
+        return format_recipe_report(report)
     if report["mode"] in LATENCY_MODES:
         return format_latency_report(report)
     return format_step_report(report)
