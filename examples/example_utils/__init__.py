@@ -220,6 +220,14 @@ def load_pretrained(
     return stage_class.from_pretrained(name_or_path, ipu_config=ipu_config, **kwargs).model
 
 
+def grow_embeddings(model: Any, tokenizer: Any) -> None:
+    """Grow `model`'s token embeddings to `tokenizer`'s size when it is larger, as upstream's scripts do (a smaller
+    embedding breaks lookups; a larger one is kept as it is). With stages on processes, `load_pretrained` given the
+    tokenizer's size has loaded the whole model for it."""
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer))
+
+
 # The scripts' size flags, each an integer of at least 1 when given (`check_at_least_one`).
 SIZE_FLAGS = ("max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples")
 # The splits a run of the train / evaluate / predict scripts reads, each with the flag that asks for it.

@@ -19,6 +19,7 @@ unreadable cache) leaves the answer to the full parser. This module imports only
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -77,6 +78,16 @@ def answer_help_from_cache() -> None:
 
 def cached_help(script: str, prog: str) -> str | None:
     """The fresh cached help of `script` run as `prog`, or `None` (none cached, stale, unreadable or turned off)."""
+    layout = _fresh_layout(script, prog)
+    try:
+        return None if layout is None else format_layout(layout, prog)
+    except Exception:  # noqa: BLE001 -- an entry argparse cannot draw (damaged, another layout): the full parser answers
+        return None
+
+
+def _fresh_layout(script: str, prog: str) -> dict[str, Any] | None:
+    """What the fresh entry of `script` run as `prog` draws its help from (not drawn here: a script that parses its
+    arguments only asks whether the entry is fresh), or `None` as `cached_help` says."""
     path = entry_path(script, prog)
     if path is None:
         return None
@@ -84,11 +95,10 @@ def cached_help(script: str, prog: str) -> str | None:
         with open(path, encoding="utf-8") as file:
             entry = json.load(file)
         sources, layout = entry["sources"], entry["layout"]
-        if not all(_file_digest(source) == digest for source, digest in sources.items()):
-            return None
-        return format_layout(layout, prog)
-    except Exception:  # noqa: BLE001 -- an entry argparse cannot draw (damaged, another layout): the full parser answers
+        fresh = all(_file_digest(source) == digest for source, digest in sources.items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+    return layout if fresh and isinstance(layout, dict) else None
 
 
 def store_help(parser: Any, dataclass_types: Iterable[type]) -> None:
@@ -110,7 +120,7 @@ def cache_help(script: str, parser: Any, dataclass_types: Iterable[type]) -> Non
     nor is anything when the cache cannot be written (a read-only folder, a full disk): the script runs as without it.
     """
     path = entry_path(script, parser.prog)
-    if path is None or cached_help(script, parser.prog) is not None:
+    if path is None or _fresh_layout(script, parser.prog) is not None:
         return
     try:
         layout = parser_layout(parser)
@@ -242,12 +252,7 @@ def example_scripts() -> list[str]:
     """The example scripts of this checkout (`examples/*/run_*.py` beside `example_utils`), or none when
     `example_utils` is installed without them."""
     examples = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-    scripts = []
-    for folder in sorted(os.listdir(examples)):
-        path = os.path.join(examples, folder)
-        if os.path.isdir(path) and folder != "example_utils":
-            scripts += [os.path.join(path, name) for name in sorted(os.listdir(path)) if name.startswith("run_")]
-    return [script for script in scripts if script.endswith(".py")]
+    return sorted(glob.glob(os.path.join(examples, "*", "run_*.py")))
 
 
 def warm(scripts: Iterable[str]) -> list[str]:

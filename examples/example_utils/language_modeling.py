@@ -199,10 +199,7 @@ def load_model(auto_class: Any, model_args: ModelArguments, config: Any, tokeniz
         model = auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
         n_params = sum({p.data_ptr(): p.numel() for p in model.parameters()}.values())
         logger.info("Training new model from scratch - Total size=%.2fM params", n_params / 2**20)
-    # Only grow the embedding when needed, to avoid index errors; a smaller vocabulary is kept as it is.
-    embedding_size = model.get_input_embeddings().weight.shape[0]
-    if len(tokenizer) > embedding_size:
-        model.resize_token_embeddings(len(tokenizer))
+    example_utils.grow_embeddings(model, tokenizer)
     return model
 
 

@@ -29,7 +29,6 @@ from optimum_ipu import IPUSeq2SeqTrainer
 logger = logging.getLogger(__name__)
 
 T5_CHECKPOINTS = ("t5-small", "t5-base", "t5-large", "t5-3b", "t5-11b", "google-t5/t5-small", "google-t5/t5-base")
-SPLIT_FLAGS = {"train": "--do_train", "validation": "--do_eval", "test": "--do_predict"}
 
 # (sources, targets) of a batch of raw examples
 PairsFn = Callable[[dict[str, list]], tuple[list[str], list[str]]]
@@ -85,12 +84,10 @@ def warn_missing_t5_prefix(model_args: Any, data_args: Seq2SeqDataArguments, exa
 
 def wanted_splits(raw: dict[str, datasets.Dataset], training_args: Any) -> list[str]:
     """The splits the run needs (train / validation / test), each checked to be there."""
-    wanted = [("train", training_args.do_train), ("validation", training_args.do_eval)]
-    wanted.append(("test", training_args.do_predict))
-    splits = [split for split, on in wanted if on]
+    splits = example_utils.requested_splits(training_args)
     for split in splits:
         if split not in raw:
-            raise ValueError(f"{SPLIT_FLAGS[split]} needs a {split} dataset")
+            raise ValueError(f"--{example_utils.SPLIT_FLAGS[split]} needs a {split} dataset")
     return splits
 
 
@@ -104,9 +101,7 @@ def load_model_and_tokenizer(model_args: Any, data_args: Seq2SeqDataArguments, t
     model = example_utils.load_pretrained(
         AutoModelForSeq2SeqLM, model_args.model_name_or_path, training_args, len(tokenizer), config=config, **hub
     )
-    # resize only when needed: a larger embedding than the vocabulary is fine, a smaller one breaks lookups
-    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
-        model.resize_token_embeddings(len(tokenizer))
+    example_utils.grow_embeddings(model, tokenizer)
     if model.config.decoder_start_token_id is None:
         raise ValueError("the model config has no decoder_start_token_id; set it (T5: the pad token id, 0)")
     lang = getattr(data_args, "lang", None)  # multilingual tokenizers (summarization's --lang)
