@@ -14,6 +14,7 @@ from optimum_ipu.errors import IncompatibleIPUConfigError
 from optimum_ipu.models.stage_placement import stage_device_map
 
 from .tiny_models import tiny_model
+from .tiny_models_vision_speech import tiny_config
 
 LAYOUT = IPUConfig(layers_per_ipu=[1, 1], inference_layers_per_ipu=[1, 3], ipus_per_replica=2)
 
@@ -52,18 +53,8 @@ def test_transformers_loads_by_the_map(tmp_path, class_name):
 
 def tiny_wav2vec2() -> transformers.Wav2Vec2ForCTC:
     torch.manual_seed(0)
-    config = transformers.Wav2Vec2Config(
-        vocab_size=32,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=37,
-        conv_dim=(8, 8),
-        conv_stride=(5, 5),
-        conv_kernel=(10, 5),
-        num_conv_pos_embeddings=16,
-        num_conv_pos_embedding_groups=2,
-    )
+    config = tiny_config("wav2vec2")
+    config.mask_time_prob = 0.05  # what makes Wav2Vec2 hold its mask embedding (above the encoder's layers)
     return transformers.Wav2Vec2ForCTC(config).eval()
 
 

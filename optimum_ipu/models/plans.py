@@ -16,6 +16,7 @@ import logging
 from typing import Any
 
 from ..errors import IncompatibleIPUConfigError
+from ..runtime.adapters import unwrap_adapters
 from .stage_plan import (
     INPUT_KINDS,
     VOCABULARY_LOSS_KINDS,
@@ -88,19 +89,6 @@ def plan_for_class(class_name: str) -> StagePlan:
             f"{class_name} has no stage plan in optimum-ipu; registered classes: {', '.join(registered_classes())}"
         )
     return _PLAN_BY_CLASS[class_name]
-
-
-def unwrap_adapters(model: Any) -> tuple[str, Any]:
-    """The stock `transformers` model inside an adapter wrapper and its dotted path there: `peft`'s `PeftModel` holds
-    it at `base_model.model` (its `get_base_model()`); `("", model)` for a model that is not wrapped. Read from the
-    wrapper's own API, so `peft` is never imported here."""
-    if not callable(getattr(type(model), "get_base_model", None)):
-        return "", model
-    inner = model.get_base_model()
-    for name, module in model.named_modules():
-        if module is inner:
-            return name, inner
-    return "", model
 
 
 def plan_for_model(model: Any) -> StagePlan:

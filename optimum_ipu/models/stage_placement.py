@@ -31,6 +31,7 @@ from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..runtime.devices import detect_devices
 from .pipelined import to_pipelined
+from .stage_loading import HUB_KWARGS
 
 STAGES = "stages"  # the `device_map` value that asks for this placement
 
@@ -90,9 +91,10 @@ def stage_device_map(model: torch.nn.Module, ipu_config: IPUConfig, devices: Seq
 def stages_device_map(auto_class: str, name_or_path: str, ipu_config: IPUConfig, **kwargs: Any) -> dict[str, Any]:
     """The `device_map` for `from_pretrained(name_or_path, device_map="stages")`: the model built on the meta device
     from its config (nothing read but the config), each stage of the inference layout on its own accelerator."""
-    config = kwargs.get("config") or transformers.AutoConfig.from_pretrained(
+    config = kwargs.get("config") or transformers.AutoConfig.from_pretrained(  # as load_stage reads it
         name_or_path,
-        **{k: v for k, v in kwargs.items() if k in ("revision", "token", "cache_dir", "trust_remote_code")},
+        trust_remote_code=kwargs.get("trust_remote_code", False),
+        **{k: kwargs[k] for k in HUB_KWARGS if k in kwargs},
     )
     with init_empty_weights():
         model = getattr(transformers, auto_class).from_config(config)

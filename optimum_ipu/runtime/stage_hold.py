@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from ..errors import IncompatibleIPUConfigError
+from .adapters import unwrap_adapters
 from .stage_cut import StageCut, stage_ranges
 
 HELD_ELSEWHERE = (
@@ -114,9 +115,8 @@ def _adopt_wrapped_hold(wrapper: nn.Module) -> StageHold | None:
     hold = _HOLDS.get(wrapper.get_base_model())
     if hold is None or hold.cut is None or hold.sharded:  # most calls end here: a wrapper of a whole model
         return None
-    inner = wrapper.get_base_model()
-    prefix = next((name for name, module in wrapper.named_modules() if module is inner and name), None)
-    if prefix is None:
+    prefix, inner = unwrap_adapters(wrapper)
+    if not prefix:
         return None
     del _HOLDS[inner]
     if hold.refusal is not None:
