@@ -7,7 +7,7 @@ import torch
 from transformers.cache_utils import StaticCache
 
 from optimum_ipu import IPUConfig, to_pipelined
-from optimum_ipu.models.generation import generate_static
+from optimum_ipu.models.generation import cache_keyword, cross_attention_cache, generate_static
 
 from .helpers import PAD, generating_model
 from .tiny_models import VOCAB
@@ -104,3 +104,21 @@ def test_bad_sizes_are_clear_errors():
         generate_static(model, ids, mask, prompt_length=5, max_new_tokens=2)
     with pytest.raises(ValueError, match="a batch of 3 prompts is larger than batch_size 2"):
         generate_static(model, ids, mask, batch_size=2, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("inputs", [1, 3], ids=["one-input", "three-inputs"])
+def test_cross_attention_cache_gives_the_stock_beams(inputs):
+    """The cross-attention keys and values computed once per input (views for the beams of one input, copies for
+    several) give stock beam search's tokens."""
+    model = generating_model("T5ForConditionalGeneration")
+    ids, mask, _ = prompts(encoder_decoder=True)
+    ids, mask = ids[:inputs], mask[:inputs]
+    knobs = dict(attention_mask=mask, max_new_tokens=6, num_beams=3, do_sample=False)
+    with torch.no_grad():
+        stock = model.generate(input_ids=ids, **knobs)
+        encoded = model.get_encoder()(input_ids=ids, attention_mask=mask)
+        cache = cross_attention_cache(model, encoded, beams=3)
+        keys = cache.cross_attention_cache.layers[0].keys
+        assert keys.shape[0] == 3 * inputs and (keys.stride(0) == 0) == (inputs == 1)
+        shared = model.generate(encoder_outputs=encoded, **{cache_keyword(model): cache}, **knobs)
+    assert shared.tolist() == stock.tolist()

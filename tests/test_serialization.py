@@ -10,9 +10,11 @@ from torch import nn
 from optimum_ipu.runtime.serialization import (
     SerializedEmbedding,
     SerializedLinear,
+    WeightMajorLinear,
     chunked_cross_entropy,
     saved_activation_bytes,
     swap_serialized,
+    weight_major_projection,
 )
 
 
@@ -167,3 +169,33 @@ def test_swap_serialized_factor_one_and_unsupported_modules_are_left_alone():
     emb = bert.get_input_embeddings()
     swap_serialized(bert, 1, 1)
     assert bert.get_input_embeddings() is emb and type(bert.get_output_embeddings()) is nn.Linear
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_weight_major_linear_matches_linear(bias):
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 1000, bias=bias)
+    projection = WeightMajorLinear(linear)
+    assert projection.weight is linear.weight and projection.bias is linear.bias
+    for shape in [(1, 48), (5, 48), (2, 3, 48)]:
+        hidden = torch.randn(*shape)
+        logits = projection(hidden)
+        assert logits.shape == (*shape[:-1], 1000) and logits.is_contiguous()
+        torch.testing.assert_close(logits, linear(hidden), rtol=1e-5, atol=1e-5)
+
+
+def test_weight_major_projection_swaps_the_head_for_the_context_only():
+    model = _tiny_model("gpt2")
+    head, ids = model.get_output_embeddings(), torch.randint(0, 99, (3, 7))
+    with torch.no_grad():
+        stock = model(input_ids=ids).logits
+        with weight_major_projection(model):
+            assert isinstance(model.get_output_embeddings(), WeightMajorLinear)
+            assert model.get_output_embeddings().weight is model.get_input_embeddings().weight  # still tied
+            swapped = model(input_ids=ids).logits
+    assert model.get_output_embeddings() is head
+    torch.testing.assert_close(swapped, stock, rtol=1e-5, atol=1e-5)
+    bert_like = nn.Module()  # no plain nn.Linear head: left alone
+    bert_like.get_output_embeddings = lambda: nn.Identity()
+    with weight_major_projection(bert_like):
+        assert isinstance(bert_like.get_output_embeddings(), nn.Identity)

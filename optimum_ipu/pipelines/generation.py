@@ -21,6 +21,7 @@ import torch
 from transformers import GenerationConfig, Pipeline, TextGenerationPipeline
 
 from ..models.generation import generate_static
+from ..runtime.serialization import weight_major_projection
 from .base import StaticBatchingPipeline, position_limit
 
 
@@ -40,7 +41,8 @@ def _generate(pipe: Pipeline, input_ids: torch.Tensor, attention_mask: torch.Ten
                 f"more than the model's {limit} positions; lower one of them (pipeline(..., max_seq_length=N))"
             )
     device = pipe.engine.device
-    with pipe.engine.autocast():
+    # on a CPU the projection onto the vocabulary runs weight-major (`WeightMajorLinear`: 1.5-3x faster at a few rows)
+    with pipe.engine.autocast(), weight_major_projection(pipe.pipelined.model):
         output = generate_static(
             pipe.pipelined,  # (its stock model generates; a model holding one stage generates across the stages)
             input_ids.to(device),

@@ -40,6 +40,7 @@ from transformers.pipelines.automatic_speech_recognition import rescale_stride
 from ..models.generation import cache_keyword, cross_attention_cache, speech_cache_implementation
 from ..runtime.engine import Engine
 from ..runtime.inference import encoder_precision
+from ..runtime.serialization import weight_major_projection
 from .audio import load_audio, resample
 from .base import StaticBatchingPipeline
 
@@ -233,7 +234,8 @@ class IPUAutomaticSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline, 
                 beams = max(generate_kwargs.get("num_beams") or 1, generate_kwargs.get("num_return_sequences") or 1)
                 cache = cross_attention_cache(self.model, encoded, beams)
                 generate_kwargs[cache_keyword(self.model)] = cache
-            tokens = self.model.generate(encoder_outputs=encoded, attention_mask=attention_mask, **generate_kwargs)
+            with weight_major_projection(self.model):
+                tokens = self.model.generate(encoder_outputs=encoded, attention_mask=attention_mask, **generate_kwargs)
         out = {"tokens": tokens["sequences"] if isinstance(tokens, dict) else tokens}
         if stride is not None:
             out["stride"] = stride
