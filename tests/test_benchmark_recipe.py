@@ -38,6 +38,7 @@ def test_one_pair_trains_both_with_the_same_loss(tmp_path, tiny_pretrained, monk
     report = json.loads((tmp_path / "benchmark.json").read_text())
     (pair,) = report["pairs"]
     assert pair["ours"]["loss"] == pytest.approx(pair["trainer"]["loss"], abs=1e-4)  # the same arithmetic
+    assert all(pair[kind]["page_faults_per_step"] >= 0 for kind in ("ours", "trainer"))
     assert pair["ours_over_trainer"] == pytest.approx(pair["trainer"]["step_seconds"] / pair["ours"]["step_seconds"])
     assert "median ours / Trainer (speed)" in capsys.readouterr().out
 
