@@ -324,8 +324,10 @@ def cross_attention_cache(model: nn.Module, encoder_outputs: Any, beams: int) ->
     hidden = encoder_outputs.last_hidden_state
     start = getattr(model.generation_config, "decoder_start_token_id", None) or model.config.decoder_start_token_id
     ids = torch.full((hidden.shape[0], 1), int(start), dtype=torch.long, device=hidden.device)
+    # the decoder alone: the step's logits are not wanted (Whisper's vocabulary head would cost 7 ms of the call)
+    decoder = model.get_decoder()
     with torch.no_grad():
-        model(encoder_outputs=encoder_outputs, decoder_input_ids=ids, use_cache=True, **{cache_keyword(model): filled})
+        decoder(input_ids=ids, encoder_hidden_states=hidden, use_cache=True, **{cache_keyword(decoder): filled})
     cross = filled.cross_attention_cache
     if beams > 1 and hidden.shape[0] == 1:
         # one input: the beams' rows are views of its one row (stride 0), not copies; attention reads the same
