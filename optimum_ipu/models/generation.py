@@ -306,9 +306,10 @@ def cache_keyword(model: nn.Module) -> str:
 
 def cross_attention_cache(model: nn.Module, encoder_outputs: Any, beams: int) -> BeamSharedCrossAttentionCache:
     """A KV cache holding the cross-attention keys and values of `encoder_outputs` for `generate()` with `beams`
-    beams (or returned sequences) per input: computed by one decoder step of the model itself at one row per input,
-    then repeated for the beams, where `generate()` would project the encoder output once per beam (Whisper tiny.en,
-    5 beams: 17.7 GFLOP instead of 3.5). The decoding that follows gives the same tokens.
+    beams (or returned sequences) per input: computed by one step of the model's own decoder at one row per input,
+    then shared by the beams (stride-0 views of the row for one input, repeated rows for several), where `generate()`
+    would project the encoder output once per beam (Whisper tiny.en, 5 beams: 17.7 GFLOP instead of 3.5). The
+    decoding that follows gives the same tokens.
 
     Args:
         model (`transformers.PreTrainedModel`): an encoder-decoder model whose attention caches its cross-attention

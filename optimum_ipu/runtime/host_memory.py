@@ -1,4 +1,4 @@
-"""Freed host memory kept in the process between CPU training steps (glibc's `malloc` on Linux).
+"""Freed host memory kept in the process between the steps `IPUTrainer` runs on a CPU (glibc's `malloc` on Linux).
 
 A training step on a CPU allocates and frees the same large activations at every step. glibc's `malloc` serves
 blocks over its mmap threshold (at most 32 MB) with fresh `mmap`s and gives them back with `munmap` when they are
