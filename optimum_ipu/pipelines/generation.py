@@ -41,7 +41,7 @@ def _generate(pipe: Pipeline, input_ids: torch.Tensor, attention_mask: torch.Ten
                 f"more than the model's {limit} positions; lower one of them (pipeline(..., max_seq_length=N))"
             )
     device = pipe.engine.device
-    # on a CPU the projection onto the vocabulary runs weight-major (`WeightMajorLinear`: 1.5-3x faster at a few rows)
+    # on a CPU the projection onto the vocabulary runs weight-major (`WeightMajorLinear`: 2-3x faster at a few rows)
     with pipe.engine.autocast(), weight_major_projection(pipe.pipelined.model):
         output = generate_static(
             pipe.pipelined,  # (its stock model generates; a model holding one stage generates across the stages)

@@ -20,7 +20,7 @@ against 0.30 s in fp32), and `generate()` decodes from its output with the cross
 once per input rather than once per beam, and never reordered between beam-search steps
 (`optimum_ipu.models.generation.cross_attention_cache`: with 5 beams, 3.5 GFLOP instead of 17.7, and 92 MB not
 copied at each step), and the projection onto the vocabulary runs weight-major on CPUs
-(`optimum_ipu.runtime.serialization.WeightMajorLinear`: 4.6 ms a step for 5 beams against 14.3 ms). Its figures
+(`optimum_ipu.runtime.serialization.WeightMajorLinear`: 6.4-8.3 ms a step for 5 beams against 16.6-17.1). Its figures
 against `transformers`' pipeline: `optimum-ipu benchmark --mode latency --task automatic-speech-recognition`
 (BENCHMARKS.md, "Speech recognition latency").
 
