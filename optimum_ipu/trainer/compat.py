@@ -13,7 +13,8 @@
 - `_save` (through `save_state_dict`), `_save_checkpoint`, `_save_optimizer_and_scheduler`, `_load_from_checkpoint`,
   `_load_best_model`, `_load_optimizer_and_scheduler`: checkpoints marked complete only once whole, old ones rotated
   after; FSDP state gathered in the one-process layout; a model held stage by stage saves and loads
-  its optimizer state per stage (`runtime/stage_optimizer.py`), and any layout resumes from either.
+  its optimizer state per stage (`runtime/stage_optimizer.py`), and any layout resumes from either;
+- `_push_from_checkpoint`: each checkpoint's push carries its `ipu_config.json` beside the model's files.
 
 Where `Trainer` reads a value from `self.args` that must differ for one call (the static evaluation batch, the
 micro-batches of replicas run in turn, no rotation before a checkpoint is marked), `_scoped_args` gives it a copy of
@@ -29,6 +30,7 @@ import contextlib
 import copy
 import functools
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -40,6 +42,7 @@ from transformers import Trainer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 from transformers.utils import ADAPTER_SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_NAME
 
+from ..config_schema import CONFIG_NAME as IPU_CONFIG_NAME
 from ..packing import PACKED_SEQUENCE_IDS, with_packed_block_mask
 from ..runtime import fsdp
 from ..runtime.fsdp import ShardedModel
@@ -148,6 +151,14 @@ class TrainerPrivateHooks(Trainer):
         with self._scoped_args(save_total_limit=None):
             super()._save_checkpoint(model, trial)
         self.pending_rotation = (self._get_output_dir(trial=trial), limit) if limit else None
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        # Trainer copies the model's files from the checkpoint into output_dir and uploads that folder; without the
+        # IPUConfig a pushed revision would load with another layout (or none) than the one it trained with
+        source = os.path.join(checkpoint_folder, IPU_CONFIG_NAME)
+        if self.is_world_process_zero() and os.path.isfile(source):
+            shutil.copyfile(source, os.path.join(self.args.output_dir, IPU_CONFIG_NAME))
+        super()._push_from_checkpoint(checkpoint_folder)
 
     def take_pending_rotation(self) -> tuple[str, int] | None:
         """The (run folder, `save_total_limit`) of the checkpoint just saved, whose older ones go once it is marked

@@ -164,6 +164,8 @@ def test_trainer_stage_local_predicts_as_one_process(tmp_path, pretrained_llama,
     sources = [tmp_path / "stages" / "checkpoint-3", tmp_path / "stages" / "checkpoint-4", final]
     for commit, source in zip(pushed, sources, strict=True):
         assert {p.name for p in commit.glob("model-*.safetensors")} == shards
+        # each revision carries the IPUConfig it trained with, as the final push does
+        assert (commit / "ipu_config.json").read_text() == (source / "ipu_config.json").read_text()
         want = saved_weights(source)
         got_pushed = transformers.AutoModelForCausalLM.from_pretrained(commit).state_dict()
         assert all(torch.equal(got_pushed[key], value) for key, value in want.items())
