@@ -25,14 +25,14 @@ from .config_schema import (
     FIELDS,
     HUB_LOADING_KWARGS,
     IPU_ONLY_FIELDS,
-    LEGACY_NAMES,
     METADATA_KEYS,
     MODE_MANAGED_FIELDS,
     MODES,
     PARALLELIZE_KWARGS_BUILT_IN,
     PARALLELIZE_KWARGS_REALISED,
     PARALLELIZE_KWARGS_REPORTED,
-    SAVED_STATE_KEYS,
+    fill_defaults,
+    upgrade_older_keys,
 )
 from .config_validation import (
     AUTO_LAYERS,
@@ -53,8 +53,6 @@ from .errors import IncompatibleIPUConfigError, short_repr
 from .files import write_text_atomic
 
 logger = get_logger(__name__)  # transformers' (no torch): `warning_once`, once a message per process
-
-DEFAULT_MATMUL_PROPORTION = 0.2
 
 
 class _ModeManaged:
@@ -261,7 +259,7 @@ class IPUConfig:
         self.__dict__["mode"] = "training"
         self.__dict__["auto_layers"] = auto_layers
         self.__dict__["metadata"] = metadata
-        for name, value in _fill_defaults(values).items():
+        for name, value in fill_defaults(values).items():
             self.__dict__[name] = copy.deepcopy(value)
         validate(self.__dict__)
         _report_parallelize_kwargs(self.__dict__)
@@ -449,7 +447,7 @@ class IPUConfig:
         odd = [k for k in keys if not isinstance(k, str)]
         if odd:  # Python would stop at `cls(**...)` with a bare TypeError
             raise IncompatibleIPUConfigError(f"IPUConfig field names must be strings, got {short_repr(odd[0])}")
-        config_dict = _upgrade_older_keys(config_dict)
+        config_dict = upgrade_older_keys(config_dict)
         keys = [*config_dict, *kwargs]
 
         # before `cls(**...)`: a key "self" would be a TypeError (two values for the argument `self`)
@@ -521,54 +519,6 @@ class IPUConfig:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__} ({self.mode}) {self.to_json_string()}"
-
-
-def _upgrade_older_keys(config_dict: dict[str, Any]) -> dict[str, Any]:
-    """Keys of older Optimum Graphcore files: a field's older name becomes the field (unless the file has both),
-    the saving process's state (`_mode`) is dropped."""
-    upgraded = {}
-    for key, value in config_dict.items():
-        if key in SAVED_STATE_KEYS or (key in LEGACY_NAMES and LEGACY_NAMES[key] in config_dict):
-            continue
-        upgraded[LEGACY_NAMES.get(key, key)] = value
-    return upgraded
-
-
-def _fill_defaults(values: dict[str, Any]) -> dict[str, Any]:
-    """Derive the defaults that depend on other fields, with Optimum Graphcore's rules (`IPUConfig.__init__` and
-    `_validate_ipu_config` there): the inference layout follows the training one; nothing else is inherited."""
-    v = dict(values)
-    if v["layers_per_ipu"] is None:
-        v["layers_per_ipu"] = [-1]
-    layers = v["layers_per_ipu"]
-    if v["inference_layers_per_ipu"] is None:
-        v["inference_layers_per_ipu"] = copy.deepcopy(layers)
-    if v["ipus_per_replica"] is None:
-        v["ipus_per_replica"] = len(layers)
-    if v["inference_ipus_per_replica"] is None:
-        # the inference layout's length, unless it is the bare wildcard and `ipus_per_replica` was given apart
-        inference = v["inference_layers_per_ipu"]
-        own_length = v["ipus_per_replica"] == len(layers) or inference != [-1]
-        v["inference_ipus_per_replica"] = len(inference) if own_length else v["ipus_per_replica"]
-    for prefix in ("", "inference_"):
-        ipus = v[f"{prefix}ipus_per_replica"]
-        if v[f"{prefix}layers_per_ipu"] == [-1] and isinstance(ipus, int) and ipus > 1:
-            v[f"{prefix}layers_per_ipu"] = [-1] * ipus  # the wildcard on every slot
-        # Serialization: splits given -> the factor is their sum; neither given -> factor 1.
-        for kind in ("embedding", "projection"):
-            factor, splits = f"{prefix}{kind}_serialization_factor", f"{prefix}serialized_{kind}_splits_per_ipu"
-            if v[factor] is None and isinstance(v[splits], list) and all(isinstance(s, int) for s in v[splits]):
-                v[factor] = sum(v[splits])
-            elif v[factor] is None:
-                v[factor] = 1
-    if v["inference_matmul_proportion"] is None:
-        # per-IPU proportions that do not fit the inference layout fall back to the default, 0.2
-        mp = v["matmul_proportion"]
-        fits = not isinstance(mp, list) or len(mp) == v["inference_ipus_per_replica"]
-        v["inference_matmul_proportion"] = copy.deepcopy(mp) if fits else DEFAULT_MATMUL_PROPORTION
-    v["parallelize_kwargs"] = v["parallelize_kwargs"] or {}
-    v["inference_parallelize_kwargs"] = v["inference_parallelize_kwargs"] or {}
-    return v
 
 
 def _report_parallelize_kwargs(fields: dict[str, Any]) -> None:

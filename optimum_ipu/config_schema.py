@@ -1,10 +1,14 @@
-"""The `IPUConfig` schema: its field names and the constants both `config.py` and `config_validation.py` read.
+"""The `IPUConfig` schema: its field names and the constants both `config.py` and `config_validation.py` read, and
+the two pure steps from a file's values to the fields (`upgrade_older_keys`, `fill_defaults`).
 
 Imported by both at module level, so neither imports the other's internals through function-level imports. No
 torch, no I/O. `tests/test_config.py` checks `FIELDS` against `IPUConfig.__init__`.
 """
 
 from __future__ import annotations
+
+import copy
+from typing import Any
 
 CONFIG_NAME = "ipu_config.json"
 
@@ -128,3 +132,54 @@ DOWNLOAD_KWARGS = (
     "_from_auto",
     "_commit_hash",
 )
+
+# `inference_matmul_proportion` when the training one does not fit the inference layout (Optimum Graphcore's)
+DEFAULT_MATMUL_PROPORTION = 0.2
+
+
+def upgrade_older_keys(config_dict: dict[str, Any]) -> dict[str, Any]:
+    """Keys of older Optimum Graphcore files: a field's older name becomes the field (unless the file has both),
+    the saving process's state (`_mode`) is dropped."""
+    upgraded = {}
+    for key, value in config_dict.items():
+        if key in SAVED_STATE_KEYS or (key in LEGACY_NAMES and LEGACY_NAMES[key] in config_dict):
+            continue
+        upgraded[LEGACY_NAMES.get(key, key)] = value
+    return upgraded
+
+
+def fill_defaults(values: dict[str, Any]) -> dict[str, Any]:
+    """Derive the defaults that depend on other fields, with Optimum Graphcore's rules (`IPUConfig.__init__` and
+    `_validate_ipu_config` there): the inference layout follows the training one; nothing else is inherited."""
+    v = dict(values)
+    if v["layers_per_ipu"] is None:
+        v["layers_per_ipu"] = [-1]
+    layers = v["layers_per_ipu"]
+    if v["inference_layers_per_ipu"] is None:
+        v["inference_layers_per_ipu"] = copy.deepcopy(layers)
+    if v["ipus_per_replica"] is None:
+        v["ipus_per_replica"] = len(layers)
+    if v["inference_ipus_per_replica"] is None:
+        # the inference layout's length, unless it is the bare wildcard and `ipus_per_replica` was given apart
+        inference = v["inference_layers_per_ipu"]
+        own_length = v["ipus_per_replica"] == len(layers) or inference != [-1]
+        v["inference_ipus_per_replica"] = len(inference) if own_length else v["ipus_per_replica"]
+    for prefix in ("", "inference_"):
+        ipus = v[f"{prefix}ipus_per_replica"]
+        if v[f"{prefix}layers_per_ipu"] == [-1] and isinstance(ipus, int) and ipus > 1:
+            v[f"{prefix}layers_per_ipu"] = [-1] * ipus  # the wildcard on every slot
+        # Serialization: splits given -> the factor is their sum; neither given -> factor 1.
+        for kind in ("embedding", "projection"):
+            factor, splits = f"{prefix}{kind}_serialization_factor", f"{prefix}serialized_{kind}_splits_per_ipu"
+            if v[factor] is None and isinstance(v[splits], list) and all(isinstance(s, int) for s in v[splits]):
+                v[factor] = sum(v[splits])
+            elif v[factor] is None:
+                v[factor] = 1
+    if v["inference_matmul_proportion"] is None:
+        # per-IPU proportions that do not fit the inference layout fall back to the default, 0.2
+        mp = v["matmul_proportion"]
+        fits = not isinstance(mp, list) or len(mp) == v["inference_ipus_per_replica"]
+        v["inference_matmul_proportion"] = copy.deepcopy(mp) if fits else DEFAULT_MATMUL_PROPORTION
+    v["parallelize_kwargs"] = v["parallelize_kwargs"] or {}
+    v["inference_parallelize_kwargs"] = v["inference_parallelize_kwargs"] or {}
+    return v

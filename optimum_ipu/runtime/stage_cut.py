@@ -19,8 +19,8 @@ stock model.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,6 +33,14 @@ from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import ModelOutput
 
 from ..errors import IncompatibleIPUConfigError
+from .layer_probe import (
+    StageExit,
+    exit_at_input,
+    exit_at_output,
+    first_hidden,
+    model_name,
+    probe_layers,
+)
 from .precision import autocast
 
 HIDDEN, ENCODER = "hidden", "encoder"
@@ -91,11 +99,6 @@ def stage_ranges(counts: Sequence[int]) -> list[range]:
     """The layer indices of each stage, from the number of layers of each."""
     starts = [sum(counts[:i]) for i in range(len(counts))]
     return [range(start, start + count) for start, count in zip(starts, counts, strict=True)]
-
-
-class _StageExit(Exception):
-    def __init__(self, value: torch.Tensor) -> None:
-        self.value = value
 
 
 class _PassThrough(nn.Module):
@@ -208,11 +211,6 @@ def _first_row(value: Any) -> Any:
     return value
 
 
-def _first(output: Any) -> torch.Tensor:
-    """The hidden states of a layer's or a stack's output (a tensor, a tuple or a `ModelOutput`)."""
-    return output if isinstance(output, torch.Tensor) else output[0]
-
-
 def default_objective(output: Any) -> torch.Tensor:
     """The model's own loss, shaped `(1,)` (the schedules concatenate micro-batch outputs)."""
     return output.loss.float().reshape(1)
@@ -289,8 +287,8 @@ class StageModule(nn.Module):
             if num_stages > 1 and (getattr(config, name, 0.0) or 0.0) > 0:
                 # a dropped layer never runs, so a stage starting there would never receive its input
                 raise IncompatibleIPUConfigError(
-                    f"{name}={getattr(config, name)}: {_name(model)} skips layers at random in training, which stages "
-                    f"run apart cannot follow; load the model with {name}=0.0, or run one stage"
+                    f"{name}={getattr(config, name)}: {model_name(model)} skips layers at random in training, which "
+                    f"stages run apart cannot follow; load the model with {name}=0.0, or run one stage"
                 )
 
     # ------------------------------------------------------------------ feeding
@@ -365,7 +363,9 @@ class StageModule(nn.Module):
         if not self.is_last and ENCODER in self.cut.carried(self.layers.stop) and ENCODER not in received:
             # this stage runs the encoder's end: keep its output to send on with the decoder's hidden states
             encoder = self.model.get_submodule(self.cut.encoder.path)
-            keep = encoder.register_forward_hook(lambda m, a, out: encoder_output.__setitem__(ENCODER, _first(out)))
+            keep = encoder.register_forward_hook(
+                lambda m, a, out: encoder_output.__setitem__(ENCODER, first_hidden(out))
+            )
             handles.append(keep)
         swaps = self._swaps()
         for parent, name, _, stand_in in swaps:
@@ -377,11 +377,11 @@ class StageModule(nn.Module):
             if "meta" not in str(error):
                 raise
             raise IncompatibleIPUConfigError(
-                f"stage {self.index} of {_name(self.model)} ran a module whose weights this process does not hold "
+                f"stage {self.index} of {model_name(self.model)} ran a module whose weights this process does not hold "
                 f"(another stage's): {error}. Its plan must list that module in StagePlan.embeddings (it runs before "
                 "the first layer); meanwhile run its stages in one process"
             ) from error
-        except _StageExit as stage_end:
+        except StageExit as stage_end:
             carried = self.cut.carried(self.layers.stop)
             sent = (stage_end.value,)
             if carried == (HIDDEN, ENCODER):
@@ -430,12 +430,12 @@ class StageModule(nn.Module):
         if self.is_last:
             return handles
         if stop == 0:  # a stage of embeddings only: it ends where layer 0 (of another stage) would start
-            handles.append(self._stand_ins[0].register_forward_pre_hook(_exit_at_input, with_kwargs=True))
+            handles.append(self._stand_ins[0].register_forward_pre_hook(exit_at_input, with_kwargs=True))
         elif self.cut.carried(stop) == (ENCODER,):  # it ends with the encoder: send the encoder's output
             encoder = self.model.get_submodule(self.cut.encoder.path)
-            handles.append(encoder.register_forward_hook(_exit_at_output))
+            handles.append(encoder.register_forward_hook(exit_at_output))
         else:
-            handles.append(self._layers[stop - 1].register_forward_hook(_exit_at_output))
+            handles.append(self._layers[stop - 1].register_forward_hook(exit_at_output))
         return handles
 
 
@@ -453,121 +453,6 @@ def _output_injector(incoming: torch.Tensor) -> Callable[..., Any]:
         return incoming if isinstance(output, torch.Tensor) else (incoming, *output[1:])
 
     return inject
-
-
-def _exit_at_output(module: nn.Module, args: tuple, output: Any) -> None:
-    raise _StageExit(_first(output))
-
-
-def _exit_at_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
-    raise _StageExit(args[0] if args else kwargs["hidden_states"])
-
-
-@dataclass
-class LayerProbe:
-    """What one forward of the whole model showed of its layers (`probe_layers`)."""
-
-    arity: dict[int, int] = field(default_factory=dict)  # 0: the layer returns a tensor; n: a tuple of n items
-    calls: dict[int, int] = field(default_factory=dict)  # how many times each layer ran
-    encoder_output: type = BaseModelOutput  # the class of the encoder's output, rebuilt for the decoder stages
-
-
-def _tensor_ids(values: Any) -> set[int]:
-    """Ids of the tensors among `values` and one level of tuples or lists inside them."""
-    found = set()
-    for value in values:
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            if isinstance(item, torch.Tensor):
-                found.add(id(item))
-    return found
-
-
-def probe_layers(model: nn.Module, layers: Sequence[nn.Module], batch: dict[str, Any], cut: StageCut) -> LayerProbe:
-    """Run the whole model once and see how its layers are called and what they return, so that a stand-in can
-    return the same shape; refuse what a pass-through cannot stand in for (a clear error, not other numbers).
-
-    The forward ends after the last layer. It runs in the model's own mode (an evaluation forward may change
-    weights: RWKV rescales them in place), with the RNG put back and changed buffers restored afterwards (running
-    statistics), so it leaves no trace in the training run.
-
-    Raises:
-        `IncompatibleIPUConfigError`: a layer runs more than once per forward (ALBERT shares one layer between
-            positions), or, for a derived plan, a layer returns a dict or hands the next layer a tensor besides
-            its hidden states (a position bias, global tokens: state a pass-through would drop).
-    """
-    probe, inputs, extras, kept = LayerProbe(), {}, {}, []
-
-    def before(i: int) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
-            inputs[i] = _tensor_ids([*args, *kwargs.values()])
-
-        return hook
-
-    def after(i: int) -> Callable[..., None]:
-        def hook(module: nn.Module, args: Any, output: Any) -> None:
-            probe.calls[i] = probe.calls.get(i, 0) + 1
-            if isinstance(output, Mapping) and cut.strict:
-                raise IncompatibleIPUConfigError(
-                    f"{_name(model)}: layer {i} returns a {type(output).__name__}; {_REGISTER}"
-                )
-            probe.arity[i] = 0 if isinstance(output, torch.Tensor) else len(output)
-            rest = tuple(output)[1:] if probe.arity[i] else ()
-            kept.append(rest)  # alive until the end, so that no id is reused
-            extras[i] = _tensor_ids(rest)
-
-        return hook
-
-    handles = [layer.register_forward_pre_hook(before(i), with_kwargs=True) for i, layer in enumerate(layers)]
-    handles += [layer.register_forward_hook(after(i)) for i, layer in enumerate(layers)]
-    if cut.encoder is not None:
-        encoder = model.get_submodule(cut.encoder.path)
-        handles.append(encoder.register_forward_hook(lambda m, a, out: setattr(probe, "encoder_output", type(out))))
-    # the heads after the last layer tell nothing about the layers (and a vocabulary projection held by another
-    # process would be read whole): the probe ends there
-    handles.append(layers[-1].register_forward_hook(_exit_at_output))
-    _run_leaving_no_trace(model, batch, handles)
-    repeated = {i: n for i, n in probe.calls.items() if n > 1}
-    if repeated:
-        first = min(repeated)
-        raise IncompatibleIPUConfigError(
-            f"{_name(model)}: layer {first} ran {repeated[first]} times in one forward; stages can only cut a stack "
-            f"whose layers run once each, in order; {_REGISTER}"
-        )
-    handed = [i for i in extras if extras[i] & inputs.get(i + 1, set())]
-    if cut.strict and handed:
-        raise IncompatibleIPUConfigError(
-            f"{_name(model)}: layer {handed[0]} hands the next layer a tensor besides its hidden states; a derived "
-            f"plan cannot carry it between stages; {_REGISTER}"
-        )
-    if not issubclass(probe.encoder_output, Mapping):
-        probe.encoder_output = BaseModelOutput
-    return probe
-
-
-def _run_leaving_no_trace(model: nn.Module, batch: dict[str, Any], handles: list[Any]) -> None:
-    """One forward without gradients, the RNG put back and changed buffers restored; removes `handles` after."""
-    device = next(v for v in batch.values() if isinstance(v, torch.Tensor)).device
-    buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
-        try:
-            with torch.no_grad():
-                model(**batch)
-        except _StageExit:
-            pass
-        finally:
-            for handle in handles:
-                handle.remove()
-            with torch.no_grad():  # only what changed: an in-place copy would stale autograd's saved buffers
-                for name, buffer in model.named_buffers():
-                    if not buffer.is_meta and not torch.equal(buffer, buffers[name]):
-                        buffer.copy_(buffers[name])
-
-
-_REGISTER = "run it in one stage (layers_per_ipu=[-1]) or register a plan (docs/adding_a_family.md)"
-
-
-def _name(model: nn.Module) -> str:
-    return type(model).__name__
 
 
 def run_stages_in_turn(
