@@ -248,13 +248,17 @@ def test_auto_classes_use_the_ipu_config_saved_with_the_model(tmp_path, monkeypa
         return str(tmp_path / "model" / filename)
 
     monkeypatch.setattr(auto, "cached_file", fake_cached_file)
-    config = auto.repo_ipu_config("someone/bert-qa", revision="v2", token="hf_x", torch_dtype="float32")
+    config = auto.repo_ipu_config(
+        "someone/bert-qa", revision="v2", token="hf_x", force_download=True, torch_dtype="float32"
+    )
     assert config.gradient_accumulation_steps == 4
-    assert (asked["repo"], asked["filename"], asked["revision"], asked["token"]) == (
+    # force_download too: a fresh model beside a stale config from the cache would be another layout
+    assert (asked["repo"], asked["filename"], asked["revision"], asked["token"], asked["force_download"]) == (
         "someone/bert-qa",
         "ipu_config.json",
         "v2",
         "hf_x",
+        True,
     )
     assert "torch_dtype" not in asked  # only what locates a file
 

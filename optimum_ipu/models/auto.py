@@ -21,11 +21,10 @@ from ..errors import IncompatibleIPUConfigError
 from . import modeling_groupbert  # noqa: F401  (GroupBERT's model_type known to transformers' auto classes)
 from .pipelined import PipelinedModel, to_pipelined
 from .plans import AUTO_CLASSES
-from .stage_loading import load_stage, loads_stage_only
+from .stage_loading import HUB_KWARGS, load_stage, loads_stage_only
 from .stage_placement import STAGES, stages_device_map
 
 logger = logging.getLogger(__name__)
-HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "proxies")
 
 
 def repo_ipu_config(pretrained_model_name_or_path: str, **kwargs: Any) -> IPUConfig | None:
