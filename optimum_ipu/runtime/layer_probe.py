@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutput
 
 from ..errors import IncompatibleIPUConfigError
-
-if TYPE_CHECKING:
-    from .stage_cut import StageCut
 
 REGISTER_HINT = "run it in one stage (layers_per_ipu=[-1]) or register a plan (docs/adding_a_family.md)"
 
@@ -70,13 +67,22 @@ def _tensor_ids(values: Any) -> set[int]:
     return found
 
 
-def probe_layers(model: nn.Module, layers: Sequence[nn.Module], batch: dict[str, Any], cut: StageCut) -> LayerProbe:
+def probe_layers(
+    model: nn.Module, layers: Sequence[nn.Module], batch: dict[str, Any], strict: bool, encoder_path: str | None
+) -> LayerProbe:
     """Run the whole model once and see how its layers are called and what they return, so that a stand-in can
     return the same shape; refuse what a pass-through cannot stand in for (a clear error, not other numbers).
 
     The forward ends after the last layer. It runs in the model's own mode (an evaluation forward may change
     weights: RWKV rescales them in place), with the RNG put back and changed buffers restored afterwards (running
     statistics), so it leaves no trace in the training run.
+
+    Args:
+        model (`nn.Module`): the whole model; `batch` its inputs (one row is enough).
+        layers (`Sequence[nn.Module]`): the stack the stages cut, in order.
+        strict (`bool`): a derived plan (`StageCut.strict`): refuse layers that return a dict or hand on other state.
+        encoder_path (`str`, *optional*): an encoder-decoder's encoder (`EncoderSplit.path`), whose output class is
+            recorded.
 
     Raises:
         `IncompatibleIPUConfigError`: a layer runs more than once per forward (ALBERT shares one layer between
@@ -94,7 +100,7 @@ def probe_layers(model: nn.Module, layers: Sequence[nn.Module], batch: dict[str,
     def after(i: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             probe.calls[i] = probe.calls.get(i, 0) + 1
-            if isinstance(output, Mapping) and cut.strict:
+            if isinstance(output, Mapping) and strict:
                 raise IncompatibleIPUConfigError(
                     f"{model_name(model)}: layer {i} returns a {type(output).__name__}; {REGISTER_HINT}"
                 )
@@ -107,8 +113,8 @@ def probe_layers(model: nn.Module, layers: Sequence[nn.Module], batch: dict[str,
 
     handles = [layer.register_forward_pre_hook(before(i), with_kwargs=True) for i, layer in enumerate(layers)]
     handles += [layer.register_forward_hook(after(i)) for i, layer in enumerate(layers)]
-    if cut.encoder is not None:
-        encoder = model.get_submodule(cut.encoder.path)
+    if encoder_path is not None:
+        encoder = model.get_submodule(encoder_path)
         handles.append(encoder.register_forward_hook(lambda m, a, out: setattr(probe, "encoder_output", type(out))))
     # the heads after the last layer tell nothing about the layers (and a vocabulary projection held by another
     # process would be read whole): the probe ends there
@@ -122,7 +128,7 @@ def probe_layers(model: nn.Module, layers: Sequence[nn.Module], batch: dict[str,
             f"stack whose layers run once each, in order; {REGISTER_HINT}"
         )
     handed = [i for i in extras if extras[i] & inputs.get(i + 1, set())]
-    if cut.strict and handed:
+    if strict and handed:
         raise IncompatibleIPUConfigError(
             f"{model_name(model)}: layer {handed[0]} hands the next layer a tensor besides its hidden states; a "
             f"derived plan cannot carry it between stages; {REGISTER_HINT}"

@@ -323,7 +323,8 @@ class StageModule(nn.Module):
             row = {k: v for k, v in row.items() if not isinstance(v, Cache) and k != "attention_mask"}
             row["use_cache"] = False
         with _ZerosForMeta(next(v for v in batch.values() if isinstance(v, torch.Tensor)).device):
-            probe = probe_layers(self.model, self._layers, row, self.cut)
+            encoder_path = self.cut.encoder.path if self.cut.encoder is not None else None
+            probe = probe_layers(self.model, self._layers, row, self.cut.strict, encoder_path)
         self._encoder_output = probe.encoder_output
         by_class = {type(self._layers[i]): n for i, n in probe.arity.items()}  # for a layer the probe skipped
         stand_ins: dict[int, nn.Module] = {}
