@@ -137,8 +137,10 @@ def test_compiled_training_reports_compilation_apart(tmp_path):
     assert metrics["train_compile_time"] == pytest.approx(
         max(0.0, durations[0] - statistics.median(durations[1:])), abs=1e-4
     )
-    wall_clock_rate = 16 / metrics["train_runtime"]
-    # transformers rounds the rate to 3 decimals: with compile time ~0 the two differ only by that rounding
+    # transformers rounds the runtime to 4 decimals and the rate to 3: with compile time ~0 the two differ only by
+    # that rounding, which at a warm 0.099 s run is 0.02 samples/s (seen once in a full run), so the wall-clock rate
+    # is taken at the longest runtime that rounds to the reported one
+    wall_clock_rate = 16 / (metrics["train_runtime"] + 5e-5)
     assert metrics["train_samples_per_second"] >= wall_clock_rate - 1e-3
 
 
