@@ -30,7 +30,6 @@ import contextlib
 import copy
 import functools
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -43,6 +42,7 @@ from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 from transformers.utils import ADAPTER_SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_NAME
 
 from ..config_schema import CONFIG_NAME as IPU_CONFIG_NAME
+from ..files import write_text_atomic
 from ..packing import PACKED_SEQUENCE_IDS, with_packed_block_mask
 from ..runtime import fsdp
 from ..runtime.fsdp import ShardedModel
@@ -155,9 +155,11 @@ class TrainerPrivateHooks(Trainer):
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         # Trainer copies the model's files from the checkpoint into output_dir and uploads that folder; without the
         # IPUConfig a pushed revision would load with another layout (or none) than the one it trained with
+        # (written atomically: a crash mid-copy leaves output_dir's file whole)
         source = os.path.join(checkpoint_folder, IPU_CONFIG_NAME)
         if self.is_world_process_zero() and os.path.isfile(source):
-            shutil.copyfile(source, os.path.join(self.args.output_dir, IPU_CONFIG_NAME))
+            with open(source, encoding="utf-8") as f:
+                write_text_atomic(os.path.join(self.args.output_dir, IPU_CONFIG_NAME), f.read())
         super()._push_from_checkpoint(checkpoint_folder)
 
     def take_pending_rotation(self) -> tuple[str, int] | None:
