@@ -199,8 +199,7 @@ def format_recipe_report(report: dict[str, Any]) -> str:
         lines.append(
             f"pair {i} ({pair['first']} first): loss ours {ours['loss']:.4f} / Trainer {theirs['loss']:.4f}; "
             f"step s ours {ours['step_seconds']:.3f} / Trainer {theirs['step_seconds']:.3f}; "
-            f"page faults a step ours {ours.get('page_faults_per_step', 0):,} / "
-            f"Trainer {theirs.get('page_faults_per_step', 0):,}; "
+            f"page faults a step ours {ours['page_faults_per_step']:,} / Trainer {theirs['page_faults_per_step']:,}; "
             f"ours / Trainer (speed) {pair['ours_over_trainer']:.3f}"
         )
     lines.append(f"median ours / Trainer (speed): {report['median_ours_over_trainer']:.3f}")

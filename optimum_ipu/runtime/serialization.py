@@ -133,8 +133,8 @@ class WeightMajorLinear(nn.Module):
     runs this shape faster than `nn.Linear`'s `hidden @ weight.T` (measured on an idle 2-core AVX2 EPYC, three runs:
     Whisper tiny.en's 51,864 x 384 head at 5 rows, one per beam, 6.4-8.3 ms against 16.6-17.1 ms; GPT-2's 50,257 x
     768 at 4 rows 10.6-14.4 ms against 29.9-31.0 ms; a 32,000 x 2,048 head at 8 rows 34.0-40.0 ms against 76.6-163.8
-    ms). One row runs as `nn.Linear`. The
-    logits equal `nn.Linear`'s up to float rounding (the sums are blocked differently).
+    ms). One row runs as `nn.Linear`. The logits equal `nn.Linear`'s up to float rounding (the sums are blocked
+    differently).
 
     Args:
         linear (`nn.Linear`): the projection; its `weight` and `bias` Parameter objects are reused.
