@@ -21,6 +21,7 @@ t0 = time.perf_counter()
 import torch, transformers
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.runtime.engine import Engine
+from optimum_ipu.runtime.step import run_steps
 torch.manual_seed(0)
 config = transformers.BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                                  intermediate_size=256, vocab_size=1000)
@@ -30,11 +31,7 @@ engine, optimizer = Engine(model, ipu_config, compile=True), torch.optim.AdamW(m
 batch = {"input_ids": torch.randint(0, 1000, (8, 128)), "labels": torch.zeros(8, dtype=torch.long)}
 
 def step():  # one optimizer step of 2 micro-batches, through the engine's step protocol
-    for half in (slice(0, 4), slice(4, 8)):
-        engine.micro_batch({k: v[half] for k, v in batch.items()}, 0.5)
-    engine.finish_step()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    run_steps(engine, optimizer, batch, micro_batches=2)
 
 t1 = time.perf_counter()
 step()

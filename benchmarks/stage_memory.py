@@ -86,6 +86,7 @@ def worker(model_dir: str, scenario: str, out: str) -> None:
     from optimum_ipu.models.stage_loading import load_stage
     from optimum_ipu.runtime.fsdp import local_parameter_bytes
     from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
+    from optimum_ipu.runtime.step import run_steps
 
     dist.init_process_group("gloo")
     bare = peak_rss_bytes()
@@ -111,11 +112,8 @@ def worker(model_dir: str, scenario: str, out: str) -> None:
     for once in [False, True] if fsdp else [True]:
         engine.reduce_once_per_step = once
         sent[once] = count_reduce_scatter_bytes()
-        for row in ids.split(1):  # one optimizer step of `stages` micro-batches, through the step protocol
-            engine.micro_batch({"input_ids": row, "attention_mask": torch.ones_like(row), "labels": row}, 1 / stages)
-        engine.finish_step()
-        adamw.step()
-        adamw.zero_grad(set_to_none=True)
+        step = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+        run_steps(engine, adamw, step, micro_batches=stages)  # one optimizer step of a row per micro-batch
         dist.reduce_scatter_single = sent[once]["original"]
     held = local_parameter_bytes(p for p in model.parameters())
     report = {"bare": bare, "peak": peak_rss_bytes(), "held": held, "share": 4 * held, "whole": whole}

@@ -15,8 +15,7 @@ from optimum_ipu.cli.main import main
 from optimum_ipu.errors import IncompatibleIPUConfigError
 from optimum_ipu.runtime import balance
 from optimum_ipu.runtime.engine import Engine
-
-from .step_loop import run_steps
+from optimum_ipu.runtime.step import run_steps
 
 
 @pytest.fixture(autouse=True)

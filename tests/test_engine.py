@@ -9,15 +9,15 @@ import torch
 
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.runtime.engine import Engine
+from optimum_ipu.runtime.step import run_steps
 
-from .step_loop import run_steps
 from .tiny_models import tiny_inputs, tiny_model
 
 CLASS = "BertForSequenceClassification"
 
 
 class Trained:
-    """An engine and its SGD optimizer, stepped by the step protocol's loop (`tests/step_loop.py`)."""
+    """An engine and its SGD optimizer, stepped by the step protocol's loop (`optimum_ipu.runtime.step.run_steps`)."""
 
     def __init__(self, config: IPUConfig, seed: int = 0, lr: float = 0.1, **kwargs) -> None:
         pipelined = to_pipelined(tiny_model(CLASS, seed=seed), config, parallelize=True)

@@ -158,3 +158,31 @@ def test_no_module_imports_from_a_higher_layer():
         if layer_of(other) > layer_of(module)
     ]
     assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
+
+
+def _distributed_imports(path: Path) -> list[str]:
+    """The imports of `torch.distributed` (or anything under it) in a file, as `line: statement`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            module = node.module or ""
+            names = [f"{module}.{alias.name}" for alias in node.names]
+        if any(name == "torch.distributed" or name.startswith("torch.distributed.") for name in names):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_only_the_runtime_imports_torch_distributed():
+    """Collectives live in `runtime/` (DESIGN.md): the trainer, models, pipelines and the rest call its functions."""
+    outside = {
+        str(path.relative_to(ROOT)): hits
+        for path in sorted(ROOT.rglob("*.py"))
+        if path.relative_to(ROOT).parts[0] != "runtime" and (hits := _distributed_imports(path))
+    }
+    assert not outside, f"torch.distributed imported outside optimum_ipu/runtime/: {outside}"
+    # the check reads what it should: the runtime's own imports are found
+    assert _distributed_imports(ROOT / "runtime" / "distributed.py")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 
@@ -212,25 +211,16 @@ def test_projection_serialization_computes_the_loss_in_chunks(tmp_path):
 
 def test_pipeline_over_processes_refuses_a_compute_loss_func():
     """The stages' schedule trains on the model's own loss: a `compute_loss_func` (packing's) would be ignored."""
-    from types import SimpleNamespace
+    from optimum_ipu.runtime.layouts import ModelParts, ProcessStagesLayout
 
-    from optimum_ipu.models.plans import plan_for_class
-    from optimum_ipu.packing import packed_question_answering_loss
-    from optimum_ipu.trainer.stages import ProcessPipeline
-
-    trainer = SimpleNamespace(
-        ipu_config=IPUConfig(layers_per_ipu=[1, 1], ipus_per_replica=2, gradient_accumulation_steps=2),
-        pipelined=SimpleNamespace(plan=plan_for_class("BertForQuestionAnswering"), model=None),
-        compute_loss_func=packed_question_answering_loss,
-    )
+    config = IPUConfig(layers_per_ipu=[1, 1], ipus_per_replica=2, gradient_accumulation_steps=2)
+    parts = ModelParts(None, None, lambda: None, [1, 1], [], name="NoneType", custom_loss=True)
+    layout = ProcessStagesLayout(config, "1F1B")
     with pytest.raises(ValueError, match="compute_loss_func .* not supported with pipeline stages on separate"):
-        ProcessPipeline(trainer, "1F1B")
-    trainer.compute_loss_func = None
-    assert ProcessPipeline(trainer, "1F1B").stages == 2
+        layout.check(parts)
+    parts.custom_loss = False
+    assert layout.check(parts) == 2
     # a family whose plan keeps its stages in one process says why, naming the class
-    one_process = dataclasses.replace(
-        plan_for_class("BertForQuestionAnswering"), process_stages=False, process_stages_reason="its head reads X"
-    )
-    trainer.pipelined = SimpleNamespace(plan=one_process, model=None)
+    parts.process_stages_refusal = "its head reads X"
     with pytest.raises(IncompatibleIPUConfigError, match="NoneType cannot run its pipeline stages.*its head reads X"):
-        ProcessPipeline(trainer, "1F1B")
+        layout.check(parts)

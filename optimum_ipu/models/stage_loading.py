@@ -16,7 +16,6 @@ import os
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import transformers
 from accelerate import init_empty_weights
 from torch import nn
@@ -24,7 +23,7 @@ from transformers.utils.hub import cached_file
 
 from ..config import IPUConfig
 from ..runtime.devices import default_device
-from ..runtime.distributed import world_size
+from ..runtime.distributed import group_size, world_size
 from ..runtime.fsdp import stage_mesh
 from ..runtime.stage_checkpoint import checkpoint_index, checkpoint_key, open_checkpoint
 from ..runtime.stage_cut import stage_ranges
@@ -116,13 +115,12 @@ def load_stage(
     Returns:
         `PipelinedModel`: parallelized; its `model` holds this stage's parameters, the others on the meta device.
     """
-    if not dist.is_initialized():
-        raise RuntimeError("load_stage needs torch.distributed: launch with torchrun")
+    processes = group_size("load_stage")
     # the processes must be the layout's stages x replicas; the micro-batches a training schedule needs are checked
     # where it trains (PipelineEngine): loading to generate or evaluate needs none
     layout = ipu_config.copy()
     layout.gradient_accumulation_steps = max(layout.gradient_accumulation_steps, layout.value("ipus_per_replica"))
-    check_processes(layout, dist.get_world_size())
+    check_processes(layout, processes)
     device = device or default_device()
     hub = {k: kwargs.pop(k) for k in HUB_KWARGS if k in kwargs}
     ignore_mismatched_sizes = kwargs.pop("ignore_mismatched_sizes", False)

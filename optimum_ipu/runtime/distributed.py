@@ -23,6 +23,14 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def group_size(what: str) -> int:
+    """The processes of this job's default process group; a `RuntimeError` naming `what` where there is none (a
+    script not launched with `torchrun`)."""
+    if not dist.is_initialized():
+        raise RuntimeError(f"{what} needs torch.distributed: launch with torchrun")
+    return dist.get_world_size()
+
+
 @functools.cache  # register once per process
 def release_process_group_at_exit() -> None:
     """Destroy the default process group when the interpreter exits, while Python is still fully alive.

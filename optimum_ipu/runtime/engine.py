@@ -24,21 +24,11 @@ from .devices import default_device
 from .fsdp import unsharded_norm
 from .precision import PRECISIONS, LossScaler, autocast
 from .process_flags import configure_compile_cache, set_half_partials
-from .step import ComputeLoss, StepResult
+from .step import ComputeLoss, StepResult, split_batch
 
 logger = logging.getLogger(__name__)
 
 Batch = Mapping[str, torch.Tensor]
-
-
-def split_batch(batch: Batch, parts: int) -> list[dict[str, torch.Tensor]]:
-    """Split every tensor of `batch` into `parts` equal chunks along dim 0 (static shapes: it must divide)."""
-    sizes = {k: v.shape[0] for k, v in batch.items() if isinstance(v, torch.Tensor)}
-    size = next(iter(sizes.values()))
-    if any(s != size for s in sizes.values()) or size % parts:
-        raise ValueError(f"a host batch of {sizes} rows cannot be split into {parts} equal parts")
-    chunks = {k: v.chunk(parts) if isinstance(v, torch.Tensor) else [v] * parts for k, v in batch.items()}
-    return [{k: c[i] for k, c in chunks.items()} for i in range(parts)]
 
 
 class Engine:

@@ -35,6 +35,7 @@ from ..errors import IncompatibleIPUConfigError
 from ..topology import MULTI_STAGE_SCHEDULES, check_processes, check_schedule, stages_per_process
 from .distributed import batches_of
 from .fsdp import shard_stages, stage_mesh
+from .precision import LossScaler, autocast
 from .stage_cut import StageCut, StageModule, stage_ranges
 from .stage_hold import StageHold, stage_hold
 from .step import ComputeLoss, StepResult
@@ -163,8 +164,14 @@ class PipelineEngine:
         self.reduce_once_per_step = True
         self.last_step_skipped = False
         self.last_grad_norm = math.nan  # of the last optimizer step, before clipping
+        # the surface `Engine` has, for what drives either: fp16 is refused above, so the loss is never scaled
+        self.loss_scaler = LossScaler(1.0, dynamic=False, enabled=False)
         if keys is not None:
             self._build_schedule(list(keys))
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The autocast context of this engine's precision (nothing for fp32), as `Engine.autocast`."""
+        return autocast(self.device, self.precision)
 
     def _build_schedule(self, keys: list[str]) -> None:
         """The stage module and its schedule, for batches of these tensors (stage 0 receives them in this order)."""

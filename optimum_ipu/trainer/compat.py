@@ -5,23 +5,24 @@
 `transformers` release that renames one breaks this module only:
 
 - `_prepare_inputs`: flex-attention packed rows get their `BlockMask` on the device;
-- `_wrap_model`: no DDP around sharded (`--fsdp`) models or around stages on separate processes;
+- `_wrap_model`, `_move_model_to_device`: the layout's (`optimum_ipu.runtime.layouts`): no DDP around shards or
+  stages on separate processes, a model that holds one stage left on its device;
 - `_clip_grad_norm`: the training engine has clipped already (`finish_step`, with the norm over every stage);
 - `__init__`, `_init_training_state`: `self.state` is an `IPUTrainerState` (Optimum Graphcore's name; its
   `start_time` set when training starts);
 - `_maybe_log_save_evaluate`: a NaN loss does not poison every later logged loss;
 - `_save` (through `save_state_dict`), `_save_checkpoint`, `_save_optimizer_and_scheduler`, `_load_from_checkpoint`,
   `_load_best_model`, `_load_optimizer_and_scheduler`: checkpoints marked complete only once whole, old ones rotated
-  after; FSDP state gathered in the one-process layout; a model held stage by stage saves and loads
-  its optimizer state per stage (`runtime/stage_optimizer.py`), and any layout resumes from either;
+  after; the tensors are the layout's to write and read (`runtime/layouts/`: FSDP state gathered in the one-process
+  layout, a model held stage by stage saves and loads its optimizer state per stage), and any layout resumes from
+  either;
 - `_push_from_checkpoint`: each checkpoint's push carries its `ipu_config.json` beside the model's files.
 
 Where `Trainer` reads a value from `self.args` that must differ for one call (the static evaluation batch, the
 micro-batches of replicas run in turn, no rotation before a checkpoint is marked), `_scoped_args` gives it a copy of
 the arguments for that call: the user's object is never written.
 
-The mixin reads the attributes `IPUTrainer.__init__` sets: `engine`, `training_engine`, `process_pipeline`, `fsdp`,
-`pending_rotation`.
+The mixin reads the attributes `IPUTrainer.__init__` sets: `layout`, `engine`, `pending_rotation`.
 """
 
 from __future__ import annotations
@@ -35,25 +36,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
 from torch import nn
 from transformers import Trainer
-from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
-from transformers.utils import ADAPTER_SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_NAME
 
 from ..config_schema import CONFIG_NAME as IPU_CONFIG_NAME
 from ..files import write_text_atomic
 from ..packing import PACKED_SEQUENCE_IDS, with_packed_block_mask
-from ..runtime import fsdp
-from ..runtime.fsdp import ShardedModel
-from ..runtime.stage_checkpoint import read_held_state_dict
-from ..runtime.stage_hold import stage_hold
-from ..runtime.stage_optimizer import (
-    has_stage_optimizer,
-    load_stage_optimizer,
-    save_stage_optimizer,
-    stage_optimizer_as_one,
-)
 from .checkpoints import discard_checkpoint
 from .state import IPUTrainerState
 
@@ -96,37 +84,20 @@ class TrainerPrivateHooks(Trainer):
         finally:
             self.data_collator = original
 
-    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
-        """`Trainer`'s, with stages on separate processes the replica's last stage's micro-batches on every stage
-        (`ProcessPipeline.same_batches`), counted after they are shared."""
-        batches, count = super().get_batch_samples(epoch_iterator, num_batches, device)
-        if self.process_pipeline is None or not batches:
-            return batches, count
-        batches = self.process_pipeline.same_batches(batches)
-        return batches, self._get_num_items_in_batch(batches, device)
-
     def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """`Trainer`'s, then packed rows for flex attention get their `BlockMask`, made on the device (its
         `mask_mod` reads the sequence ids there) outside any compiled region."""
         inputs = super()._prepare_inputs(inputs)
-        if PACKED_SEQUENCE_IDS in inputs and self.process_pipeline is not None:
-            raise ValueError(
-                "PackedDataCollator(attention='flex') is not supported with pipeline stages on separate processes; "
-                "run one process per replica (its stages run in turn)"
-            )
+        self.layout.check_batch(packed_for_flex=PACKED_SEQUENCE_IDS in inputs)
         return with_packed_block_mask(inputs)
 
     def _wrap_model(self, model: nn.Module, training: bool = True, dataloader: Any = None) -> nn.Module:
-        if self.fsdp and training:
-            return model if isinstance(model, ShardedModel) else ShardedModel(model)  # no DDP around shards
-        if self.process_pipeline is not None and training:
-            return self.process_pipeline.wrap(model)  # stages reduce their own gradients: no DDP over all
-        if self.process_pipeline is not None and stage_hold(model) is not None:
-            return self.process_pipeline.forward_module()  # evaluation: forward through the replica's stages
-        return super()._wrap_model(model, training, dataloader)
+        return self.layout.wrap_model(
+            model, training, functools.partial(super()._wrap_model, model, training, dataloader)
+        )
 
     def _clip_grad_norm(self, model: nn.Module) -> Any:
-        return self.training_engine.last_grad_norm  # clipped by finish_step at the end of training_step
+        return self.engine.last_grad_norm  # clipped by finish_step at the end of training_step
 
     def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         logged = self._globalstep_last_logged
@@ -137,8 +108,7 @@ class TrainerPrivateHooks(Trainer):
             tr_loss.zero_()
 
     def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
-        if self.process_pipeline is not None:
-            self.process_pipeline.synchronize(self.optimizer)  # the checkpoint of a single-process run
+        self.layout.before_checkpoint(self.optimizer)  # stages on processes: the checkpoint of a one-process run
         # Trainer deletes old checkpoints (save_total_limit) before the new one is marked complete: a kill in
         # between would leave none. MarkCheckpointComplete rotates once the marker is written.
         limit = self.args.save_total_limit
@@ -169,82 +139,23 @@ class TrainerPrivateHooks(Trainer):
         return rotation
 
     def _move_model_to_device(self, model: nn.Module, device: Any) -> None:
-        if stage_hold(model) is None:  # a model that holds one pipeline stage was built on its device
-            super()._move_model_to_device(model, device)
+        self.layout.move_model_to_device(model, functools.partial(super()._move_model_to_device, model, device))
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate's wrapper keeps the torch one
-        if stage_hold(self.model) is not None:
-            save_stage_optimizer(self.model, optimizer, output_dir)  # each stage writes its part: nothing gathered
-        elif self.fsdp:
-            # The whole state, gathered by every process, written by one, in the one-process layout.
-            state = fsdp.full_optimizer_state_dict(self.model, optimizer)
-            if self.args.should_save:
-                torch.save(state, os.path.join(output_dir, OPTIMIZER_NAME))
-        else:
-            return super()._save_optimizer_and_scheduler(output_dir)
-        if self.args.should_save:
-            torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
+        stock = functools.partial(super()._save_optimizer_and_scheduler, output_dir)
+        self.layout.save_optimizer(self.optimizer, self.lr_scheduler, output_dir, self.args.should_save, stock)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
-        if not (self.fsdp or stage_hold(self.model) is not None):
-            return super()._load_from_checkpoint(resume_from_checkpoint, model)
-        adapters = os.path.join(resume_from_checkpoint, ADAPTER_SAFE_WEIGHTS_NAME)
-        if os.path.isfile(adapters):
-            # a peft model under --fsdp (on stages or not): its checkpoint holds the adapters only (the base weights
-            # are loaded already); each process takes those of the parameters it holds
-            fsdp.load_full_state_dict(self.model, _adapters_by_name(self.model, load_file(adapters)), partial=True)
-            return
-        if stage_hold(self.model) is not None:  # one stage held: read only its entries (one file or the stage shards)
-            weights = read_held_state_dict(self.model, resume_from_checkpoint)
-        else:
-            weights = load_file(os.path.join(resume_from_checkpoint, SAFE_WEIGHTS_NAME))
-        fsdp.load_full_state_dict(self.model, weights)  # each process keeps its shards
+        stock = functools.partial(super()._load_from_checkpoint, resume_from_checkpoint, model)
+        self.layout.load_model(resume_from_checkpoint, stock)
 
     def _load_best_model(self) -> None:
-        if not (self.fsdp or stage_hold(self.model) is not None):
-            return super()._load_best_model()
-        # Trainer's would load the whole state_dict into this process's model: each process reads what it holds
-        self._load_from_checkpoint(self.state.best_model_checkpoint)
+        self.layout.load_best_model(self.state.best_model_checkpoint, super()._load_best_model)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        held = self.fsdp or stage_hold(self.model) is not None
-        per_stage = checkpoint is not None and has_stage_optimizer(checkpoint)
-        if not per_stage and not (held and checkpoint and os.path.isfile(os.path.join(checkpoint, OPTIMIZER_NAME))):
-            return super()._load_optimizer_and_scheduler(checkpoint)
-        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)
-        if per_stage and stage_hold(self.model) is not None:
-            load_stage_optimizer(self.model, optimizer, checkpoint)  # only the files that hold this stage's state
-        else:
-            # one layout or another into a process that holds the whole model (or its FSDP shards)
-            load = functools.partial(torch.load, map_location="cpu", weights_only=True)
-            whole = (
-                stage_optimizer_as_one(self.model, optimizer, checkpoint)
-                if per_stage
-                else load(os.path.join(checkpoint, OPTIMIZER_NAME))
-            )
-            if held:
-                fsdp.load_full_optimizer_state_dict(self.model, optimizer, whole)
-            else:
-                optimizer.load_state_dict(whole)
-        scheduler = torch.load(os.path.join(checkpoint, SCHEDULER_NAME), map_location="cpu", weights_only=True)
-        self.lr_scheduler.load_state_dict(scheduler)
+        stock = functools.partial(super()._load_optimizer_and_scheduler, checkpoint)
+        self.layout.load_optimizer(self.optimizer, self.lr_scheduler, checkpoint, stock)
 
     def save_state_dict(self, output_dir: str | None, state_dict: dict[str, torch.Tensor]) -> None:
         """Write a model `state_dict` as `Trainer` writes the model (`_save`: safetensors, config, processor)."""
         self._save(output_dir, state_dict=state_dict)
-
-
-def _adapters_by_name(model: nn.Module, saved: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """peft's saved adapter tensors under the model's parameter names: `get_peft_model_state_dict` drops the adapter's
-    name (`lora_A.default.weight` -> `lora_A.weight`, `classifier.modules_to_save.default.weight` ->
-    `classifier.weight`)."""
-    adapter = getattr(model, "active_adapter", "default")
-    named = {}
-    for name, _ in model.named_parameters():
-        key = name.replace(f".modules_to_save.{adapter}", "").replace(f".{adapter}.", ".")
-        if key in saved and ("lora_" in name or ".modules_to_save." in name):
-            named[name] = saved[key]
-    if len(named) != len(saved):
-        raise ValueError(f"the adapter checkpoint does not fit the model: {sorted(saved)[:5]}...")
-    return named

@@ -17,6 +17,7 @@ checkpoints, resume) is `Trainer`'s.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -33,20 +34,18 @@ from ..config import IPUConfig
 from ..config_validation import check_sequence_buckets
 from ..errors import SkippedStepsError
 from ..files import write_text_atomic
+from ..models.layout import layers_per_stage
 from ..models.pipelined import to_pipelined
-from ..models.plans import unwrap_adapters
 from ..runtime.devices import default_device
 from ..runtime.distributed import check_ranks_agree, release_process_group_at_exit, replicas_per_process, world_size
 from ..runtime.engine import Engine
-from ..runtime.fsdp import full_state_dict, reshard, shard_model, shard_pipeline, sync_gradients_at, whole_on_cpu
 from ..runtime.host_memory import keep_freed_host_memory
 from ..runtime.inference import buckets_within, trim_to_bucket
+from ..runtime.layouts import ModelParts, SaveHooks, choose_layout
 from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
 from ..runtime.sharding import ShardedOptimizer
-from ..runtime.stage_checkpoint import save_stage_shards
-from ..runtime.stage_hold import stage_hold
-from ..runtime.step import TrainingStep
+from ..runtime.step import TrainingStep, run_micro_batch
 from .callbacks import CompileOnly, GatherShardedOptimizer, SkipOnOverflow, StepTimer
 from .checkpoints import (
     MarkCheckpointComplete,
@@ -58,7 +57,6 @@ from .checkpoints import (
 )
 from .compat import TrainerPrivateHooks
 from .label_check import UsedLabelWatch, ZeroLossWatch, check_some_label_used
-from .stages import ProcessPipeline
 from .static_batch import pad_to_static_batch, select_rows
 from .training_args import IPUTrainingArguments
 
@@ -91,15 +89,17 @@ class IPUTrainer(TrainerPrivateHooks):
         eval_data_collator: Callable[[list[Any]], dict[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
-        # The order matters: Trainer is built around the pipelined model; the processes agree before any collective;
-        # a process pipeline keeps its stage before sharding; the training engine drives the sharded model.
+        # The order matters: Trainer is built around the pipelined model (the layout is chosen first: Trainer moves
+        # the model to its device through it); the processes agree before any collective; the layout is applied then
+        # (the pipeline split, then sharding), and its engine drives the training steps.
         args = self._checked_arguments(ipu_config, args)
         self.ipu_config = args.load_ipu_config(ipu_config)
         self.pipelined = to_pipelined(model, self.ipu_config, parallelize=True)
         self.eval_buckets, self._buckets_said = self._configured_eval_buckets(), False
         self.eval_data_collator = eval_data_collator
+        self.layout = choose_layout(self.ipu_config, fsdp=bool(args.fsdp), schedule=args.pipeline_schedule)
         super().__init__(model=model, args=args, **kwargs)
-        self.engine = self._build_engine()
+        self.engine: TrainingStep = self._build_engine()
         if self.engine.device.type == "cpu":  # each step's activations not faulted in again (1.16x a MiniLM step)
             keep_freed_host_memory()
         self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=self.engine.device)
@@ -108,14 +108,8 @@ class IPUTrainer(TrainerPrivateHooks):
         self._loss_shifts_labels_here = self._shifts_labels(model)
         self.run_record: dict[str, Any] | None = None  # the run id and identity written into checkpoint markers
         self._check_processes_agree()
-        self.process_pipeline = (
-            ProcessPipeline(self, args.pipeline_schedule) if ProcessPipeline.wanted(self.ipu_config) else None
-        )
-        self.fsdp = self._shard_parameters(args)
-        # What training_step drives (the step protocol): stages on separate processes have their own engine.
-        self.training_engine: TrainingStep = (
-            self.process_pipeline.make_engine() if self.process_pipeline is not None else self.engine
-        )
+        # what training_step drives (the step protocol): stages on separate processes have their own engine
+        self.engine = self.layout.apply(self._model_parts(model), self.engine, self.accelerator)
         self.sharded_optimizer, self.offload_optimizer = self._optimizer_placement()
         self.step_timer = StepTimer()
         self.pending_rotation: tuple[str, int] | None = None  # (run folder, save_total_limit): rotated on marking
@@ -163,6 +157,25 @@ class IPUTrainer(TrainerPrivateHooks):
             engine.cache_compiled_graphs()
         return engine
 
+    def _model_parts(self, model: nn.Module) -> ModelParts:
+        """What the layout is applied to: the stock model and its plan's facts (the layouts never read a plan)."""
+        pipelined, plan = self.pipelined, self.pipelined.plan
+        cut_layers = len(pipelined.layer_paths())
+        refusal = plan.process_stages_reason if not plan.process_stages else ""
+        if getattr(getattr(pipelined.model, "config", None), "use_weighted_layer_sum", False):  # Wav2Vec2/HuBERT heads
+            refusal = "with use_weighted_layer_sum its head on the last stage reads every layer's output"
+        return ModelParts(
+            model=model,
+            runner=pipelined,
+            stage_cut=pipelined.stage_cut,
+            counts=layers_per_stage(self.ipu_config, cut_layers, inference=False),
+            layer_paths=pipelined.layer_paths(),
+            name=type(pipelined.model).__name__,
+            process_stages_refusal=refusal,
+            required_inputs=tuple(plan.process_stage_inputs),
+            custom_loss=getattr(self, "compute_loss_func", None) is not None,
+        )
+
     def _shifts_labels(self, model: nn.Module) -> bool:
         """Whether the loss averages `labels[..., 1:]` (a causal LM: position t predicts t + 1). `Trainer` knows it
         for classes named ...ForCausalLM only; the stage plan knows it for GPT-2's head too. Read before any
@@ -181,8 +194,7 @@ class IPUTrainer(TrainerPrivateHooks):
         """Where the optimizer state lives: sharded over the replicas (`replicated_tensor_sharding`, ZeRO-1; not
         under `--fsdp`, which shards it already), and/or in host memory (`optimizer_state_offchip`, on an
         accelerator and unsharded only). Returns `(sharded, offloaded)`."""
-        sharded = self.ipu_config.value("replicated_tensor_sharding") and world_size() > 1
-        sharded = sharded and not self.fsdp  # FSDP shards the state already
+        sharded = self.ipu_config.value("replicated_tensor_sharding") and self.layout.optimizer_state_shardable()
         offload = bool(self.ipu_config.value("optimizer_state_offchip"))
         if offload and self.args.device.type == "cpu":
             logger.info("optimizer_state_offchip: on a CPU the optimizer state is in host memory already")
@@ -259,20 +271,23 @@ class IPUTrainer(TrainerPrivateHooks):
         """
         model.train()
         inputs = self._prepare_inputs(inputs)
-        # In one process, run the pipelined wrapper: with projection_serialization_factor its output projection
-        # and loss run in chunks (full logits never built). Under DDP the wrapped stock model must run, for
-        # DDP's gradient hooks: the projection is then serialized but its logits are built whole.
-        runner = self.pipelined.train() if model is self.model or self.fsdp else model
+        runner = self.layout.training_runner(model)  # the pipelined wrapper in one process (serialized heads)
         weight = self._micro_batch_weight(inputs, num_items_in_batch)  # before compute_loss, which may pop labels
         self._label_watch.see(inputs)
-        engine = self.training_engine
-        sync_gradients_at(self.model, last_micro_batch=self.accelerator.sync_gradients)  # --fsdp: once per step
-        loss = engine.micro_batch(inputs, weight, lambda batch: self.compute_loss(runner, batch))
+        self.layout.before_micro_batch(last=self.accelerator.sync_gradients)  # --fsdp: reduce-scatter once per step
+        loss, finished = run_micro_batch(  # the step's finish after its last micro-batch, numbered as logs count
+            self.engine,
+            inputs,
+            weight,
+            finish=self.accelerator.sync_gradients,
+            compute_loss=lambda batch: self.compute_loss(runner, batch),
+            step=self.state.global_step + 1,
+        )
         self._zero_loss_watch.see(loss)
         # Kept on the device and checked once per optimizer step: no host sync per micro-batch.
         self._nonfinite_loss = self._nonfinite_loss | ~torch.isfinite(loss)
-        if self.accelerator.sync_gradients:
-            loss = loss + engine.finish_step(step=self.state.global_step + 1).loss  # numbered as logs count
+        if finished is not None:
+            loss = loss + finished.loss
             self._check_finite_loss(self._nonfinite_loss | ~torch.isfinite(loss))
             self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=loss.device)
             last = self.state.global_step + 1 >= self.state.max_steps
@@ -280,6 +295,13 @@ class IPUTrainer(TrainerPrivateHooks):
             self._zero_loss_watch.see(loss)
             self._zero_loss_watch.step_done(last=last, said=self._label_watch.warned)
         return loss
+
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
+        """`Trainer`'s, as the layout reads them (with stages on separate processes the replica's last stage's
+        micro-batches on every stage), counted after they are shared."""
+        batches, count = super().get_batch_samples(epoch_iterator, num_batches, device)
+        shared = self.layout.same_batches(batches)
+        return (batches, count) if shared is batches else (shared, self._get_num_items_in_batch(shared, device))
 
     def _micro_batch_weight(self, inputs: dict[str, Any], num_items_in_batch: Any) -> float | torch.Tensor:
         """This micro-batch's share of its optimizer step's loss (see `training_step`)."""
@@ -303,32 +325,8 @@ class IPUTrainer(TrainerPrivateHooks):
                 "lower the learning rate, use bf16 or loss scaling, or pass --stop_on_nan false to train on"
             )
 
-    def _shard_parameters(self, args: IPUTrainingArguments) -> bool:
-        """`--fsdp` (transformers' flag): shard parameters, gradients and optimizer state over the replicas
-        (FSDP2, `optimum_ipu.runtime.fsdp`). With pipeline stages on separate processes, each process first keeps
-        only its stage's layers, then shards them over the stage's replicas (a replicas x stages mesh). Returns
-        whether the model is sharded."""
-        if not args.fsdp:
-            return False
-        if world_size() == 1:
-            logger.warning("--fsdp in one process: the replicas run in turn here, there is nothing to shard over")
-            return False
-        if self.process_pipeline is not None:
-            counts = [len(stage.layers) for stage in self.pipelined.stage_layout(inference=False)]
-            shard_pipeline(self.model, self.pipelined.stage_cut(), counts, self.ipu_config, self.args.device)
-        else:
-            shard_model(self.model, self.pipelined.layer_paths())
-        return True
-
-    @property
-    def holds_stage_only(self) -> bool:
-        """Whether this process holds only its pipeline stage of the model (loaded stage-local, or sharded)."""
-        return stage_hold(self.model) is not None
-
     def get_total_train_batch_size(self, args: TrainingArguments) -> int:
-        total = super().get_total_train_batch_size(args)
-        # the stages of a replica share its samples: only replicas multiply the batch
-        return total // self.process_pipeline.stages if self.process_pipeline is not None else total
+        return self.layout.samples_per_step(super().get_total_train_batch_size(args))
 
     @staticmethod
     def get_optimizer_cls_and_kwargs(args: TrainingArguments, model: nn.Module | None = None) -> tuple[Any, Any]:
@@ -364,7 +362,7 @@ class IPUTrainer(TrainerPrivateHooks):
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
         scheduler = super().create_scheduler(num_training_steps, optimizer)
         if not isinstance(scheduler, SkipOnOverflow):
-            self.lr_scheduler = SkipOnOverflow(scheduler, self.training_engine)
+            self.lr_scheduler = SkipOnOverflow(scheduler, self.engine)
         return self.lr_scheduler
 
     def get_train_dataloader(self) -> torch.utils.data.DataLoader:
@@ -385,8 +383,7 @@ class IPUTrainer(TrainerPrivateHooks):
         # Static shapes: every training batch is full, so each graph compiles once. Evaluation keeps every
         # sample (`pad_on_batch_axis` pads its last batch instead).
         with self._scoped_args(dataloader_drop_last=True, **self._loader_args()):
-            loader = super().get_train_dataloader()
-        return self.process_pipeline.shard_loader(loader) if self.process_pipeline is not None else loader
+            return self.layout.train_loader(super().get_train_dataloader())
 
     def _run_identity(self) -> dict[str, Any]:
         dataset = self.train_dataset
@@ -407,10 +404,11 @@ class IPUTrainer(TrainerPrivateHooks):
                 "device iterations); lower the batch size or gradient_accumulation_steps, or give more data"
             )
         read = check_some_label_used(self.train_dataset)  # every label -100: loss 0.0 and nothing learned, exit 0
-        one_process = self.accelerator.num_processes == 1 and self.process_pipeline is None
+        one_process = self.accelerator.num_processes == 1
         self._label_watch = UsedLabelWatch(enabled=one_process and not read)  # data prepared on the fly
         # a warning: every process's loss is its own (but a stage's of a process pipeline, which is not the loss)
-        self._zero_loss_watch = ZeroLossWatch(enabled=self.process_pipeline is None and self.is_world_process_zero())
+        watch_loss = self.layout.reports_model_loss and self.is_world_process_zero()
+        self._zero_loss_watch = ZeroLossWatch(enabled=watch_loss)
         run_id = check_run_identity(checkpoint, identity) if checkpoint is not None else None
         if checkpoint is None and self.args.overwrite_output_dir and self.args.should_save:
             removed = discard_checkpoints(self.args.output_dir)
@@ -463,39 +461,27 @@ class IPUTrainer(TrainerPrivateHooks):
 
     # ---------------------------------------------------------------- evaluation
     def evaluation_loop(self, *args: Any, **kwargs: Any) -> Any:
-        if self.process_pipeline is None:
-            return super().evaluation_loop(*args, **kwargs)
-        if not self.holds_stage_only:
-            self.process_pipeline.synchronize()  # every process evaluates the whole model on its shard
-            return super().evaluation_loop(*args, **kwargs)
-        gather, self.gather_function = self.gather_function, self.process_pipeline.gather  # one copy per replica
+        """`Trainer`'s, run as the layout says (its gather of predictions, the arguments it reads differently)."""
+        scope = self.layout.evaluation_scope()
+        gather, self.gather_function = self.gather_function, scope.gather or self.gather_function
         try:
-            # The stages of a replica see the same batch: Trainer's token count over every process (and its loss
-            # scaled by the process count) would count each batch once per stage. Each process's own count is its
-            # replica's: the one-process loss (a classifier's mean would otherwise come out x stages).
-            with self._scoped_args(average_tokens_across_devices=False):
+            with self._scoped_args(**scope.args):
                 return super().evaluation_loop(*args, **kwargs)
         finally:
             self.gather_function = gather
-            reshard(self.model)  # sharded stages: the optimizer must find the shards, not what evaluation gathered
-
-    def _stage_sharded(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
-        """Evaluation through the stages: every stage of a replica gets the same batches."""
-        if self.process_pipeline is not None and self.holds_stage_only:
-            return self.process_pipeline.shard_loader(loader)
-        return loader
+            self.layout.after_evaluation()
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> torch.utils.data.DataLoader:
         """`Trainer`'s, handing over `eval_batch_per_call` samples per host call, with `eval_data_collator`."""
         with self._scoped_args(per_device_eval_batch_size=self.eval_batch_per_call, **self._loader_args()):
             with self._scoped_collator(self.eval_data_collator):
-                return self._stage_sharded(super().get_eval_dataloader(eval_dataset))
+                return self.layout.eval_loader(super().get_eval_dataloader(eval_dataset))
 
     def get_test_dataloader(self, test_dataset: Any) -> torch.utils.data.DataLoader:
         """`Trainer`'s, handing over `eval_batch_per_call` samples per host call, with `eval_data_collator`."""
         with self._scoped_args(per_device_eval_batch_size=self.eval_batch_per_call, **self._loader_args()):
             with self._scoped_collator(self.eval_data_collator):
-                return self._stage_sharded(super().get_test_dataloader(test_dataset))
+                return self.layout.eval_loader(super().get_test_dataloader(test_dataset))
 
     def prediction_step(
         self,
@@ -543,45 +529,25 @@ class IPUTrainer(TrainerPrivateHooks):
             self.processing_class.save_pretrained(folder)
         torch.save(self.args, os.path.join(folder, TRAINING_ARGS_NAME))
 
-    def _save_stage_adapters(self, hold: Any, folder: str) -> None:
-        """peft's adapter files of a wrapped model whose stages are held apart (`--fsdp` on stages): the trainable
-        tensors (adapters, a new head) are few, so each stage's are gathered whole to the main process, which writes
-        them with the wrapper's own `save_pretrained`, as `Trainer` does in one process. Every process calls it."""
-        reshard(self.model)
-        mine = {}
-        for name, param in self.model.named_parameters():
-            held = not (param.to_local() if hasattr(param, "to_local") else param).is_meta
-            if param.requires_grad and held:
-                value = whole_on_cpu(param)  # gathered over the stage's replicas: a collective of the stage
-                if hold.mesh.get_local_rank("dp") == 0:
-                    mine[name] = value
-        gathered: list[Any] = [None] * torch.distributed.get_world_size()
-        torch.distributed.all_gather_object(gathered, mine)
-        if self.args.should_save:
-            self.model.save_pretrained(folder, state_dict={k: v for part in gathered for k, v in part.items()})
-            if self.processing_class is not None:
-                self.processing_class.save_pretrained(folder)
-            torch.save(self.args, os.path.join(folder, TRAINING_ARGS_NAME))
+    def _write_adapters(self, state_dict: dict[str, torch.Tensor], folder: str) -> None:
+        """peft's adapter files of a model whose stages are held apart (gathered whole by the layout), written with
+        the wrapper's own `save_pretrained`, as `Trainer` writes them in one process."""
+        self.model.save_pretrained(folder, state_dict=state_dict)
+        if self.processing_class is not None:
+            self.processing_class.save_pretrained(folder)
+        torch.save(self.args, os.path.join(folder, TRAINING_ARGS_NAME))
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Save the stock model (`transformers` layout) and `ipu_config.json` beside it; in checkpoints also
         the fp16 loss scale, so a resumed run continues with it."""
-        if self.process_pipeline is not None:
-            self.process_pipeline.synchronize()  # called by every process, as in the example scripts
-        hold = stage_hold(self.model)
-        if hold is not None and unwrap_adapters(self.model)[0]:  # peft's adapter files, as in one process
-            self._save_stage_adapters(hold, output_dir or self.args.output_dir)
-        elif hold is not None:  # each stage writes its own shard of the stock sharded layout: nothing is gathered
-            folder = output_dir or self.args.output_dir
-            save_stage_shards(self.model, hold, folder)
-            if self.args.should_save:
-                self._save_model_files(folder)
-        elif self.fsdp:  # the whole weights, gathered by every process, written by one: they load in one process
-            state_dict = full_state_dict(self.model)
-            if self.args.should_save:
-                self.save_state_dict(output_dir, state_dict)
-        else:
-            super().save_model(output_dir, _internal_call)
+        hooks = SaveHooks(  # the layout writes the tensors (every process calls it), Trainer's writers the rest
+            should_save=self.args.should_save,
+            stock=functools.partial(super().save_model, output_dir, _internal_call),
+            write_state_dict=functools.partial(self.save_state_dict, output_dir),
+            write_model_files=self._save_model_files,
+            write_adapters=self._write_adapters,
+        )
+        self.layout.save_model(output_dir or self.args.output_dir, hooks)
         if not self.args.should_save:
             return
         output_dir = output_dir or self.args.output_dir

@@ -158,7 +158,7 @@ def main() -> None:
     result = {
         "parameter_bytes": here,
         "whole_parameter_bytes": whole,
-        "sharded": trainer.fsdp,
+        "sharded": trainer.layout.sharded,
         "peak_parameter_bytes": peak["bytes"],
         "fsdp_units": sum(isinstance(m, FSDPModule) for m in trainer.model.modules()),
         "reduce_scatters": sent["calls"],  # of FSDP's gradients, over the whole run (without evaluation)

@@ -14,10 +14,10 @@ from safetensors.torch import load_file
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.runtime.engine import Engine
 from optimum_ipu.runtime.stage_hold import held_parameter_names
+from optimum_ipu.runtime.step import run_steps
 
 from ..conftest import REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch, saved_weights
-from ..step_loop import run_steps
 from .pipeline_worker import tiny_for
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "fsdp_stages_worker.py")

@@ -13,10 +13,10 @@ from safetensors.torch import load_file
 
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.runtime.engine import Engine
+from optimum_ipu.runtime.step import run_steps
 
 from ..conftest import PYTHON, REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch
-from ..step_loop import run_steps
 from .pipeline_worker import tiny_for
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "pipeline_worker.py")

@@ -17,10 +17,10 @@ from safetensors.torch import load_file
 
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.runtime.engine import Engine
+from optimum_ipu.runtime.step import run_steps
 
 from ..conftest import REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch
-from ..step_loop import run_steps
 from ..tiny_models_vision_speech import tiny_inputs
 from .pretraining_stages_worker import pretraining_model
 

@@ -23,7 +23,7 @@ from example_utils.speech_pretraining import (
 from transformers.models.wav2vec2.modeling_wav2vec2 import _compute_mask_indices, _sample_negative_indices
 
 from optimum_ipu import IPUConfig, to_pipelined
-from optimum_ipu.trainer.stages import StagesContainer
+from optimum_ipu.runtime.layouts import StagesContainer
 
 from ..conftest import REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch, run_example, run_flags
