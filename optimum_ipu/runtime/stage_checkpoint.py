@@ -120,3 +120,16 @@ def read_held_state_dict(model: nn.Module, folder: str) -> dict[str, Any]:
         files.setdefault(path, open_checkpoint(path))
         state[name] = files[path].get_tensor(key)
     return state
+
+
+def read_state_dict(folder: str) -> dict[str, Any]:
+    """Every entry of a checkpoint folder, whether one `model.safetensors` or shards under an index (a model whose
+    stages ran on separate processes saves a shard per stage): what a layout that holds the whole model's names (FSDP
+    shards) reads to resume from a checkpoint of any other."""
+    files: dict[str, Any] = {}
+    state = {}
+    for key, file in checkpoint_index(folder).items():
+        path = file if os.path.isabs(file) else os.path.join(folder, file)
+        files.setdefault(path, open_checkpoint(path))
+        state[key] = files[path].get_tensor(key)
+    return state

@@ -16,7 +16,7 @@ from optimum_ipu.runtime.engine import Engine
 from optimum_ipu.runtime.stage_hold import held_parameter_names
 from optimum_ipu.runtime.step import run_steps
 
-from ..conftest import REPO_ROOT
+from ..conftest import PYTHON, REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch, saved_weights
 from .pipeline_worker import tiny_for
 
@@ -109,21 +109,14 @@ def bytes_per_stage(config: dict, class_name: str) -> tuple[int, list[int]]:
 TRAINER_WORKER = str(REPO_ROOT / "tests" / "distributed" / "fsdp_worker.py")
 
 
-def trainer_run(out, *flags: str, resume_from=None) -> list[dict]:
-    run = launch(
-        *TORCHRUN,
-        "--nproc_per_node=4",
-        f"--master_port={free_port()}",
-        TRAINER_WORKER,
-        str(out),
-        "2",  # replicas
-        "4",  # steps
-        "--stages",
-        *flags,
-        extra_env={"RESUME_FROM": str(resume_from or "")},
-    )
+def trainer_run(out, *flags: str, resume_from=None, processes: int = 4, stages: bool = True) -> list[dict]:
+    """The worker's 4 steps (2 replicas, 2 micro-batches a step, a checkpoint at step 3) on `processes` processes (one:
+    a plain `python`, the replicas and stages in turn), its model cut into 2 stages or not."""
+    job = [*TORCHRUN, f"--nproc_per_node={processes}", f"--master_port={free_port()}"] if processes > 1 else [PYTHON]
+    flags = ("--stages", *flags) if stages else flags
+    run = launch(*job, TRAINER_WORKER, str(out), "2", "4", *flags, extra_env={"RESUME_FROM": str(resume_from or "")})
     assert run.returncode == 0, run.stderr[-3000:]
-    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(4)]
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(processes)]
 
 
 @pytest.fixture(scope="module")
@@ -183,3 +176,58 @@ def test_trainer_resumes_from_either_layout(tmp_path, whole_stages, sharded_trai
     got = trainer_run(tmp_path, *flags, resume_from=source)
     assert got[0]["losses"][-1] == pytest.approx(want[0]["losses"][-1], abs=1e-5)
     assert_same_weights(saved_weights(tmp_path / "final"), load_file(want_dir / "final" / "model.safetensors"))
+
+
+# ------------------------------------------------------------------------------------- resume in another layout
+# The same run (2 replicas, 2 micro-batches a step) laid out four ways; a checkpoint of one resumes in another and its
+# last step equals the uninterrupted run of the layout it resumes in. Each crossing changes one thing: stages on
+# processes to one process and back (the one process runs both stages and both replicas in turn), the stage count on
+# processes (2 stages sharded -> FSDP replicas, the optimizer state from a file a stage into FSDP shards), FSDP off,
+# and a checkpoint written stage by stage (weight shards, an optimizer file a stage) into one process.
+# The three crossings above (`test_trainer_resumes_from_either_layout`) are the rest of the matrix.
+LAYOUTS = {
+    "one-process": {"processes": 1, "stages": True},
+    "fsdp-replicas": {"processes": 2, "stages": False, "flags": ("--fsdp",)},
+}
+
+
+@pytest.fixture(scope="module")
+def layout_runs(tmp_path_factory, whole_stages, sharded_trainer_run):
+    """Each layout's uninterrupted run (its folder and rank reports), made once when first asked for."""
+    runs = {"stages": whole_stages, "fsdp-stages": sharded_trainer_run}
+
+    def run(layout: str):
+        if layout not in runs:
+            out, spec = tmp_path_factory.mktemp(layout), LAYOUTS[layout]
+            runs[layout] = (
+                out,
+                trainer_run(out, *spec.get("flags", ()), processes=spec["processes"], stages=spec["stages"]),
+            )
+        return runs[layout]
+
+    return run
+
+
+def resumed_in(tmp_path, layout: str, checkpoint) -> list[dict]:
+    spec = {"stages": {}, "fsdp-stages": {"flags": ("--fsdp",)}, **LAYOUTS}[layout]
+    kwargs = {k: v for k, v in spec.items() if k != "flags"}
+    return trainer_run(tmp_path, *spec.get("flags", ()), resume_from=checkpoint, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        ("stages", "one-process"),
+        ("one-process", "stages"),
+        ("fsdp-stages", "fsdp-replicas"),
+        ("fsdp-replicas", "one-process"),
+        ("fsdp-stages", "one-process"),
+    ],
+)
+def test_a_checkpoint_resumes_in_another_layout_as_that_layout_runs_on(tmp_path, layout_runs, source, target):
+    source_dir, _ = layout_runs(source)
+    want_dir, want = layout_runs(target)
+    got = resumed_in(tmp_path, target, source_dir / "checkpoint-3")
+    # the checkpoint's 3 logged steps (its history), then step 4 run in the new layout
+    assert got[0]["losses"] == pytest.approx(want[0]["losses"], abs=1e-5) and len(want[0]["losses"]) == 4
+    assert_same_weights(saved_weights(tmp_path / "final"), saved_weights(want_dir / "final"))

@@ -17,11 +17,11 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 from torch import nn
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
-from transformers.utils import ADAPTER_SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_NAME
+from transformers.utils import ADAPTER_SAFE_WEIGHTS_NAME
 
 from .. import fsdp
 from ..adapters import unwrap_adapters
-from ..stage_checkpoint import read_held_state_dict
+from ..stage_checkpoint import read_held_state_dict, read_state_dict
 from ..stage_hold import StageHold, stage_hold
 from ..stage_optimizer import has_stage_optimizer, load_stage_optimizer, stage_optimizer_as_one
 
@@ -41,8 +41,8 @@ def load_held_model(model: nn.Module, folder: str) -> None:
         return
     if stage_hold(model) is not None:  # one stage held: read only its entries (one file or the stage shards)
         weights = read_held_state_dict(model, folder)
-    else:
-        weights = load_file(os.path.join(folder, SAFE_WEIGHTS_NAME))
+    else:  # one file, or a shard per stage of a run whose stages were on processes
+        weights = read_state_dict(folder)
     fsdp.load_full_state_dict(model, weights)  # each process keeps its shards
 
 
