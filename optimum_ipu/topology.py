@@ -84,18 +84,20 @@ def _stages_each(config: IPUConfig, processes: int) -> int:
     return ipus // ranks if ranks >= 2 and ipus % ranks == 0 else 1
 
 
-def check_processes(config: IPUConfig, processes: int, stages_per_process: int = 1) -> None:
+def check_processes(config: IPUConfig, processes: int, stages_per_process: int = 1, micro_batches: bool = True) -> None:
     """The training layout of `config` runs as a job of `processes` processes: one runs every device slot in turn;
     several hold `stages_per_process` slots each (1 unless an interleaved schedule runs,
     `stages_per_process()`), `ipus_per_replica x replication_factor / stages_per_process` of them, with a
-    micro-batch per process of a pipeline."""
+    micro-batch per process of a pipeline (not checked with `micro_batches=False`: a job that only evaluates or
+    generates runs no training schedule)."""
     if not _is_count(processes):
         raise IncompatibleIPUConfigError(f"`processes`: got {short_repr(processes)}; expected an integer >= 1")
     if processes == 1:
         return
     ipus, replicas = config.value("ipus_per_replica"), config.value("replication_factor")
     if stages_per_process > 1 and ipus * replicas == processes * stages_per_process:
-        check_micro_batches(config.value("gradient_accumulation_steps"), ipus // stages_per_process)
+        if micro_batches:
+            check_micro_batches(config.value("gradient_accumulation_steps"), ipus // stages_per_process)
         return
     if ipus * replicas != processes:
         fix = (
@@ -108,7 +110,8 @@ def check_processes(config: IPUConfig, processes: int, stages_per_process: int =
             f"{ipus * replicas} device slots, one a process; launch torchrun --nproc_per_node {ipus * replicas}, "
             f"or {fix}"
         )
-    check_micro_batches(config.value("gradient_accumulation_steps"), ipus)
+    if micro_batches:
+        check_micro_batches(config.value("gradient_accumulation_steps"), ipus)
 
 
 def replicas_per_process(config: IPUConfig, processes: int, inference: bool = False) -> int:

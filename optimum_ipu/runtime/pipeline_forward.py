@@ -4,9 +4,10 @@ Each process runs its `StageModule` (the stock forward cut to its stage) on the 
 its activations to stage i + 1, and the last stage returns the model's output. Nothing else travels, so no process
 holds more than its stage.
 
-Ours, not a `torch.distributed.pipelining` schedule's `eval`: its stages infer the activations' shapes once, at the
-first step, while evaluation batches change shape (the last, smaller batch; sequence buckets). Here each send carries
-its shapes first (one small object message), so every batch may have its own.
+A batch is split into micro-batches, several in flight through the stages (stage i runs micro-batch k while stage
+i + 1 runs k - 1). Ours, not a `torch.distributed.pipelining` schedule's `eval`: its stages infer the activations'
+shapes once, at the first step, while evaluation batches change shape (the last, smaller batch; sequence buckets).
+Here each send carries its shapes first (one small tensor), so every micro-batch may have its own.
 
 `StageGeneration` runs `transformers`' own `generate()` on every process of a replica: each model call of the
 decoding loop goes through the stages, and the last stage's logits are broadcast to the others, so every process picks
@@ -78,66 +79,183 @@ class StageForward:
     @torch.no_grad()
     def __call__(self, batch: dict[str, torch.Tensor]) -> Any:
         """This stage's part of `batch`'s forward: the model's output on the last stage, `None` on the others."""
-        module = self.module
-        module.keys = [next(k for k, v in batch.items() if torch.is_tensor(v))]  # stage 0 finds it by this tensor
-        module.reset([batch])
-        if self.stage == 0:
-            received: tuple[torch.Tensor, ...] = (batch[module.keys[0]],)
-        else:
-            received = self._receive(next(v for v in batch.values() if torch.is_tensor(v)).device)
-        sent = module(*received)
-        if self.stage == self.num_stages - 1:
-            return module.last_output
-        self._send(sent if isinstance(sent, tuple) else (sent,))
-        return None
+        outputs = self.run([batch])
+        return outputs[0] if outputs is not None else None
 
-    def _send(self, tensors: tuple[torch.Tensor, ...]) -> None:
+    @torch.no_grad()
+    def run(self, micro_batches: list[dict[str, torch.Tensor]]) -> list[Any] | None:
+        """This stage's part of the forward of `micro_batches`, in order, several in flight: each is sent on without
+        waiting for the next stage to take it (`isend`), so while stage i runs micro-batch k, stage i + 1 runs k - 1.
+        Returns the model's output of each on the last stage, `None` on the others."""
+        module = self.module
+        first = micro_batches[0]
+        module.keys = [next(k for k, v in first.items() if torch.is_tensor(v))]  # stage 0 finds it by this tensor
+        module.reset(micro_batches)
+        device = first[module.keys[0]].device
+        last = self.stage == self.num_stages - 1
+        outputs, sending = [], []
+        for batch in micro_batches:
+            received = (batch[module.keys[0]],) if self.stage == 0 else self._receive(device)
+            sent = module(*received)
+            if last:
+                outputs.append(module.last_output)
+            else:
+                sending.extend(self._send(sent if isinstance(sent, tuple) else (sent,)))
+        for work in sending:  # the tensors stay alive until the next stage has them
+            work.wait()
+        return outputs if last else None
+
+    def _send(self, tensors: tuple[torch.Tensor, ...]) -> list[Any]:
+        """Send `tensors` to the next stage without waiting: a header tensor (their dtypes and shapes), then each."""
         dst = self._rank(self.stage + 1)
-        dist.send_object_list([[(t.shape, t.dtype) for t in tensors]], dst=dst, group=self.group)
-        for tensor in tensors:
-            dist.send(tensor.contiguous(), dst=dst, group=self.group)
+        tensors = tuple(t.contiguous() for t in tensors)
+        header = encode_shapes(tensors, tensors[0].device)
+        return [dist.isend(t, dst=dst, group=self.group) for t in (header, *tensors)]
 
     def _receive(self, device: torch.device) -> tuple[torch.Tensor, ...]:
         src = self._rank(self.stage - 1)
-        meta: list[Any] = [None]
-        dist.recv_object_list(meta, src=src, group=self.group)
-        tensors = []
-        for shape, dtype in meta[0]:
-            tensor = torch.empty(shape, dtype=dtype, device=device)
+        header = torch.empty(HEADER_LENGTH, dtype=torch.int64, device=device)
+        dist.recv(header, src=src, group=self.group)
+        tensors = tuple(torch.empty(shape, dtype=dtype, device=device) for dtype, shape in decode_shapes(header))
+        for tensor in tensors:
             dist.recv(tensor, src=src, group=self.group)
-            tensors.append(tensor)
-        return tuple(tensors)
+        return tensors
+
+
+# What travels between stages is described by one small tensor, not a pickled object: the count of tensors, then for
+# each its dtype (an index into DTYPES), its number of dimensions and its sizes (padded to MAX_DIMS).
+DTYPES = (
+    torch.float32,
+    torch.bfloat16,
+    torch.float16,
+    torch.float64,
+    torch.int64,
+    torch.int32,
+    torch.bool,
+    torch.uint8,
+)
+MAX_TENSORS, MAX_DIMS = 4, 6
+HEADER_LENGTH = 1 + MAX_TENSORS * (2 + MAX_DIMS)
+
+
+def encode_shapes(tensors: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """The header of `tensors`: their count, and each one's dtype, number of dimensions and sizes."""
+    if len(tensors) > MAX_TENSORS or any(t.dim() > MAX_DIMS or t.dtype not in DTYPES for t in tensors):
+        raise ValueError(f"cannot describe {[(t.dtype, tuple(t.shape)) for t in tensors]} between stages")
+    values = [len(tensors)]
+    for tensor in tensors:
+        values += [DTYPES.index(tensor.dtype), tensor.dim(), *tensor.shape, *[0] * (MAX_DIMS - tensor.dim())]
+    values += [0] * (HEADER_LENGTH - len(values))
+    return torch.tensor(values, dtype=torch.int64, device=device)
+
+
+def decode_shapes(header: torch.Tensor) -> list[tuple[torch.dtype, tuple[int, ...]]]:
+    """The `(dtype, shape)` of each tensor a header describes (`encode_shapes`)."""
+    values = header.tolist()
+    described = []
+    for i in range(values[0]):
+        dtype, dims, *sizes = values[1 + i * (2 + MAX_DIMS) : 1 + (i + 1) * (2 + MAX_DIMS)]
+        described.append((DTYPES[dtype], tuple(sizes[:dims])))
+    return described
 
 
 class PipelinedForward(nn.Module):
     """The model as `transformers.Trainer`'s evaluation sees it when its stages run on separate processes: called
-    with a batch (the same batch on every stage of a replica), it runs the batch through the stages (`StageForward`)
-    and returns the model's output on every process of the replica (sent from the last stage), so `Trainer`'s
-    `prediction_step` and metrics run unchanged.
+    with a batch (the same batch on every stage of a replica), it splits it into micro-batches and runs them through
+    the stages with several in flight (`StageForward.run`), so every stage is busy but while the first micro-batch
+    fills the pipeline and the last one drains it.
+
+    The last stage returns the model's output of the whole batch: the micro-batches' outputs concatenated, their
+    losses weighted by the labelled items each holds (the loss one forward of the whole batch gives, up to rounding).
+    The other stages return an output of the same class and shapes, filled with zeros: only its shapes travel (one
+    small tensor), never the logits, since the layout keeps the last stage's predictions and losses only
+    (`ProcessStagesLayout.gather`).
 
     Args:
         stage_forward (`StageForward`): this process's stage.
         model (`nn.Module`): the stock model (registered, so `eval()` reaches it).
+        micro_batches (`int`): micro-batches a batch is split into (fewer when it has fewer rows).
+        shifts_labels (`bool`, *optional*, defaults to `False`): the loss averages `labels[..., 1:]` (a causal LM),
+            which counts a micro-batch's labelled items.
     """
 
-    def __init__(self, stage_forward: StageForward, model: nn.Module) -> None:
+    def __init__(
+        self, stage_forward: StageForward, model: nn.Module, micro_batches: int, shifts_labels: bool = False
+    ) -> None:
         super().__init__()
         self.stage_forward, self.model = stage_forward, model
+        self.micro_batches, self.shifts_labels = micro_batches, shifts_labels
 
     def forward(self, **inputs: Any) -> Any:
         stages = self.stage_forward
+        last = stages._rank(stages.num_stages - 1)
         # the last stage's batch on every stage: its labels are the ones the loss and the gathered metrics read
         device = next(v for v in inputs.values() if torch.is_tensor(v)).device
-        inputs = batches_of(stages._rank(stages.num_stages - 1), stages.group, [inputs], device)[0]
-        output = stages(inputs)
-        payload = [None]
-        if output is not None:  # the last stage: its output, on the CPU, for the other stages
-            payload = [type(output)(**{k: v.cpu() if torch.is_tensor(v) else v for k, v in output.items()})]
-        dist.broadcast_object_list(payload, src=stages._rank(stages.num_stages - 1), group=stages.group)
+        inputs = batches_of(last, stages.group, [inputs], device)[0]
+        parts = split_rows(inputs, self.micro_batches)
+        outputs = stages.run(parts)
+        # `Trainer` passes the whole batch's labelled items (`num_items_in_batch`): each micro-batch's loss is then its
+        # token sum over that count, and they add up; without it each is a mean, weighted by its own items
+        summed = inputs.get("num_items_in_batch") is not None
+        items = [1 if summed else labelled_items(part, self.shifts_labels) for part in parts]
+        output = merge_outputs(outputs, items, summed) if outputs is not None else None
+        tensors = {k: v for k, v in output.items() if torch.is_tensor(v)} if output is not None else {}
+        described = [(type(output), list(tensors), [(v.dtype, tuple(v.shape)) for v in tensors.values()])]
+        dist.broadcast_object_list(described, src=last, group=stages.group)  # names and shapes: a few hundred bytes
         if output is not None:
             return output
-        received = payload[0]
-        return type(received)(**{k: v.to(device) if torch.is_tensor(v) else v for k, v in received.items()})
+        cls, names, shapes = described[0]
+        return cls(
+            **{
+                n: torch.zeros(shape, dtype=dtype, device=device)
+                for n, (dtype, shape) in zip(names, shapes, strict=True)
+            }
+        )
+
+
+def labelled_items(batch: dict[str, Any], shifts_labels: bool) -> int:
+    """The items a micro-batch's mean loss averages: its labelled tokens (shifted for a causal LM, `shifts_labels`),
+    else its rows (a class, a regression target, answer positions)."""
+    labels = batch.get("labels")
+    rows = next(v.shape[0] for v in batch.values() if torch.is_tensor(v) and v.dim())
+    if labels is None or labels.is_floating_point():
+        return rows
+    labels = labels[..., 1:] if shifts_labels and labels.dim() > 1 else labels
+    return int(labels.ne(-100).sum())
+
+
+def split_rows(batch: dict[str, Any], parts: int) -> list[dict[str, Any]]:
+    """`batch` as up to `parts` micro-batches of consecutive rows (as many as it has rows, when fewer); tensors whose
+    first dimension is not the batch's rows go to every micro-batch whole."""
+    rows = next(v.shape[0] for v in batch.values() if torch.is_tensor(v) and v.dim())
+    parts = max(1, min(parts, rows))
+    split = {
+        k: torch.tensor_split(v, parts) for k, v in batch.items() if torch.is_tensor(v) and v.dim() and len(v) == rows
+    }
+    return [{k: split[k][i] if k in split else v for k, v in batch.items()} for i in range(parts)]
+
+
+def merge_outputs(outputs: list[Any], items: list[int], summed: bool = False) -> Any:
+    """The model output of a batch from those of its micro-batches: tensors (and tuples of tensors: hidden states,
+    attentions) concatenated along the rows; 0-dim values (the loss) averaged, weighted by `items` (added, when
+    `summed`: each is a share of the batch's already); anything else (a KV cache) left out."""
+    if len(outputs) == 1:
+        return outputs[0]
+    weights = torch.tensor(items, dtype=torch.float32)
+    merged = {}
+    for key, value in outputs[0].items():
+        values = [output[key] for output in outputs]
+        if torch.is_tensor(value) and value.dim() == 0:
+            stacked = torch.stack([v.float() for v in values])
+            w = weights.to(stacked.device)
+            kept = w > 0  # a micro-batch without a labelled item adds nothing (its mean is 0/0)
+            total = (stacked[kept] * w[kept]).sum()
+            merged[key] = (total if summed else total / w[kept].sum()).to(value.dtype)
+        elif torch.is_tensor(value):
+            merged[key] = torch.cat(values)
+        elif isinstance(value, tuple) and value and all(torch.is_tensor(v) for v in value):
+            merged[key] = tuple(torch.cat(parts) for parts in zip(*values, strict=True))
+    return type(outputs[0])(**merged)
 
 
 class StageGeneration:

@@ -32,7 +32,7 @@ from torch.distributed.tensor import DTensor
 
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
-from ..topology import MULTI_STAGE_SCHEDULES, check_processes, check_schedule, stages_per_process
+from ..topology import MULTI_STAGE_SCHEDULES, check_micro_batches, check_processes, check_schedule, stages_per_process
 from .distributed import batches_of
 from .fsdp import shard_stages, stage_mesh
 from .precision import LossScaler, autocast
@@ -120,7 +120,9 @@ class PipelineEngine:
         stages, replicas = len(counts), ipu_config.value("replication_factor")
         # Interleaved schedules: several stages per process, looped (process r holds stages r, r + ranks, ...)
         per_rank = stages_per_process(ipu_config, dist.get_world_size(), schedule, "pipeline_schedule")
-        check_processes(ipu_config, dist.get_world_size(), per_rank)  # processes x per_rank = stages x replicas
+        # processes x per_rank = stages x replicas; the schedule's micro-batches are checked by the first step (a job
+        # that only evaluates through the stages needs none)
+        check_processes(ipu_config, dist.get_world_size(), per_rank, micro_batches=False)
         if per_rank > 1 and (fsdp or stage_hold(model) is not None):
             raise IncompatibleIPUConfigError(
                 f"pipeline_schedule {schedule} with {per_rank} stages per process keeps the whole model on each "
@@ -175,6 +177,7 @@ class PipelineEngine:
 
     def _build_schedule(self, keys: list[str]) -> None:
         """The stage module and its schedule, for batches of these tensors (stage 0 receives them in this order)."""
+        check_micro_batches(self._micro, self.ranks)  # the schedule needs one micro-batch per stage at least
         missing = [name for name in self._required if name not in keys]
         if missing:
             # drawn inside the forward instead, each stage would draw its own (the loss on the last stage would not

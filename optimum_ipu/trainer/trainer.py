@@ -174,6 +174,7 @@ class IPUTrainer(TrainerPrivateHooks):
             process_stages_refusal=refusal,
             required_inputs=tuple(plan.process_stage_inputs),
             custom_loss=getattr(self, "compute_loss_func", None) is not None,
+            loss_shifts_labels=self._loss_shifts_labels_here,
         )
 
     def _shifts_labels(self, model: nn.Module) -> bool:

@@ -53,6 +53,7 @@ class ModelParts:
         process_stages_refusal (`str`): why the model cannot run its stages on separate processes ('' when it can).
         required_inputs (`tuple[str, ...]`): tensors every batch must carry through stages on processes.
         custom_loss (`bool`): the trainer computes the loss from the outputs (`compute_loss_func`).
+        loss_shifts_labels (`bool`): the loss averages `labels[..., 1:]` (a causal LM).
     """
 
     model: nn.Module
@@ -64,6 +65,7 @@ class ModelParts:
     process_stages_refusal: str = ""
     required_inputs: tuple[str, ...] = ()
     custom_loss: bool = False
+    loss_shifts_labels: bool = False
 
 
 @dataclass

