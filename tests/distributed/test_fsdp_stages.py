@@ -145,7 +145,7 @@ def test_trainer_sharded_stages_equal_whole_stages(sharded_trainer_run, whole_st
         assert_same_weights(saved_weights(got_dir / saved), load_file(want_dir / saved / "model.safetensors"))
     # The optimizer state is written by each stage, never gathered: one file a stage, an index, in the marker.
     checkpoint = got_dir / "checkpoint-3"
-    parts = ["optimizer-00001-of-00002.pt", "optimizer-00002-of-00002.pt", "optimizer.index.json"]
+    parts = ["optimizer-00001-of-00002.safetensors", "optimizer-00002-of-00002.safetensors", "optimizer.index.json"]
     assert all((checkpoint / part).is_file() for part in parts) and not (checkpoint / "optimizer.pt").exists()
     marked = json.loads((checkpoint / "checkpoint_complete.json").read_text())["files"]
     assert set(parts) <= set(marked)
