@@ -21,6 +21,7 @@ _LAZY: dict[str, str] = {
     "to_pipelined": ".models.pipelined",
     "PipelinedModel": ".models.pipelined",
     "registered_classes": ".models.plans",
+    "position_offset": ".models.plans",
     "Engine": ".runtime.engine",
     "IPUTrainingArguments": ".trainer.training_args",
     "IPUTrainer": ".trainer.trainer",

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
+from optimum_ipu.models.groupbert import GroupBertConfig, GroupBertForPreTraining, GroupBertModel
 
 from optimum_ipu import IPUConfig, to_pipelined
-from optimum_ipu.models.groupbert import GroupBertConfig, GroupBertForPreTraining, GroupBertModel
 
 from .tiny_models import tiny_config, tiny_inputs, tiny_model
 

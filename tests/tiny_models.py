@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 import transformers
-
 from optimum_ipu.models.groupbert import GroupBertConfig
+
 from optimum_ipu.models.pipelined_classes import transformers_class
 from optimum_ipu.models.plans import plan_for_class
 

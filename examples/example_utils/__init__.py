@@ -31,6 +31,7 @@ import numpy as np  # noqa: E402
 import transformers  # noqa: E402
 from transformers import HfArgumentParser  # noqa: E402
 
+import optimum_ipu  # noqa: E402
 from optimum_ipu.files import nearest_sibling  # noqa: E402
 
 from .json_args import checked_json_args  # noqa: E402
@@ -207,8 +208,6 @@ def load_pretrained(
             vocabulary,
         )
         return auto_class.from_pretrained(name_or_path, **kwargs)
-    import optimum_ipu
-
     training_args.device  # noqa: B018 -- creates the process group that the stage mesh is made in
     # processes are laid out (replica, stage), row-major: the stage is the rank modulo the stages
     # a warning, so that every process says it whatever the log level (a model that is not whole on any process)
@@ -302,10 +301,11 @@ def load_data_files(files: Mapping[str, str | None], cache_dir: str | None) -> d
 
 
 def max_model_length(tokenizer: transformers.PreTrainedTokenizerBase, config: transformers.PretrainedConfig) -> int:
-    """The longest sequence both the tokenizer and the model's position table take."""
+    """The longest sequence both the tokenizer and the model's position table take (the table less the first
+    position id, as the model's stage plan says: RoBERTa's positions start after the padding index)."""
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    if positions and config.model_type in ("roberta", "xlm-roberta", "camembert"):
-        positions -= (config.pad_token_id or 0) + 1  # RoBERTa's positions start after the padding index
+    if positions:
+        positions -= optimum_ipu.position_offset(config)
     return min(tokenizer.model_max_length, positions or tokenizer.model_max_length)
 
 

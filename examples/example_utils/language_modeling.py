@@ -23,6 +23,7 @@ from torchmetrics.functional import accuracy
 from transformers import CONFIG_MAPPING, AutoConfig, AutoTokenizer, EvalPrediction
 
 import example_utils
+import optimum_ipu
 
 logger = logging.getLogger(__name__)
 
@@ -204,15 +205,12 @@ def load_model(auto_class: Any, model_args: ModelArguments, config: Any, tokeniz
 
 
 def max_positions(config: Any) -> int | None:
-    """How many tokens one sequence of the model may hold (RoBERTa-like models lose `pad_token_id + 1` positions
-    to their position-id offset)."""
+    """How many tokens one sequence of the model may hold: its position table less the first position id, as the
+    model's stage plan says (RoBERTa-like models lose `pad_token_id + 1` positions to their position-id offset)."""
     positions = getattr(config, "max_position_embeddings", None)
     if positions is None:
         return None
-    model_type = getattr(config, "model_type", "")
-    if "roberta" in model_type or model_type in ("camembert", "longformer"):
-        positions -= (config.pad_token_id or 0) + 1
-    return positions
+    return positions - optimum_ipu.position_offset(config)
 
 
 def sequence_length(requested: int | None, flag: str, tokenizer: Any, config: Any) -> int:

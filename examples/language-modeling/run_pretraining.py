@@ -47,10 +47,10 @@ from example_utils.pretraining import PAIR_COLUMNS, make_pairs
 from torchmetrics.functional import accuracy
 from transformers import AutoModelForPreTraining, EvalPrediction, SchedulerType, default_data_collator, set_seed
 
-import optimum_ipu.models.modeling_groupbert  # noqa: F401  (--model_type groupbert: known to transformers' auto classes)
 from optimum_ipu import IPUTrainer, IPUTrainingArguments
 from optimum_ipu.data import DataCollatorForLanguageModelingWithMaxTokensMasked
 from optimum_ipu.errors import run_script
+from optimum_ipu.models import load_model_modules
 from optimum_ipu.packing.pretraining import (
     PackedPretrainingLoss,
     max_num_masked_tokens,
@@ -61,6 +61,7 @@ from optimum_ipu.packing.pretraining import (
 
 logger = logging.getLogger(__name__)
 PACKED_COLUMNS = ("input_ids", "position_ids", "labels")
+load_model_modules()  # --model_type groupbert: the plans' own models known to transformers' auto classes
 
 
 @dataclass

@@ -18,11 +18,11 @@ def _model_and_task(name: str, task: str) -> tuple[Any, str]:
     import transformers
 
     from ..benchmark.architectures import ARCHITECTURES, TASKS, make_model
+    from ..models.plans import plan_for_config
 
     if name in ARCHITECTURES:
-        if task == "auto":
-            task = "translation" if getattr(ARCHITECTURES[name](), "is_encoder_decoder", False) else "causal-lm"
-            task = "question-answering" if "bert" in name else task
+        if task == "auto":  # the head its family's plan is measured with
+            task = plan_for_config(ARCHITECTURES[name]()).default_task()
         return make_model(name, task), task
     try:
         config = transformers.AutoConfig.from_pretrained(name)

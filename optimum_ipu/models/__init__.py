@@ -7,9 +7,11 @@ Optimum Graphcore's module paths (`optimum_ipu.models.bert`, ...) are served fro
 from .class_modules import install
 from .plans import (
     StagePlan,
+    load_model_modules,
     plan_for_class,
     plan_for_config,
     plan_for_model,
+    position_offset,
     register_stage_plan,
     registered_classes,
     registered_plans,
@@ -19,9 +21,11 @@ install()
 
 __all__ = [
     "StagePlan",
+    "load_model_modules",
     "plan_for_class",
     "plan_for_config",
     "plan_for_model",
+    "position_offset",
     "register_stage_plan",
     "registered_classes",
     "registered_plans",

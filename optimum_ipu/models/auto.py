@@ -18,13 +18,14 @@ from ..config import IPUConfig
 from ..config_schema import CONFIG_NAME
 from ..config_validation import check_subfolder
 from ..errors import IncompatibleIPUConfigError
-from . import modeling_groupbert  # noqa: F401  (GroupBERT's model_type known to transformers' auto classes)
 from .pipelined import PipelinedModel, to_pipelined
-from .plans import AUTO_CLASSES
+from .plans import AUTO_CLASSES, load_model_modules
 from .stage_loading import HUB_KWARGS, load_stage, loads_stage_only
 from .stage_placement import STAGES, stages_device_map
 
 logger = logging.getLogger(__name__)
+
+load_model_modules()  # the model types of the plans' own models (GroupBERT's) known to transformers' auto classes
 
 
 def repo_ipu_config(pretrained_model_name_or_path: str, **kwargs: Any) -> IPUConfig | None:

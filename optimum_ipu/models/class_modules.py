@@ -4,16 +4,18 @@ Code written for Optimum Graphcore imports `from optimum.graphcore.models.bert i
 (or `...models.bert.modeling_bert`); with `optimum.graphcore` changed to `optimum_ipu`, the same line works. For every
 family of the registry (its `model_type`, spelled as `transformers.models.<name>`: `deberta_v2`), an import finder
 (added by `optimum_ipu.models`, `install()`) makes `optimum_ipu.models.<name>`, `optimum_ipu.models.<name>.
-modeling_<name>` (and the `SUBMODULES` below) on import: each serves `Pipelined<Class>` for every registered class of
-the family, made on first use by `optimum_ipu.models.pipelined_classes.pipelined_class`. A family registered later
-(`register_stage_plan`) is served too. Optimum Graphcore's few other names at these paths are the tables below, as its
-tree has them (commit b8cd6e096a11139745d519aedea4a9414395f093, `optimum/graphcore/models/*`).
+modeling_<name>` (and its plan's `graphcore_submodules`) on import: each serves `Pipelined<Class>` for every registered
+class of the family, made on first use by `optimum_ipu.models.pipelined_classes.pipelined_class`. A family registered
+later (`register_stage_plan`) is served too. Optimum Graphcore's few other names at these paths are facts of the
+family's plan, as its tree has them (commit b8cd6e096a11139745d519aedea4a9414395f093, `optimum/graphcore/models/*`):
+`graphcore_aliases`, `graphcore_extras`, and the names of its `model_module` where the model is its own (GroupBERT).
 
 This module imports no torch (the registry's families do, when a family module is first imported).
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.util
 import sys
@@ -22,58 +24,66 @@ from types import ModuleType
 from typing import Any
 
 from .plans import registered_plans
+from .stage_plan import StagePlan
 
 PACKAGE = "optimum_ipu.models"
 
-# Its names that are not `Pipelined` + the `transformers` class name: module -> name -> class name.
-ALIASES: dict[str, dict[str, str]] = {
-    "hubert": {"PipelinedHubertCTC": "HubertForCTC"},  # modeling_hubert.py's name (hubert/__init__.py left it out)
-}
-# Its other names that mean something here: module -> name -> the `transformers` object that does the job.
-EXTRAS: dict[str, dict[str, str]] = {
-    # Its torch log-mel feature extractor (and the processor using it) replaced transformers 4's numpy one;
-    # transformers 5's `WhisperFeatureExtractor` computes with torch already (the same features).
-    "whisper": {"WhisperProcessorTorch": "WhisperProcessor", "WhisperFeatureExtractorTorch": "WhisperFeatureExtractor"},
-}
-# Its families whose model was its own code, not `transformers`': their names are those of our model of it
-# (`modeling_groupbert.__all__`, imported when first asked for: it imports torch).
-OWN_MODELS = {"groupbert"}
-# Its submodules besides `modeling_<family>` that held such names (each serves the family's names).
-SUBMODULES: dict[str, tuple[str, ...]] = {"whisper": ("feature_extraction_whisper", "processing_whisper")}
+
+def _plans_by_module() -> dict[str, list[StagePlan]]:
+    """Every registered plan under its family's module name (`transformers.models.<name>`'s spelling)."""
+    from .pipelined_classes import module_name  # transformers' spelling of a model type
+
+    by_module: dict[str, list[StagePlan]] = {}
+    for plan in registered_plans():
+        by_module.setdefault(module_name(plan.family), []).append(plan)
+    return by_module
 
 
 def served_classes() -> dict[str, dict[str, str]]:
-    """Every served module's class names: module name -> `Pipelined...` name -> `transformers` class name."""
-    from .pipelined_classes import module_name  # transformers' spelling of a model type
-
+    """Every served module's class names: module name -> `Pipelined...` name -> `transformers` class name (the
+    registered classes, and the plans' `graphcore_aliases`)."""
     served: dict[str, dict[str, str]] = {}
-    for plan in registered_plans():
-        served.setdefault(module_name(plan.family), {}).update({f"Pipelined{c}": c for c in plan.classes})
-    for module, aliases in ALIASES.items():
-        served.setdefault(module, {}).update(aliases)
+    for module, plans in _plans_by_module().items():
+        names = served.setdefault(module, {})
+        for plan in plans:
+            names.update({f"Pipelined{c}": c for c in plan.classes})
+        for plan in plans:
+            names.update(plan.graphcore_aliases)
     return served
 
 
+def _extras(module: str) -> dict[str, str]:
+    """The module's plans' `graphcore_extras`: Optimum Graphcore's name -> the `transformers` attribute."""
+    return {k: v for plan in _plans_by_module().get(module, ()) for k, v in plan.graphcore_extras.items()}
+
+
+def _submodules(module: str) -> set[str]:
+    """The module's plans' `graphcore_submodules` (besides `modeling_<module>`)."""
+    return {name for plan in _plans_by_module().get(module, ()) for name in plan.graphcore_submodules}
+
+
 def served_modules() -> set[str]:
-    """The names `optimum_ipu.models.<name>` serves: the registry's families and Optimum Graphcore's others."""
-    return set(served_classes()) | set(EXTRAS) | set(OWN_MODELS)
+    """The names `optimum_ipu.models.<name>` serves: the registry's families."""
+    return set(_plans_by_module())
 
 
 def served_names(module: str) -> list[str]:
     """The names `optimum_ipu.models.<module>` serves (its `__all__`)."""
-    return sorted([*served_classes().get(module, {}), *EXTRAS.get(module, {}), *_own_model_names(module)])
+    return sorted({*served_classes().get(module, {}), *_extras(module), *_own_model_names(module)})
 
 
 def _own_model_names(module: str) -> list[str]:
-    if module not in OWN_MODELS:
-        return []
-    from . import modeling_groupbert  # the one model of our own (GroupBERT), registered with transformers on import
-
-    return list(modeling_groupbert.__all__)
+    """The names of the module's plans' own `model_module` (GroupBERT's `modeling_groupbert.__all__`), imported when
+    first asked for: it imports torch."""
+    names: list[str] = []
+    for own in dict.fromkeys(p.model_module for p in _plans_by_module().get(module, ()) if p.model_module):
+        names += getattr(importlib.import_module(own), "__all__", [])
+    return names
 
 
 def resolve(module: str, name: str) -> Any:
-    """`optimum_ipu.models.<module>.<name>`: a generated `Pipelined<Class>`, or one of `EXTRAS`.
+    """`optimum_ipu.models.<module>.<name>`: a generated `Pipelined<Class>`, one of the plans' `graphcore_extras`, or
+    a name of their `model_module`.
 
     Raises:
         `AttributeError`: a name the module does not serve, listing those it does.
@@ -82,12 +92,12 @@ def resolve(module: str, name: str) -> Any:
 
     from .pipelined_classes import pipelined_class, transformers_class
 
-    if name in EXTRAS.get(module, {}):
-        return getattr(transformers, EXTRAS[module][name])
-    if name in _own_model_names(module):
-        from . import modeling_groupbert
-
-        return getattr(modeling_groupbert, name)
+    extras = _extras(module)
+    if name in extras:
+        return getattr(transformers, extras[name])
+    for plan in _plans_by_module().get(module, ()):
+        if plan.model_module and name in getattr(importlib.import_module(plan.model_module), "__all__", ()):
+            return getattr(importlib.import_module(plan.model_module), name)
     class_name = served_classes().get(module, {}).get(name)
     model_class = transformers_class(class_name) if class_name else None
     if model_class is None:
@@ -119,9 +129,7 @@ class FamilyModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if not fullname.startswith(f"{PACKAGE}."):
             return None
         parts = fullname[len(PACKAGE) + 1 :].split(".")
-        if len(parts) > 2 or (
-            len(parts) == 2 and parts[1] not in (f"modeling_{parts[0]}", *SUBMODULES.get(parts[0], ()))
-        ):
+        if len(parts) > 2 or (len(parts) == 2 and parts[1] not in (f"modeling_{parts[0]}", *_submodules(parts[0]))):
             return None
         if parts[0] not in served_modules():
             return None
@@ -150,10 +158,6 @@ def install() -> None:
 
 
 __all__ = [
-    "ALIASES",
-    "EXTRAS",
-    "OWN_MODELS",
-    "SUBMODULES",
     "FamilyModuleFinder",
     "install",
     "resolve",

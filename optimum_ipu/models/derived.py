@@ -5,11 +5,12 @@ model (`model.layers`, `encoder.layer`, `h`, `blocks`), or an encoder and a deco
 plan needs: everything before the first layer runs with stage 0 and everything after the last with the last
 stage, and `optimum_ipu.runtime.stage_cut` cuts the stock forward there. A derived plan declares no chunked
 vocabulary loss and no packing (facts that need checking per family); `projection_serialization_factor` still
-computes the logits in chunks. Its layers are fused by ONNX Runtime as BERT's when they are built as BERT's (the
-attention and feed-forward modules under BERT's names: XLM-RoBERTa, ELECTRA, CamemBERT), else not at all. Its
-input kind follows the model's `main_input_name`. When stages run apart, the first forward checks what a
-pass-through cannot stand in for (a layer run twice, state handed between layers besides the hidden states) and
-refuses it clearly.
+computes the logits in chunks. Its position offset follows its embeddings (RoBERTa's numbering where they share
+their padding index with the position table: XLM-RoBERTa, CamemBERT, Longformer). Its layers are fused by ONNX
+Runtime as BERT's when they are built as BERT's (the attention and feed-forward modules under BERT's names:
+XLM-RoBERTa, ELECTRA, CamemBERT), else not at all. Its input kind follows the model's `main_input_name`. When
+stages run apart, the first forward checks what a pass-through cannot stand in for (a layer run twice, state handed
+between layers besides the hidden states) and refuses it clearly.
 
 How many architectures this covers, measured over every class that `transformers` registers for four auto
 classes, is in docs/model-zoo.md (`benchmarks/model_zoo.py` measures it).
@@ -18,16 +19,20 @@ classes, is in docs/model-zoo.md (`benchmarks/model_zoo.py` measures it).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import nn
 
 from ..errors import IncompatibleIPUConfigError
-from .stage_plan import StagePlan
+from .stage_plan import StagePlan, no_position_offset, position_offset_after_padding
 
 logger = logging.getLogger(__name__)
 
 _derived: dict[str, StagePlan] = {}
+# (config class, model_type) -> its models' position numbering
+_position_offsets: dict[tuple[type, Any], Callable[[Any], int]] = {}
 
 
 def _layer_lists(root: nn.Module) -> list[tuple[str, nn.ModuleList]]:
@@ -104,6 +109,37 @@ def _bert_shaped(layer: Any) -> bool:
     return {"attention.self.query", "attention.self.key", "attention.output.dense", "intermediate.dense"} <= names
 
 
+def _position_offset(base: nn.Module) -> Callable[[Any], int]:
+    """A derived plan's `position_offset`: RoBERTa's numbering (from `pad_token_id + 1`) where the embeddings keep a
+    `padding_idx` that their position table shares (RoBERTa's code, copied by XLM-RoBERTa, CamemBERT, Longformer,
+    ...), else from 0."""
+    embeddings = getattr(base, "embeddings", None)
+    table = getattr(embeddings, "position_embeddings", None)
+    if getattr(embeddings, "padding_idx", None) is not None and getattr(table, "padding_idx", None) is not None:
+        return position_offset_after_padding
+    return no_position_offset
+
+
+def config_position_offset(config: Any) -> int:
+    """The first position id of a model of a family without a registered plan, as its derived plan would say: its
+    base model is built on the meta device (no memory; once per config class and model type) and read by
+    `_position_offset`; 0 when `transformers` cannot build it from the config."""
+    key = (type(config), getattr(config, "model_type", None))
+    rule = _position_offsets.get(key)
+    if rule is None:
+        import transformers
+
+        try:
+            with torch.device("meta"):
+                model = transformers.AutoModel.from_config(config)
+            rule = _position_offset(getattr(model, "base_model", model))
+        except Exception as err:  # any config transformers cannot build (unknown type, remote code): numbered from 0
+            logger.debug("position offset of %s: %s; taken as 0", type(config).__name__, err)
+            rule = no_position_offset
+        _position_offsets[key] = rule
+    return rule(config)
+
+
 def derive_plan(model: Any) -> StagePlan:
     """A plan for `model`'s class from its structure (memoised per class; said once, as a warning).
 
@@ -138,7 +174,14 @@ def derive_plan(model: Any) -> StagePlan:
         fusion = "bert" if _bert_shaped(base.get_submodule(layers[0])[0]) else None
         kind = _input_kind(model)
         plan = StagePlan(
-            family, (name,), embeddings, layers, input_kind=kind, onnx_fusion_model_type=fusion, derived=True
+            family,
+            (name,),
+            embeddings,
+            layers,
+            input_kind=kind,
+            position_offset=_position_offset(base),
+            onnx_fusion_model_type=fusion,
+            derived=True,
         )
     logger.warning(
         "%s has no registered stage plan; derived one from its structure: pipeline layers %s. Check it with "

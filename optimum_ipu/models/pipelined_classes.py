@@ -30,7 +30,7 @@ from torch import nn
 from ..config import IPUConfig
 from .derived import derive_plan
 from .pipelined import PipelinedModel
-from .plans import register_stage_plan, registered_classes, unwrap_adapters
+from .plans import own_model_class, register_stage_plan, registered_classes, unwrap_adapters
 from .stage_plan import StagePlan
 
 logger = logging.getLogger(__name__)
@@ -51,12 +51,10 @@ def module_name(model_type: str) -> str:
 
 
 def transformers_class(class_name: str) -> type | None:
-    """The model class of a registered class name: `transformers`' own, GroupBERT's (`modeling_groupbert`), or one
-    made known by `register`."""
-    from . import modeling_groupbert  # the one model of our own: its classes are not transformers' attributes
-
+    """The model class of a registered class name: `transformers`' own, one of its plan's own `model_module`
+    (GroupBERT's: not `transformers`' attributes), or one made known by `register`."""
     found = _USER_CLASSES.get(class_name) or getattr(transformers, class_name, None)
-    return found or getattr(modeling_groupbert, class_name, None)
+    return found or own_model_class(class_name)
 
 
 class PipelineMixin(PipelinedModel):

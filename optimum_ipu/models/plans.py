@@ -12,6 +12,7 @@ This module imports no torch (the families and the derived plans do, so they are
 
 from __future__ import annotations
 
+import importlib
 import logging
 from typing import Any
 
@@ -122,11 +123,50 @@ def plan_for_config(config: Any) -> StagePlan:
 
 
 def position_offset(config: Any) -> int:
-    """The first position id of a model with this config, as its plan says (0 for a family without a plan)."""
+    """The first position id of a model with this config, as its plan says: what packed rows that restart their
+    positions add to them, and how many fewer tokens than `max_position_embeddings` one sequence may hold.
+
+    Args:
+        config (`transformers.PretrainedConfig`): the model's config.
+
+    Returns:
+        `int`: 0 for most families; `pad_token_id + 1` for RoBERTa's numbering. A family without a registered plan
+        is read from its structure, as its derived plan is (`optimum_ipu.models.derived.config_position_offset`).
+
+    Example:
+
+    ```python
+    >>> from transformers import RobertaConfig
+    >>> from optimum_ipu import position_offset
+    >>> position_offset(RobertaConfig(pad_token_id=1))
+    2
+    ```
+    """
     try:
-        return plan_for_config(config).position_offset(config)
+        plan = plan_for_config(config)
     except IncompatibleIPUConfigError:
-        return 0
+        from .derived import config_position_offset  # torch; only for families without a registered plan
+
+        return config_position_offset(config)
+    return plan.position_offset(config)
+
+
+def load_model_modules() -> None:
+    """Import the modules that define the model classes of registered plans where `transformers` does not
+    (`StagePlan.model_module`: GroupBERT's), which registers their `model_type`s with `transformers`' auto classes,
+    so that `AutoConfig.for_model("groupbert")` and `--model_type groupbert` work."""
+    for module in dict.fromkeys(plan.model_module for plan in registered_plans() if plan.model_module):
+        importlib.import_module(module)
+
+
+def own_model_class(class_name: str) -> type | None:
+    """The class of a registered class name that its plan's own `model_module` defines (GroupBERT's), else `None`
+    (a `transformers` class: `getattr(transformers, class_name)`)."""
+    _load_builtin()
+    plan = _PLAN_BY_CLASS.get(class_name)
+    if plan is None or not plan.model_module:
+        return None
+    return getattr(importlib.import_module(plan.model_module), class_name, None)
 
 
 # `optimum_ipu.AutoModelFor*`: same names as transformers' auto classes, returning pipelined models.
@@ -152,6 +192,8 @@ __all__ = [
     "INPUT_KINDS",
     "VOCABULARY_LOSS_KINDS",
     "StagePlan",
+    "load_model_modules",
+    "own_model_class",
     "no_position_offset",
     "position_offset",
     "position_offset_after_padding",

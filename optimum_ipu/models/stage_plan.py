@@ -80,6 +80,19 @@ class StagePlan:
             optimizer applies to the family's exported graph (one of `onnxruntime.transformers.optimizer.MODEL_TYPES`),
             where it is not the family's own: `"bert"` for RoBERTa and DistilBERT, whose encoders are BERT's. `None`:
             the family's `model_type` (fused only if the optimizer names it). Read through `onnx_model_type`.
+        all_layer_outputs_flags (`tuple[str, ...]`, *optional*, defaults to `("use_weighted_layer_sum",)`): config
+            flags that, when true, make a head on the last stage read every layer's output (the speech heads'
+            weighted layer sum), so that the stages cannot run on separate processes (`process_stages_refusal`).
+        model_module (`str`, *optional*): the module that defines the family's model classes where `transformers`
+            does not (GroupBERT: `"optimum_ipu.models.modeling_groupbert"`, Optimum Graphcore's own model). Importing
+            it registers its `model_type` with `transformers`' auto classes (`load_model_modules`); its classes are
+            found there, and its `__all__` is served at Optimum Graphcore's path of the family.
+        graphcore_aliases (`Mapping[str, str]`, *optional*): Optimum Graphcore's names at the family's path that are
+            not `Pipelined` + a class name -> that `transformers` class name (HuBERT's `PipelinedHubertCTC`).
+        graphcore_extras (`Mapping[str, str]`, *optional*): Optimum Graphcore's other names at the family's path ->
+            the `transformers` attribute that does the job (Whisper's `WhisperProcessorTorch`).
+        graphcore_submodules (`tuple[str, ...]`, *optional*): Optimum Graphcore's submodules of the family's path,
+            besides `modeling_<family>`, that held such names (Whisper's `processing_whisper`); each serves them.
     """
 
     family: str
@@ -101,6 +114,11 @@ class StagePlan:
     process_stage_inputs: tuple[str, ...] = ()
     derived: bool = False
     onnx_fusion_model_type: str | None = None
+    all_layer_outputs_flags: tuple[str, ...] = ("use_weighted_layer_sum",)
+    model_module: str | None = None
+    graphcore_aliases: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    graphcore_extras: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    graphcore_submodules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.input_kind not in INPUT_KINDS:
@@ -112,7 +130,8 @@ class StagePlan:
         unknown = {k: v for k, v in self.vocabulary_loss.items() if v not in VOCABULARY_LOSS_KINDS}
         if unknown:
             raise ValueError(f"StagePlan {self.family}: vocabulary_loss {unknown}; kinds are {VOCABULARY_LOSS_KINDS}")
-        object.__setattr__(self, "vocabulary_loss", MappingProxyType(dict(self.vocabulary_loss)))
+        for name in ("vocabulary_loss", "graphcore_aliases", "graphcore_extras"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     def num_layers(self, config: Any) -> int:
         """Number of pipeline layers of a model with this `transformers` config (before it is built)."""
@@ -132,3 +151,32 @@ class StagePlan:
     def loss_kind(self, class_name: str) -> str | None:
         """`"masked"` / `"causal"` when the class's loss is a vocabulary cross-entropy, else `None`."""
         return self.vocabulary_loss.get(class_name)
+
+    def process_stages_refusal(self, model: Any) -> str:
+        """Why a model of this plan cannot run its pipeline stages on separate processes; `""` when it can.
+
+        Args:
+            model (`transformers.PreTrainedModel`): the model (its config's flags are read).
+
+        Returns:
+            `str`: the reason, to follow "cannot run its pipeline stages on separate processes: ", or `""`.
+        """
+        config = getattr(model, "config", None)
+        for flag in self.all_layer_outputs_flags:
+            if getattr(config, flag, False):
+                return f"with {flag} its head on the last stage reads every layer's output"
+        if not self.process_stages:
+            return self.process_stages_reason or f"the {self.family} plan runs its stages in one process"
+        return ""
+
+    def default_task(self) -> str:
+        """The head a model of this family is measured with when none is named (`optimum-ipu config balance`):
+        `"translation"` for an encoder-decoder, `"causal-lm"` where a class has a causal vocabulary loss,
+        `"question-answering"` where a class is a `...ForQuestionAnswering`, else `""`."""
+        if self.encoder is not None:
+            return "translation"
+        if "causal" in self.vocabulary_loss.values():
+            return "causal-lm"
+        if any(name.endswith("ForQuestionAnswering") for name in self.classes):
+            return "question-answering"
+        return ""

@@ -161,9 +161,6 @@ class IPUTrainer(TrainerPrivateHooks):
         """What the layout is applied to: the stock model and its plan's facts (the layouts never read a plan)."""
         pipelined, plan = self.pipelined, self.pipelined.plan
         cut_layers = len(pipelined.layer_paths())
-        refusal = plan.process_stages_reason if not plan.process_stages else ""
-        if getattr(getattr(pipelined.model, "config", None), "use_weighted_layer_sum", False):  # Wav2Vec2/HuBERT heads
-            refusal = "with use_weighted_layer_sum its head on the last stage reads every layer's output"
         return ModelParts(
             model=model,
             runner=pipelined,
@@ -171,7 +168,7 @@ class IPUTrainer(TrainerPrivateHooks):
             counts=layers_per_stage(self.ipu_config, cut_layers, inference=False),
             layer_paths=pipelined.layer_paths(),
             name=type(pipelined.model).__name__,
-            process_stages_refusal=refusal,
+            process_stages_refusal=plan.process_stages_refusal(pipelined.model),
             required_inputs=tuple(plan.process_stage_inputs),
             custom_loss=getattr(self, "compute_loss_func", None) is not None,
             loss_shifts_labels=self._loss_shifts_labels_here,

@@ -102,8 +102,10 @@ PLANS: tuple[StagePlan, ...] = (
     StagePlan(
         # GroupBERT (`optimum_ipu.models.groupbert`): BERT's embeddings and heads; its encoder's closing LayerNorm
         # runs with the last stage, as GPT-2's `ln_f`. No packing: its convolution would mix packed neighbours.
+        # Its model is ours (Optimum Graphcore's own code, not `transformers`'): `modeling_groupbert`.
         family="groupbert",
         classes=("GroupBertModel", "GroupBertForPreTraining", *(f"GroupBert{t}" for t in _ENCODER_TASKS)),
+        model_module="optimum_ipu.models.modeling_groupbert",
         embeddings=("embeddings",),
         layers=("encoder.layer",),
         vocabulary_loss={"GroupBertForMaskedLM": "masked"},

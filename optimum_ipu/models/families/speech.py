@@ -25,7 +25,8 @@ the encoder's output travelling with every decoder stage, as T5's does. Its loss
 loss: the chunked projection would build `decoder_input_ids` with `prepare_decoder_input_ids_from_labels`, which
 Whisper lacks (it shifts its labels inside `forward`). `WhisperForAudioClassification` is the encoder alone (its
 own `encoder`, no decoder) with a projector and classifier on the last stage: the encoder layers are its pipeline
-layers. With `use_weighted_layer_sum` its head reads every layer's output, so its stages then run in one process.
+layers. With `use_weighted_layer_sum` its head reads every layer's output, so its stages then run in one process
+(`StagePlan.all_layer_outputs_flags`, the default of every plan, as for the Wav2Vec2 and HuBERT heads).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ PLANS: tuple[StagePlan, ...] = (
         family="hubert",
         classes=("HubertModel", *(f"Hubert{t}" for t in _CTC_AND_CLASSIFICATION)),
         **_WAV2VEC2_LIKE,
+        # Optimum Graphcore's name in modeling_hubert.py (its hubert/__init__.py left it out)
+        graphcore_aliases={"PipelinedHubertCTC": "HubertForCTC"},
     ),
     StagePlan(
         family="whisper",
@@ -72,6 +75,13 @@ PLANS: tuple[StagePlan, ...] = (
         layer_count_fields=("encoder_layers", "decoder_layers"),
         encoder="encoder",
         input_kind="audio",
+        # Optimum Graphcore's torch log-mel feature extractor (and the processor using it) replaced transformers 4's
+        # numpy one; transformers 5's `WhisperFeatureExtractor` computes with torch already (the same features).
+        graphcore_extras={
+            "WhisperProcessorTorch": "WhisperProcessor",
+            "WhisperFeatureExtractorTorch": "WhisperFeatureExtractor",
+        },
+        graphcore_submodules=("feature_extraction_whisper", "processing_whisper"),
     ),
     StagePlan(
         family="whisper",
