@@ -177,14 +177,22 @@ class PipelinedForward(nn.Module):
         micro_batches (`int`): micro-batches a batch is split into (fewer when it has fewer rows).
         shifts_labels (`bool`, *optional*, defaults to `False`): the loss averages `labels[..., 1:]` (a causal LM),
             which counts a micro-batch's labelled items.
+        everywhere (`bool`, *optional*, defaults to `False`): the last stage's output on every stage (its tensors
+            broadcast as tensors), for a caller that reads it on each process (`pipeline()`, whose post-processing
+            every process runs); zeros of its shapes otherwise.
     """
 
     def __init__(
-        self, stage_forward: StageForward, model: nn.Module, micro_batches: int, shifts_labels: bool = False
+        self,
+        stage_forward: StageForward,
+        model: nn.Module,
+        micro_batches: int,
+        shifts_labels: bool = False,
+        everywhere: bool = False,
     ) -> None:
         super().__init__()
         self.stage_forward, self.model = stage_forward, model
-        self.micro_batches, self.shifts_labels = micro_batches, shifts_labels
+        self.micro_batches, self.shifts_labels, self.everywhere = micro_batches, shifts_labels, everywhere
 
     def forward(self, **inputs: Any) -> Any:
         stages = self.stage_forward
@@ -202,15 +210,14 @@ class PipelinedForward(nn.Module):
         tensors = {k: v for k, v in output.items() if torch.is_tensor(v)} if output is not None else {}
         described = [(type(output), list(tensors), [(v.dtype, tuple(v.shape)) for v in tensors.values()])]
         dist.broadcast_object_list(described, src=last, group=stages.group)  # names and shapes: a few hundred bytes
-        if output is not None:
-            return output
         cls, names, shapes = described[0]
-        return cls(
-            **{
-                n: torch.zeros(shape, dtype=dtype, device=device)
-                for n, (dtype, shape) in zip(names, shapes, strict=True)
-            }
-        )
+        if output is None:
+            made = (torch.zeros(shape, dtype=dtype, device=device) for dtype, shape in shapes)
+            tensors = dict(zip(names, made, strict=True))
+        if self.everywhere:
+            for tensor in tensors.values():
+                dist.broadcast(tensor.contiguous() if output is not None else tensor, src=last, group=stages.group)
+        return output if output is not None else cls(**tensors)
 
 
 def labelled_items(batch: dict[str, Any], shifts_labels: bool) -> int:
