@@ -434,7 +434,7 @@ def _stock_run(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> tuple
 def _pipelined_run(model: torch.nn.Module, stages: int, inputs: dict[str, torch.Tensor]) -> tuple[Any, dict, dict]:
     from optimum_ipu import IPUConfig, to_pipelined
     from optimum_ipu.models.layout import layers_per_stage
-    from optimum_ipu.runtime.stage_cut import run_stages_in_turn
+    from optimum_ipu.runtime.stages.cut import run_stages_in_turn
 
     pipelined = to_pipelined(model, IPUConfig(layers_per_ipu=STAGES[stages]), parallelize=True).train()
     counts = layers_per_stage(pipelined.ipu_config, pipelined.num_layers)

@@ -4,8 +4,8 @@
 
 A GPT-2 (width 256, `--layers` layers, random weights) trains on 2 processes: GPipe and 1F1B with one stage per
 process (p = 2), Interleaved1F1B and ZeroBubble with two (4 stages, v = 2). Each stage's forward + backward of one
-micro-batch is first timed alone (`runtime.balance.measure_stage_seconds`, every stage in process 0 while the other
-waits); a process's busy time in a step is then `m x` the sum over its stages, and the measured bubble is
+micro-batch is first timed alone (`runtime.stages.balance.measure_stage_seconds`, every stage in process 0 while the
+other waits); a process's busy time in a step is then `m x` the sum over its stages, and the measured bubble is
 `1 - busy / step time` for the busier process (communication counts as bubble). Theory: `(p - 1) / (m + p - 1)`
 for GPipe and 1F1B, `(p - 1) / (v m)` for Interleaved1F1B, the same or less for ZeroBubble (its weight gradients
 fill the bubble). Rank 0 prints one line per schedule and writes `--json`.
@@ -24,8 +24,8 @@ import transformers
 
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.models.layout import layers_per_stage
-from optimum_ipu.runtime.balance import measure_stage_seconds
-from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
+from optimum_ipu.runtime.stages.balance import measure_stage_seconds
+from optimum_ipu.runtime.stages.engine import PipelineEngine
 from optimum_ipu.runtime.step import run_steps
 
 SCHEDULES = {"GPipe": 1, "1F1B": 1, "Interleaved1F1B": 2, "ZeroBubble": 2}  # stages per process

@@ -85,7 +85,7 @@ def worker(model_dir: str, scenario: str, out: str) -> None:
     from optimum_ipu.models.layout import layers_per_stage
     from optimum_ipu.models.stage_loading import load_stage
     from optimum_ipu.runtime.fsdp import local_parameter_bytes
-    from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
+    from optimum_ipu.runtime.stages.engine import PipelineEngine
     from optimum_ipu.runtime.step import run_steps
 
     dist.init_process_group("gloo")

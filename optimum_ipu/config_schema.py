@@ -101,7 +101,7 @@ FIELDS = (
 # (`optimum_ipu.models.generation.generate_static`): `use_cache` (False: no KV cache), `num_beams`, `max_length`
 # and `batch_size` (the rows the batch is padded to, the KV cache's batch). One is ours: `sequence_buckets`, the
 # sequence lengths `pipeline()` pads token inputs to and `IPUTrainer.evaluate` / `predict` cut padded batches to
-# (`optimum_ipu.runtime.inference.default_buckets` when absent).
+# (`optimum_ipu.runtime.inference.runner.default_buckets` when absent).
 PARALLELIZE_KWARGS_REALISED = ("use_cache", "num_beams", "max_length", "batch_size", "sequence_buckets")
 # What these asked Optimum Graphcore for is what `transformers`' generation does anyway: the encoder runs once per
 # `generate()` and its output is kept (`use_encoder_output_buffer`), the cross-attention keys and values are

@@ -119,8 +119,8 @@ AUTO_LAYERS = "auto"
 
 def take_auto_layers(values: dict[str, Any]) -> tuple[str, ...]:
     """The layout fields given as `"auto"` (balanced from measured costs when the model is parallelized, by
-    `optimum_ipu.runtime.balance`): each becomes one `-1` wildcard per stage here, the even split until then, so the
-    config layer stays torch-free. `"auto"` needs the number of stages: `ipus_per_replica` (or its inference twin).
+    `optimum_ipu.runtime.stages.balance`): each becomes one `-1` wildcard per stage here, the even split until then, so
+    the config layer stays torch-free. `"auto"` needs the number of stages: `ipus_per_replica` (or its inference twin).
     An inference layout not given follows an `"auto"` training one."""
     if values.get("layers_per_ipu") == AUTO_LAYERS and values.get("inference_layers_per_ipu") is None:
         values["inference_layers_per_ipu"] = AUTO_LAYERS
@@ -285,8 +285,8 @@ def sorted_lengths(buckets: Any, name: str) -> list[int]:
 
 def check_sequence_buckets(buckets: Any, name: str = "buckets") -> list[int]:
     """`buckets` (a list of sequence lengths, as `inference_parallelize_kwargs["sequence_buckets"]`) sorted and
-    checked: positive numbers of tokens, at most `MAX_BUCKETS` of them. Unlike `runtime.inference.check_buckets`,
-    the longest need not be a static length: `runtime.inference.buckets_within` adds the width of each batch.
+    checked: positive numbers of tokens, at most `MAX_BUCKETS` of them. Unlike `runtime.inference.runner.check_buckets`,
+    the longest need not be a static length: `runtime.inference.runner.buckets_within` adds the width of each batch.
 
     Args:
         buckets (`Sequence[int]`): the lengths.

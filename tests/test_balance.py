@@ -13,8 +13,8 @@ import transformers
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.cli.main import main
 from optimum_ipu.errors import IncompatibleIPUConfigError
-from optimum_ipu.runtime import balance
 from optimum_ipu.runtime.engine import Engine
+from optimum_ipu.runtime.stages import balance
 from optimum_ipu.runtime.step import run_steps
 
 

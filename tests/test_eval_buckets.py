@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from optimum_ipu import IPUConfig, IPUTrainer
-from optimum_ipu.runtime.inference import check_sequence_buckets, trim_to_bucket
+from optimum_ipu.runtime.inference.runner import check_sequence_buckets, trim_to_bucket
 
 from .helpers import training_arguments
 from .tiny_models import LABELS, VOCAB, tiny_model

@@ -1,5 +1,5 @@
-"""Low-latency inference (`optimum_ipu.runtime.inference`): buckets, backend choice, ONNX Runtime's exported graph
-equal to the model, and `pipeline()`'s backends giving the eager answers; Optimum Graphcore's positional order and
+"""Low-latency inference (`optimum_ipu.runtime.inference.runner`): buckets, backend choice, ONNX Runtime's exported
+graph equal to the model, and `pipeline()`'s backends giving the eager answers; Optimum Graphcore's positional order and
 precision default; the caller's config left as it was."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import transformers
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.pipelines import pipeline
 from optimum_ipu.pipelines.base import resolve_precision
-from optimum_ipu.runtime.inference import (
+from optimum_ipu.runtime.inference.onnx import OnnxRuntimeModel
+from optimum_ipu.runtime.inference.runner import (
     bucket_for,
     check_buckets,
     default_buckets,
     default_precision,
     resolve_backend,
 )
-from optimum_ipu.runtime.inference_onnx import OnnxRuntimeModel
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 QUESTIONS = [

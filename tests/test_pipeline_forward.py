@@ -1,4 +1,4 @@
-"""The pure parts of the forward pipeline over processes (`optimum_ipu.runtime.pipeline_forward`): the header that
+"""The pure parts of the forward pipeline over processes (`optimum_ipu.runtime.stages.forward`): the header that
 describes what travels between stages, and a batch split into micro-batches and merged back as one forward gives it.
 (The processes themselves: tests/distributed/test_stage_loading.py and tests/distributed/test_generation_stages.py.)"""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import transformers
 
-from optimum_ipu.runtime.pipeline_forward import (
+from optimum_ipu.runtime.stages.forward import (
     decode_shapes,
     encode_shapes,
     labelled_items,
@@ -57,8 +57,27 @@ def test_merged_micro_batch_outputs_equal_one_forward_of_the_batch():
     torch.testing.assert_close(merged.loss, whole.loss, atol=1e-6, rtol=1e-6)
     # unweighted, the mean of the means is another number: the weights are what make it equal
     assert abs(torch.stack([o.loss for o in outputs]).mean() - whole.loss) > 1e-3
-    # with Trainer's count of the batch's items passed in, each micro-batch's loss is its share: they add up
-    count = torch.tensor(sum(labelled_items(part, shifts_labels=True) for part in parts))
+    # the loss one forward gives when Trainer passes a count of the batch's items (its token sum over that count)
+    count = torch.tensor(40)
     with torch.no_grad():
-        shares = [model(**part, use_cache=False, num_items_in_batch=count) for part in parts]
-    torch.testing.assert_close(merge_outputs(shares, [1] * 3, summed=True).loss, whole.loss, atol=1e-6, rtol=1e-6)
+        counted = model(**batch, use_cache=False, num_items_in_batch=count)
+    items = [labelled_items(part, shifts_labels=True) for part in parts]
+    torch.testing.assert_close(merge_outputs(outputs, items, total=40.0).loss, counted.loss, atol=1e-6, rtol=1e-6)
+
+
+def test_merged_class_losses_are_the_mean_over_the_rows():
+    """A classifier's loss is a mean over its rows, whatever count a caller passes: the micro-batches' means, weighted
+    by their rows, give the batch's."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48, num_labels=3
+    )
+    model = transformers.BertForSequenceClassification(config).eval()
+    batch = {"input_ids": torch.randint(1, 64, (7, 6)), "labels": torch.tensor([0, 1, 2, 1, 0, 2, 2])}
+    with torch.no_grad():
+        whole = model(**batch)
+        parts = split_rows(batch, 3)
+        outputs = [model(**part) for part in parts]
+    items = [labelled_items(part, shifts_labels=False) for part in parts]
+    assert items == [3, 2, 2]
+    torch.testing.assert_close(merge_outputs(outputs, items, total=7.0).loss, whole.loss, atol=1e-6, rtol=1e-6)

@@ -16,7 +16,7 @@ from optimum_ipu import IncompatibleIPUConfigError, IPUConfig, to_pipelined
 from optimum_ipu.models import derived
 from optimum_ipu.models.layout import layers_per_stage
 from optimum_ipu.models.plans import plan_for_class, registered_classes, registered_plans
-from optimum_ipu.runtime.stage_cut import run_stages_in_turn
+from optimum_ipu.runtime.stages.cut import run_stages_in_turn
 
 from . import tiny_models, tiny_models_vision_speech
 

@@ -10,7 +10,7 @@ import transformers
 
 from optimum_ipu import pipeline
 from optimum_ipu.pipelines.audio import load_audio
-from optimum_ipu.runtime.inference import encoder_precision
+from optimum_ipu.runtime.inference.runner import encoder_precision
 
 RATE = 16_000
 TASK = "automatic-speech-recognition"

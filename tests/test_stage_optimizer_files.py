@@ -1,4 +1,4 @@
-"""The file of one stage's optimizer state (`optimum_ipu.runtime.stage_optimizer`): safetensors, nothing pickled, read
+"""The file of one stage's optimizer state (`optimum_ipu.runtime.stages.optimizer`): safetensors, nothing pickled, read
 back as written, and a damaged file named in the error. (Written and read by stages on processes:
 tests/distributed/test_fsdp_stages.py.)"""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from optimum_ipu.runtime.stage_optimizer import optimizer_file, read_state, write_state
+from optimum_ipu.runtime.stages.optimizer import optimizer_file, read_state, write_state
 
 
 def adamw_state() -> tuple[dict, list]:

@@ -45,7 +45,7 @@ PRELOAD = (
     "optimum_ipu",
     "optimum_ipu.trainer",
     "optimum_ipu.pipelines",
-    "optimum_ipu.runtime.pipeline_parallel",
+    "optimum_ipu.runtime.stages.engine",
 )
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from ..runtime.inference import onnxruntime_available
+from ..runtime.inference.runner import onnxruntime_available
 from .arguments import check_integers
 from .latency_report import latency_chart, latency_report
 from .qa_runners import OUR_BACKENDS, Runner, build_model, doc_stride, eager_runner, onnxruntime_runner, ours_runner

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..runtime.inference import onnxruntime_available
+from ..runtime.inference.runner import onnxruntime_available
 from .report import device_name, pyplot, save_figure, versions
 from .squad import Request, exact_match_f1, squad_answers
 

@@ -146,7 +146,7 @@ def onnxruntime_runner(model: torch.nn.Module, tokenizer: Any, seq_len: int, ses
     """ONNX Runtime at its best: the fused graph, dynamic shapes (each batch at its longest request's length).
     `session`: an `OnnxRuntimeModel` of this model to run (ours, when ours runs the same fused graph with the same
     settings), else one is exported here."""
-    from ..runtime.inference_onnx import OnnxRuntimeModel
+    from ..runtime.inference.onnx import OnnxRuntimeModel
 
     if session is None:
         names = _model_input_names(tokenizer)

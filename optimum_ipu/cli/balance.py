@@ -1,5 +1,5 @@
 """`optimum-ipu config balance MODEL --n-ipu N`: each layer's cost measured here, the split that balances the stages,
-and the predicted step time of the pipeline schedule beside the even split's (`optimum_ipu.runtime.balance`)."""
+and the predicted step time of the pipeline schedule beside the even split's (`optimum_ipu.runtime.stages.balance`)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def balance_report(args: argparse.Namespace) -> dict[str, Any]:
     from ..config import IPUConfig
     from ..models.layout import resolve_layers_per_ipu
     from ..models.pipelined import to_pipelined
-    from ..runtime import balance
+    from ..runtime.stages import balance
 
     model, task = _model_and_task(args.model, args.task)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -144,7 +144,7 @@ def format_balance(report: dict[str, Any], costs_lines: list[str] | None = None)
 
 
 def cmd_config_balance(args: argparse.Namespace) -> int:
-    from ..runtime.balance import LayerCosts, UnitCost
+    from ..runtime.stages.balance import LayerCosts, UnitCost
 
     report = balance_report(args)
     units = [UnitCost(**u) for u in report["units"]]

@@ -3,7 +3,7 @@
 Most Hub architectures keep their transformer layers in one `nn.ModuleList` of identical layers under the base
 model (`model.layers`, `encoder.layer`, `h`, `blocks`), or an encoder and a decoder list. That list is all a
 plan needs: everything before the first layer runs with stage 0 and everything after the last with the last
-stage, and `optimum_ipu.runtime.stage_cut` cuts the stock forward there. A derived plan declares no chunked
+stage, and `optimum_ipu.runtime.stages.cut` cuts the stock forward there. A derived plan declares no chunked
 vocabulary loss and no packing (facts that need checking per family); `projection_serialization_factor` still
 computes the logits in chunks. Its position offset follows its embeddings (RoBERTa's numbering where they share
 their padding index with the position table: XLM-RoBERTa, CamemBERT, Longformer). Its layers are fused by ONNX

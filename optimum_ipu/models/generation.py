@@ -8,7 +8,7 @@ beam search give the tokens of the stock model's `generate()` on the unpadded in
 A model whose stages run on separate processes (loaded under `torchrun` with an `IPUConfig` of several stages, each
 process holding its stage only) generates the same way: every process of the replica calls `generate()` with the same
 inputs, each keeps its own layers and their part of the KV cache, and all return the same tokens
-(`optimum_ipu.runtime.pipeline_forward.StageGeneration`).
+(`optimum_ipu.runtime.stages.forward.StageGeneration`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from ..config import IPUConfig
 from ..runtime.devices import detect_devices
 from ..runtime.distributed import world_size
-from ..runtime.pipeline_forward import StageGeneration
-from ..runtime.stage_hold import stage_hold
+from ..runtime.stages.forward import StageGeneration
+from ..runtime.stages.hold import stage_hold
 from .plans import plan_for_model
 from .stage_plan import StagePlan
 

@@ -17,9 +17,9 @@ from transformers.utils.logging import get_logger
 
 from ..config import IPUConfig, report_parallelize_kwargs
 from ..errors import IncompatibleIPUConfigError
-from ..runtime.balance import auto_layers_per_ipu
 from ..runtime.serialization import chunked_cross_entropy, swap_serialized
-from ..runtime.stage_cut import EncoderSplit, StageCut
+from ..runtime.stages.balance import auto_layers_per_ipu
+from ..runtime.stages.cut import EncoderSplit, StageCut
 from .generation import StaticGeneration
 from .layout import StageSpec, format_layout, stage_layout
 from .plans import plan_for_model, unwrap_adapters
@@ -113,7 +113,7 @@ class PipelinedModel(StaticGeneration, nn.Module):
 
     def stage_cut(self) -> StageCut:
         """What the stage runtime needs to run the stages apart: the layers, the encoder-decoder split and the
-        plan's stand-ins (see `optimum_ipu.runtime.stage_cut`)."""
+        plan's stand-ins (see `optimum_ipu.runtime.stages.cut`)."""
         lists = self._layer_lists()
         encoder = None
         if self.plan.encoder is not None and len(lists) == 2:  # T5EncoderModel: an encoder alone is one stack

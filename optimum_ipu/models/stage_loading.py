@@ -2,7 +2,8 @@
 
 With pipeline stages on separate processes (`torchrun`, `ipus_per_replica` > 1), each process builds the stock model
 on the meta device (no memory; buffers such as position ids and rotary tables are computed as usual), decides what
-its stage runs (`runtime.stage_hold.held_parameter_names`), and reads only those tensors from the checkpoint: one
+its stage runs (`runtime.stages.hold.held_parameter_names`), and reads only those tensors from the checkpoint
+(`runtime.stages.loading`, where the stage's process group is made): one
 `model.safetensors`, or the shards of `model.safetensors.index.json` that hold them (only those are downloaded from
 the Hub). Everything else stays on the meta device. Nothing of `transformers` is patched: the model is built by its
 own `from_config` under accelerate's `init_empty_weights`, and parameters missing from the checkpoint (a new head)
@@ -12,22 +13,17 @@ are initialized by the model's own `initialize_weights`, as `from_pretrained` do
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import torch
 import transformers
 from accelerate import init_empty_weights
 from torch import nn
-from transformers.utils.hub import cached_file
 
 from ..config import IPUConfig
 from ..runtime.devices import default_device
 from ..runtime.distributed import group_size, world_size
-from ..runtime.fsdp import stage_mesh
-from ..runtime.stage_checkpoint import checkpoint_index, checkpoint_key, open_checkpoint
-from ..runtime.stage_cut import stage_ranges
-from ..runtime.stage_hold import StageHold, free_parameters, held_parameter_names, register_hold, replace_parameter
+from ..runtime.stages.loading import hold_loaded_stage
 from ..topology import check_processes
 from .layout import layers_per_stage
 from .pipelined import PipelinedModel, to_pipelined
@@ -39,52 +35,6 @@ HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder",
 def loads_stage_only(ipu_config: IPUConfig) -> bool:
     """Whether a model loaded now would run as one stage of a process pipeline (several processes, several stages)."""
     return world_size() > 1 and ipu_config.value("ipus_per_replica") > 1
-
-
-def load_held_tensors(
-    model: nn.Module,
-    held: set[str],
-    name_or_path: str,
-    device: torch.device,
-    ignore_mismatched_sizes: bool = False,
-    **hub: Any,
-) -> list[str]:
-    """Materialize on `device` the parameters named in `held`, read from the checkpoint; returns the names that the
-    checkpoint lacks, or holds with another shape when `ignore_mismatched_sizes` (materialized empty, for
-    `initialize_weights`, as `from_pretrained` does); a mismatched shape otherwise raises `ValueError`."""
-    keys = checkpoint_index(name_or_path, **hub)
-    prefix = getattr(model, "base_model_prefix", "")
-    aliases: dict[int, tuple[nn.Parameter, list[str]]] = {}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        if name in held:
-            aliases.setdefault(id(param), (param, []))[1].append(name)
-    wanted = {id(p): checkpoint_key(names, keys, prefix) for p, names in aliases.values()}
-    files: dict[str, Any] = {}
-    missing = []
-    for param, names in aliases.values():
-        key = wanted[id(param)]
-        if key is None:
-            tensor = torch.empty_like(param, device=device)
-            missing.append(names[0])
-        else:
-            source = keys[key]
-            if not os.path.isfile(source):  # a shard named by a Hub index: fetched only when a stage needs it
-                source = cached_file(name_or_path, source, **hub)
-            if source not in files:
-                files[source] = open_checkpoint(source)
-            tensor = files[source].get_tensor(key).to(device=device, dtype=param.dtype)
-            if tensor.shape != param.shape:
-                if not ignore_mismatched_sizes:
-                    raise ValueError(
-                        f"{key} is {tuple(tensor.shape)} in {name_or_path} and {tuple(param.shape)} in the model: "
-                        "pass ignore_mismatched_sizes=True to initialize it anew"
-                    )
-                key, tensor = None, torch.empty_like(param, device=device)
-                missing.append(names[0])
-        new = nn.Parameter(tensor, requires_grad=param.requires_grad)
-        new._is_hf_initialized = key is not None
-        replace_parameter(model, param, new)
-    return missing
 
 
 def _load_generation_config(model: nn.Module, name_or_path: str, hub: dict[str, Any]) -> None:
@@ -118,9 +68,7 @@ def load_stage(
     processes = group_size("load_stage")
     # the processes must be the layout's stages x replicas; the micro-batches a training schedule needs are checked
     # where it trains (PipelineEngine): loading to generate or evaluate needs none
-    layout = ipu_config.copy()
-    layout.gradient_accumulation_steps = max(layout.gradient_accumulation_steps, layout.value("ipus_per_replica"))
-    check_processes(layout, processes)
+    check_processes(ipu_config, processes, micro_batches=False)
     device = device or default_device()
     hub = {k: kwargs.pop(k) for k in HUB_KWARGS if k in kwargs}
     ignore_mismatched_sizes = kwargs.pop("ignore_mismatched_sizes", False)
@@ -139,35 +87,8 @@ def load_stage(
     _load_generation_config(model, name_or_path, hub)
     pipelined = to_pipelined(model, ipu_config)
     counts = layers_per_stage(ipu_config, pipelined.num_layers, inference=False)
-    mesh = stage_mesh(ipu_config.value("replication_factor"), len(counts), device)
-    cut = pipelined.stage_cut()
-    held = held_parameter_names(model, cut, counts, mesh.get_local_rank("pp"))
-    freed = free_parameters(model, held)
-    missing = load_held_tensors(model, held, name_or_path, device, ignore_mismatched_sizes, **hub)
-    for param in model.parameters():
-        if param.is_meta:
-            param._is_hf_initialized = True  # another stage's: loaded there
-    if missing:
-        logger.warning(
-            "Some weights of %s (stage %d) were not in the checkpoint %s and are newly initialized: %s",
-            type(model).__name__,
-            mesh.get_local_rank("pp"),
-            name_or_path,
-            ", ".join(missing),
-        )
-        model.initialize_weights()
-    for module in model.modules():  # buffers were computed on the CPU
-        for name, buffer in module._buffers.items():
-            if buffer is not None and buffer.device != device:
-                module._buffers[name] = buffer.to(device)
-    register_hold(model, StageHold(mesh, list(cut.layer_paths), stage_ranges(counts), freed, cut=cut))
-    held_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if not p.is_meta)
-    logger.info(
-        "stage %d of %d: holds %.1f MB of %s's parameters, read from %s",
-        mesh.get_local_rank("pp"),
-        len(counts),
-        held_bytes / 2**20,
-        type(model).__name__,
-        name_or_path,
+    replicas = ipu_config.value("replication_factor")
+    hold_loaded_stage(
+        model, pipelined.stage_cut(), counts, replicas, device, name_or_path, ignore_mismatched_sizes, **hub
     )
     return pipelined.parallelize()

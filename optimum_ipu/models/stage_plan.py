@@ -40,7 +40,7 @@ class StagePlan:
         classes (`tuple[str, ...]`): the `transformers` class names this plan supports.
         embeddings (`tuple[str, ...]`): the modules whose output becomes the first layer's hidden states (placed
             with stage 0). With stages on separate processes, only a stage that makes the hidden states holds them;
-            another runs them for their output's shape only (`runtime.stage_cut.ShapeOnly`). Modules without
+            another runs them for their output's shape only (`runtime.stages.cut.ShapeOnly`). Modules without
             parameters (rotary tables) run on every stage.
         layers (`tuple[str, ...]`): `nn.ModuleList`s of the layers, counted together in `layers_per_ipu` in this
             order (encoder-decoder: encoder list then decoder list). `"a|b"`: the first that exists (renames

@@ -5,7 +5,7 @@ removed) combined with `StaticBatchingPipeline`, which replaces how inputs trave
 
 - every batch of token inputs is padded to a sequence-length bucket: the smallest of a small fixed set of lengths
   up to `max_seq_length` that holds its longest input (with the tokenizer's padding values and side), or, on ONNX
-  Runtime, to that longest input itself (dynamic shapes; see `optimum_ipu.runtime.inference`);
+  Runtime, to that longest input itself (dynamic shapes; see `optimum_ipu.runtime.inference.runner`);
 - inputs are grouped in host batches of a fixed number of rows: the per-device `batch_size` x the config's
   `inference_device_iterations` x the `inference_replication_factor` replicas this process runs (all of them in one
   process); the last batch is filled with copies of its last row, whose outputs are dropped;
@@ -39,7 +39,7 @@ from ..errors import IncompatibleIPUConfigError
 from ..models.pipelined import PipelinedModel, to_pipelined
 from ..models.plans import position_offset, registered_classes
 from ..runtime.distributed import world_size
-from ..runtime.inference import BACKENDS, InferenceRunner
+from ..runtime.inference.runner import BACKENDS, InferenceRunner
 from ..runtime.precision import PRECISIONS
 
 logger = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def resolve_ipu_config(ipu_config: IPUConfig | str | dict | None) -> IPUConfig:
 def resolve_precision(precision: str | None = None, fp16: bool | None = None, bf16: bool = False) -> str | None:
     """`"fp32"`, `"fp16"` or `"bf16"` from `precision` or the `fp16` / `bf16` flags; `fp16=False` alone means fp32.
     `None` when nothing is given: the device's default (fp16 on accelerators, fp32 on CPUs; see
-    `optimum_ipu.runtime.inference.default_precision`)."""
+    `optimum_ipu.runtime.inference.runner.default_precision`)."""
     if fp16 and bf16:
         raise ValueError("fp16=True and bf16=True: choose one half precision")
     flag = "fp16" if fp16 else "bf16" if bf16 else None
@@ -142,7 +142,7 @@ class StaticBatchingPipeline(Pipeline):
     pads_rows: bool = True
     # The task's `preprocess` yields several model inputs per pipeline input, all passed to one `postprocess`.
     chunked: bool = False
-    # The backends this task can feed (`runtime.inference.BACKENDS`); ONNX Runtime takes token inputs only.
+    # The backends this task can feed (`runtime.inference.runner.BACKENDS`); ONNX Runtime takes token inputs only.
     backends: tuple[str, ...] = BACKENDS
     # Token inputs are padded to a bucket (or their own length); False: always to `max_seq_length`.
     bucketed: bool = True

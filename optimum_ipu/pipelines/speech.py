@@ -41,7 +41,7 @@ from transformers.pipelines.automatic_speech_recognition import rescale_stride
 
 from ..models.generation import cache_keyword, cross_attention_cache, speech_cache_implementation
 from ..runtime.engine import Engine
-from ..runtime.inference import encoder_precision
+from ..runtime.inference.runner import encoder_precision
 from ..runtime.serialization import weight_major_projection
 from .audio import load_audio, resample
 from .base import StaticBatchingPipeline

@@ -29,8 +29,8 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from ..topology import check_processes
-from .stage_cut import StageCut
-from .stage_hold import StageHold, hold_stage, stage_hold
+from .stages.cut import StageCut
+from .stages.hold import StageHold, hold_stage, stage_hold
 
 FSDP_HELP = "full parameter sharding (--fsdp) needs several processes (torchrun)"
 
@@ -121,10 +121,10 @@ def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer
     """The whole optimizer state of a sharded model on rank 0, in the layout of `optimizer.state_dict()` in one
     process (parameters numbered in group order), so that a one-process run resumes from it. A collective.
 
-    A model held stage by stage writes its state per stage instead, never gathered (`stage_optimizer`)."""
+    A model held stage by stage writes its state per stage instead, never gathered (`stages.optimizer`)."""
     if stage_hold(model) is not None:
         raise ValueError(
-            "a model held stage by stage saves its optimizer state per stage: stage_optimizer.save_stage_optimizer"
+            "a model held stage by stage saves its optimizer state per stage: stages.optimizer.save_stage_optimizer"
         )
     options = StateDictOptions(full_state_dict=True, cpu_offload=True, flatten_optimizer_state_dict=False)
     full = get_optimizer_state_dict(model, optimizer, options=options)
@@ -179,7 +179,7 @@ def stage_mesh(replicas: int, stages: int, device: torch.device) -> DeviceMesh:
 
 class StageRoot(nn.Module):
     """The FSDP root of one stage: it holds the model and runs `fn(*args)` for each stage forward. A stage ends by an
-    exception inside the model's forward (`stage_cut`), which the model cannot be the root of: FSDP's root
+    exception inside the model's forward (`stages.cut`), which the model cannot be the root of: FSDP's root
     post-forward would never run. This root's forward encloses the stage and returns."""
 
     def __init__(self, model: nn.Module) -> None:
@@ -207,9 +207,9 @@ def _own(tensor: torch.Tensor) -> torch.Tensor:
 def shard_stages(model: nn.Module, cut: StageCut, counts: Sequence[int], mesh: DeviceMesh) -> StageHold:
     """Keep only this process's stage of `model` and shard it over the stage's replicas (FSDP2), in place.
 
-    What the stage does not run is freed first (`stage_hold.hold_stage`; a model loaded stage-local by
-    `stage_loading.load_stage` holds its stage only already). Then each own layer is an FSDP unit over `mesh["dp"]`,
-    and a `StageRoot` holds the rest (embeddings, heads: whatever this stage holds of them).
+    What the stage does not run is freed first (`stages.hold.hold_stage`; a model loaded stage-local by
+    `models.stage_loading.load_stage` holds its stage only already). Then each own layer is an FSDP unit over
+    `mesh["dp"]`, and a `StageRoot` holds the rest (embeddings, heads: whatever this stage holds of them).
 
     Args:
         model (`nn.Module`): the stock model, on this process's device.

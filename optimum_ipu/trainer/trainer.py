@@ -40,7 +40,7 @@ from ..runtime.devices import default_device
 from ..runtime.distributed import check_ranks_agree, release_process_group_at_exit, replicas_per_process, world_size
 from ..runtime.engine import Engine
 from ..runtime.host_memory import keep_freed_host_memory
-from ..runtime.inference import buckets_within, trim_to_bucket
+from ..runtime.inference.runner import buckets_within, trim_to_bucket
 from ..runtime.layouts import ModelParts, SaveHooks, choose_layout
 from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
@@ -492,8 +492,8 @@ class IPUTrainer(TrainerPrivateHooks):
         a last, smaller batch is padded to the static batch size and the padded rows are dropped from logits and
         labels. Right-padded token batches run at the smallest sequence bucket that holds their longest row
         (`inference_parallelize_kwargs["sequence_buckets"]`, else `default_buckets` of the batch's width;
-        `optimum_ipu.runtime.inference.trim_to_bucket` says which batches are left whole): their logits and labels
-        are that wide, and `Trainer` pads them with -100 when it concatenates batches."""
+        `optimum_ipu.runtime.inference.runner.trim_to_bucket` says which batches are left whole): their logits and
+        labels are that wide, and `Trainer` pads them with -100 when it concatenates batches."""
         real = None
         if self.args.pad_on_batch_axis:
             inputs, real = pad_to_static_batch(inputs, self.eval_batch_per_call)

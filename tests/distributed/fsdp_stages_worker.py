@@ -21,7 +21,7 @@ from torch.distributed.fsdp import FSDPModule
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.errors import IncompatibleIPUConfigError
 from optimum_ipu.runtime.fsdp import full_state_dict, local_parameter_bytes
-from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
+from optimum_ipu.runtime.stages.engine import PipelineEngine
 from optimum_ipu.runtime.step import run_steps
 from tests.distributed.collectives import count_reduce_scatters
 from tests.distributed.pipeline_worker import tiny_for, write_results

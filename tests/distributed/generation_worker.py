@@ -24,7 +24,7 @@ import optimum_ipu
 from optimum_ipu import IPUConfig
 from optimum_ipu.pipelines import pipeline
 from optimum_ipu.runtime.fsdp import shard_stages
-from optimum_ipu.runtime.stage_hold import stage_hold
+from optimum_ipu.runtime.stages.hold import stage_hold
 
 SEED = 7
 PAD = 0

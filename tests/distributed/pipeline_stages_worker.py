@@ -15,7 +15,7 @@ import sys
 import optimum_ipu
 from optimum_ipu import IPUConfig, IPUTrainingArguments
 from optimum_ipu.pipelines import pipeline
-from optimum_ipu.runtime.stage_hold import stage_hold
+from optimum_ipu.runtime.stages.hold import stage_hold
 
 INPUTS = {
     "text-classification": ["the movie was great", "a dull, long and tiring film", "fine", "not bad at all", "meh"],

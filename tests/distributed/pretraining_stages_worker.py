@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.models.layout import layers_per_stage
-from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
+from optimum_ipu.runtime.stages.engine import PipelineEngine
 from optimum_ipu.runtime.step import run_steps
 from tests.tiny_models_vision_speech import tiny_inputs, tiny_model
 

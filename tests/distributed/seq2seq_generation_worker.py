@@ -22,7 +22,7 @@ import transformers
 import optimum_ipu
 from optimum_ipu import IPUConfig
 from optimum_ipu.runtime.fsdp import shard_stages
-from optimum_ipu.runtime.stage_hold import stage_hold
+from optimum_ipu.runtime.stages.hold import stage_hold
 
 SEED = 11
 CASES: dict[str, dict] = {

@@ -23,8 +23,8 @@ from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.models.layout import layers_per_stage
 from optimum_ipu.models.stage_loading import load_stage
 from optimum_ipu.runtime.fsdp import full_state_dict, local_parameter_bytes, stage_mesh
-from optimum_ipu.runtime.pipeline_parallel import PipelineEngine
-from optimum_ipu.runtime.stage_hold import hold_stage
+from optimum_ipu.runtime.stages.engine import PipelineEngine
+from optimum_ipu.runtime.stages.hold import hold_stage
 from optimum_ipu.runtime.step import run_steps
 from tests.distributed.pipeline_worker import tiny_for, write_results
 

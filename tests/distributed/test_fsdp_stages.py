@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.runtime.engine import Engine
-from optimum_ipu.runtime.stage_hold import held_parameter_names
+from optimum_ipu.runtime.stages.hold import held_parameter_names
 from optimum_ipu.runtime.step import run_steps
 
 from ..conftest import PYTHON, REPO_ROOT

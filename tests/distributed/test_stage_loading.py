@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.models.layout import layers_per_stage
-from optimum_ipu.runtime.stage_hold import held_parameter_names
+from optimum_ipu.runtime.stages.hold import held_parameter_names
 
 from ..conftest import REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch, saved_weights

@@ -21,8 +21,8 @@ import transformers
 
 from optimum_ipu import IPUConfig, to_pipelined
 from optimum_ipu.runtime.graph_cache import MANIFEST, entry_problem
-from optimum_ipu.runtime.inference import InferenceRunner
-from optimum_ipu.runtime.inference_onnx import OnnxRuntimeModel
+from optimum_ipu.runtime.inference.onnx import OnnxRuntimeModel
+from optimum_ipu.runtime.inference.runner import InferenceRunner
 
 from ..processes import zygote
 
@@ -105,7 +105,7 @@ def test_changed_code_gets_a_new_entry(tmp_path, reliability, change):
 
 WORKER = """
 import os, sys, time, torch, transformers
-from optimum_ipu.runtime.inference_onnx import OnnxRuntimeModel
+from optimum_ipu.runtime.inference.onnx import OnnxRuntimeModel
 cache, rank, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 torch.manual_seed(seed)
 config = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

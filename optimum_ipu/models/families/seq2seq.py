@@ -33,7 +33,7 @@ class T5BlockStandIn(nn.Module):
 
     def borrowed_parameters(self) -> list[nn.Parameter]:
         """The block's parameters this stand-in runs (the position bias table): a stage that stands the block in
-        holds them too (`optimum_ipu.runtime.stage_hold`)."""
+        holds them too (`optimum_ipu.runtime.stages.hold`)."""
         if not self.attention.has_relative_attention_bias:
             return []
         return list(self.attention.relative_attention_bias.parameters())

@@ -31,7 +31,7 @@ from torch import nn
 from ...config import IPUConfig
 from ..distributed import world_size
 from ..fsdp import sync_gradients_at
-from ..stage_hold import stage_hold
+from ..stages.hold import stage_hold
 from ..step import TrainingStep
 from . import checkpoints
 

@@ -2,7 +2,7 @@
 
 The formats are those of one process, so that any layout resumes from a checkpoint of any other: the weights are stock
 safetensors (one file, or shards under one index, each stage writing its own), the optimizer state is `optimizer.pt`
-in the one-process layout or one file per stage (`runtime/stage_optimizer.py`), read into whichever layout resumes.
+in the one-process layout or one file per stage (`runtime/stages/optimizer.py`), read into whichever layout resumes.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from transformers.utils import ADAPTER_SAFE_WEIGHTS_NAME
 
 from .. import fsdp
 from ..adapters import unwrap_adapters
-from ..stage_checkpoint import read_held_state_dict, read_state_dict
-from ..stage_hold import StageHold, stage_hold
-from ..stage_optimizer import has_stage_optimizer, load_stage_optimizer, stage_optimizer_as_one
+from ..stages.checkpoint import read_held_state_dict, read_state_dict
+from ..stages.hold import StageHold, stage_hold
+from ..stages.optimizer import has_stage_optimizer, load_stage_optimizer, stage_optimizer_as_one
 
 
 def save_scheduler(scheduler: Any, folder: str, should_save: bool) -> None:

@@ -37,11 +37,11 @@ from ...errors import IncompatibleIPUConfigError
 from ...topology import check_schedule, stages_per_process
 from .. import fsdp
 from ..distributed import world_size
-from ..pipeline_forward import PipelinedForward, StageForward
-from ..pipeline_parallel import PipelineEngine
-from ..stage_checkpoint import save_stage_shards
-from ..stage_hold import stage_hold
-from ..stage_optimizer import save_stage_optimizer
+from ..stages.checkpoint import save_stage_shards
+from ..stages.engine import PipelineEngine
+from ..stages.forward import PipelinedForward, StageForward
+from ..stages.hold import stage_hold
+from ..stages.optimizer import save_stage_optimizer
 from ..step import TrainingStep
 from . import checkpoints
 from .base import EvaluationScope, ModelParts, ReplicasLayout, SaveHooks

@@ -1,6 +1,6 @@
 """What one forward of the whole model shows of its layers, and the exits that end a forward where a stage ends.
 
-`StageModule` (`stage_cut.py`) runs the stock forward cut to one stage's layers: it stops the forward by raising
+`StageModule` (`stages/cut.py`) runs the stock forward cut to one stage's layers: it stops the forward by raising
 `StageExit` from a hook where the stage's last layer returns (or where the next stage's first layer is called).
 Before its first stage run it probes the whole model once (`probe_layers`), to learn how each layer is called and
 what it returns, so that its pass-throughs can stand in for the other stages' layers; the probe refuses, with a clear
@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutput
 
-from ..errors import IncompatibleIPUConfigError
+from ...errors import IncompatibleIPUConfigError
 
 REGISTER_HINT = "run it in one stage (layers_per_ipu=[-1]) or register a plan (docs/adding_a_family.md)"
 

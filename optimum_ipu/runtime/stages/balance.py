@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..errors import IncompatibleIPUConfigError
-from .stage_cut import StageCut, StageModule, stage_ranges
+from ...errors import IncompatibleIPUConfigError
+from .cut import StageCut, StageModule, stage_ranges
 
 TRAINING_STATE_FACTOR = 4  # weights, gradients, Adam's exp_avg and exp_avg_sq: 4 copies of each parameter
 
@@ -415,7 +415,7 @@ def measure_layer_costs(
 
 
 def _stage_pass(stages: list[StageModule], batch: dict[str, Any], now: Callable[[], float]) -> list[float]:
-    """One forward and backward of `batch` through `stages` run apart, as `stage_cut.run_stages_in_turn` runs them;
+    """One forward and backward of `batch` through `stages` run apart, as `stages.cut.run_stages_in_turn` runs them;
     returns each stage's seconds (its forward plus its backward)."""
     seconds = [0.0] * len(stages)
     sent: tuple[torch.Tensor, ...] = (batch[stages[0].keys[0]],)

@@ -9,7 +9,7 @@ few (one per bucket). The backends:
   `executable_cache_dir`; on CUDA with `mode="reduce-overhead"` (CUDA graphs: one kernel launch per forward);
 - `"onnxruntime"`: the model exported to ONNX once (dynamic batch and sequence axes), fused by ONNX Runtime's
   transformer optimizer (attention, LayerNorm, GELU) and run at each request's own length
-  (`OnnxRuntimeModel`, `optimum_ipu.runtime.inference_onnx`), optionally with int8 weights (dynamic quantization).
+  (`OnnxRuntimeModel`, `optimum_ipu.runtime.inference.onnx`), optionally with int8 weights (dynamic quantization).
 
 `"auto"` picks, per device, the backend measured fastest for encoder models at batch 1 (BENCHMARKS.md, "Latency"):
 ONNX Runtime on CPUs (the fused graph at the request's own length: 1.6-2x eager PyTorch, where `torch.compile`
@@ -28,12 +28,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import IPUConfig
-from ..config_validation import MAX_BUCKETS, check_sequence_buckets, sorted_lengths
-from .devices import cpu_supports_bf16, default_device
-from .engine import Engine
-from .pipeline_forward import PipelinedForward, StageForward
-from .stage_hold import StageHold, stage_hold
+from ...config import IPUConfig
+from ...config_validation import MAX_BUCKETS, check_sequence_buckets, sorted_lengths
+from ..devices import cpu_supports_bf16, default_device
+from ..engine import Engine
+from ..stages.forward import PipelinedForward, StageForward
+from ..stages.hold import StageHold, stage_hold
 
 logger = logging.getLogger(__name__)
 
@@ -302,7 +302,7 @@ class InferenceRunner:
         threads: int | None,
         fusion_model_type: str | None,
     ) -> Any:
-        from .inference_onnx import OnnxRuntimeModel
+        from .onnx import OnnxRuntimeModel
 
         stock = getattr(model, "model", model)  # the transformers model inside the PipelinedModel
         try:

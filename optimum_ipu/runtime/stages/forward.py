@@ -28,10 +28,10 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from transformers.modeling_outputs import BaseModelOutput, CausalLMOutputWithPast, Seq2SeqLMOutput
 
-from ..errors import IncompatibleIPUConfigError
-from .distributed import batches_of
-from .stage_cut import StageCut, StageModule, hold_place, stage_ranges
-from .stage_hold import StageHold
+from ...errors import IncompatibleIPUConfigError
+from ..distributed import batches_of
+from .cut import StageCut, StageModule, hold_place, stage_ranges
+from .hold import StageHold
 
 
 def _nothing(output: Any) -> torch.Tensor:
@@ -200,13 +200,16 @@ class PipelinedForward(nn.Module):
         # the last stage's batch on every stage: its labels are the ones the loss and the gathered metrics read
         device = next(v for v in inputs.values() if torch.is_tensor(v)).device
         inputs = batches_of(last, stages.group, [inputs], device)[0]
+        # Each micro-batch's loss is the mean over its own items (`Trainer`'s count of the batch's, which a token-level
+        # loss would divide its sum by, is kept out of them); the batch's is their sum, each mean times its items, over
+        # that count (integer labels: tokens or classes), or over their items (a regression's float targets)
+        count = inputs.pop("num_items_in_batch", None)
+        labels = inputs.get("labels")
+        counted = count is not None and labels is not None and not labels.is_floating_point()
         parts = split_rows(inputs, self.micro_batches)
         outputs = stages.run(parts)
-        # `Trainer` passes the whole batch's labelled items (`num_items_in_batch`): each micro-batch's loss is then its
-        # token sum over that count, and they add up; without it each is a mean, weighted by its own items
-        summed = inputs.get("num_items_in_batch") is not None
-        items = [1 if summed else labelled_items(part, self.shifts_labels) for part in parts]
-        output = merge_outputs(outputs, items, summed) if outputs is not None else None
+        items = [labelled_items(part, self.shifts_labels) for part in parts]
+        output = merge_outputs(outputs, items, float(count) if counted else None) if outputs is not None else None
         tensors = {k: v for k, v in output.items() if torch.is_tensor(v)} if output is not None else {}
         described = [(type(output), list(tensors), [(v.dtype, tuple(v.shape)) for v in tensors.values()])]
         dist.broadcast_object_list(described, src=last, group=stages.group)  # names and shapes: a few hundred bytes
@@ -242,11 +245,12 @@ def split_rows(batch: dict[str, Any], parts: int) -> list[dict[str, Any]]:
     return [{k: split[k][i] if k in split else v for k, v in batch.items()} for i in range(parts)]
 
 
-def merge_outputs(outputs: list[Any], items: list[int], summed: bool = False) -> Any:
+def merge_outputs(outputs: list[Any], items: list[int], total: float | None = None) -> Any:
     """The model output of a batch from those of its micro-batches: tensors (and tuples of tensors: hidden states,
-    attentions) concatenated along the rows; 0-dim values (the loss) averaged, weighted by `items` (added, when
-    `summed`: each is a share of the batch's already); anything else (a KV cache) left out."""
-    if len(outputs) == 1:
+    attentions) concatenated along the rows; 0-dim values (the loss: each micro-batch's mean over its `items`) summed
+    as means times items, over `total` (the batch's items as the caller counts them) or over the items' sum; anything
+    else (a KV cache) left out."""
+    if len(outputs) == 1 and total is None:
         return outputs[0]
     weights = torch.tensor(items, dtype=torch.float32)
     merged = {}
@@ -256,8 +260,8 @@ def merge_outputs(outputs: list[Any], items: list[int], summed: bool = False) ->
             stacked = torch.stack([v.float() for v in values])
             w = weights.to(stacked.device)
             kept = w > 0  # a micro-batch without a labelled item adds nothing (its mean is 0/0)
-            total = (stacked[kept] * w[kept]).sum()
-            merged[key] = (total if summed else total / w[kept].sum()).to(value.dtype)
+            summed = (stacked[kept] * w[kept]).sum()
+            merged[key] = (summed / (total if total is not None else w[kept].sum())).to(value.dtype)
         elif torch.is_tensor(value):
             merged[key] = torch.cat(values)
         elif isinstance(value, tuple) and value and all(torch.is_tensor(v) for v in value):
@@ -271,7 +275,7 @@ class StageGeneration:
     Every process of the replica calls the stock model's `generate()` with the same arguments inside `generating()`.
     Each call of the model that the decoding loop makes (prefill, then one per token) runs this process's stage on
     its own KV cache (the cache object `generate()` made here; its layers of other stages hold placeholders that keep
-    its lengths, `stage_cut.hold_place`); the hidden states travel to the next stage and the last stage's logits come
+    its lengths, `stages.cut.hold_place`); the hidden states travel to the next stage and the last stage's logits come
     back to every stage. The loop then sees the same logits everywhere and, with the same random state (shared from
     the last stage as generation starts), draws the same tokens: greedy, beam search and sampling alike. Only
     activations and logits travel; a process never holds another stage's weights or cache.
@@ -283,7 +287,7 @@ class StageGeneration:
     the logits.
 
     Args:
-        model (`nn.Module`): the stock model, holding its stage only (`stage_hold.stage_hold(model)`).
+        model (`nn.Module`): the stock model, holding its stage only (`stages.hold.stage_hold(model)`).
         cut (`StageCut`): its layers, embeddings and encoder-decoder split.
         hold (`StageHold`): what this process holds: its stage, the replica's stage group and the layout.
     """

@@ -10,7 +10,7 @@ What travels between stages is the hidden states; for an encoder-decoder model, 
 output (after its final norm) travels too, and each decoder stage hands it to the stock forward as
 `encoder_outputs` (so the encoder is not run again).
 
-`PipelineEngine` (`pipeline_parallel.py`) runs these stages on separate processes with
+`PipelineEngine` (`stages/engine.py`) runs these stages on separate processes with
 `torch.distributed.pipelining`; `run_stages_in_turn` runs them in one process, handing activations and their
 gradients from stage to stage exactly as the schedules do, which is what the parity tests compare with the
 stock model.
@@ -32,8 +32,9 @@ from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import ModelOutput
 
-from ..errors import IncompatibleIPUConfigError
-from .layer_probe import (
+from ...errors import IncompatibleIPUConfigError
+from ..precision import autocast
+from .probe import (
     StageExit,
     exit_at_input,
     exit_at_output,
@@ -41,7 +42,6 @@ from .layer_probe import (
     model_name,
     probe_layers,
 )
-from .precision import autocast
 
 HIDDEN, ENCODER = "hidden", "encoder"
 

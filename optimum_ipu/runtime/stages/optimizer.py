@@ -22,8 +22,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from .fsdp import held_like, reshard, whole_on_cpu
-from .stage_hold import stage_hold
+from ..fsdp import held_like, reshard, whole_on_cpu
+from .hold import stage_hold
 
 OPTIMIZER_INDEX_NAME = "optimizer.index.json"
 

@@ -2,19 +2,19 @@
 
 A stage's process keeps only the parameters its stage runs; every other parameter is a tensor on the meta device
 (no memory), so the stock `transformers` model keeps its structure, its names and its `forward`, and the stage runtime
-(`stage_cut.py`) runs it cut to the stage. Which parameters a stage runs follows from the model's plan:
+(`stages/cut.py`) runs it cut to the stage. Which parameters a stage runs follows from the model's plan:
 
 - the parameters of its own layers;
 - the embeddings (`StagePlan.embeddings`) on a stage that starts the hidden states itself: stage 0, and an
   encoder-decoder's first decoder stage. A stage that receives the hidden states stands its embeddings in with zeros
-  of their output's shape (`stage_cut.ShapeOnly`): their output would be replaced by what it receives;
+  of their output's shape (`stages.cut.ShapeOnly`): their output would be replaced by what it receives;
 - the encoder's other parts (its final norm) on the stage that runs the encoder's last layer;
 - everything else (final norms, pooler, heads) on the last stage;
 - what a plan's stand-in for another stage's layer borrows (T5's relative position table);
 - a tied parameter (input embedding = output projection) wherever one of its names is held.
 
 Buffers (position ids, rotary tables) are small and kept on every process. `hold_stage` frees what a whole model does
-not need here; `stage_loading.load_stage` builds the model on the meta device and reads only the held tensors. An
+not need here; `models.stage_loading.load_stage` builds the model on the meta device and reads only the held tensors. An
 adapter wrapper (`peft`'s `get_peft_model`) put around a model loaded so takes its hold over, under the wrapper's names
 (`stage_hold`): the base model is never whole in any process, and the other stages' adapters stay on the meta device.
 """
@@ -30,9 +30,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import IncompatibleIPUConfigError
-from .adapters import unwrap_adapters
-from .stage_cut import StageCut, stage_ranges
+from ...errors import IncompatibleIPUConfigError
+from ..adapters import unwrap_adapters
+from .cut import StageCut, stage_ranges
 
 HELD_ELSEWHERE = (
     "{model} cannot run whole here: with pipeline stages on separate processes each process holds only its stage "
@@ -100,8 +100,8 @@ _HOLDS: weakref.WeakKeyDictionary[nn.Module, StageHold] = weakref.WeakKeyDiction
 
 
 def stage_hold(model: nn.Module) -> StageHold | None:
-    """What this process holds of `model` (`hold_stage`, `stage_loading.load_stage`), if it holds one stage only; for
-    an adapter wrapper around a model that holds one stage, the wrapper's hold (`_adopt_wrapped_hold`)."""
+    """What this process holds of `model` (`hold_stage`, `models.stage_loading.load_stage`), if it holds one stage
+    only; for an adapter wrapper around a model that holds one stage, the wrapper's hold (`_adopt_wrapped_hold`)."""
     return _HOLDS.get(model) or _adopt_wrapped_hold(model)
 
 

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .graph_cache import cached_file, discard_entry, model_key
+from ..graph_cache import cached_file, discard_entry, model_key
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 per process the interleaved schedules: Interleaved1F1B and ZeroBubble, torch's `ScheduleInterleavedZeroBubble`).
 
 Each process holds the unmodified `transformers` model and runs its stock `forward`, cut to its own stage by a
-`StageModule` (`stage_cut.py`: other stages' layers stood in, the received activations injected, the stage
+`StageModule` (`stages/cut.py`: other stages' layers stood in, the received activations injected, the stage
 ended at its last layer). Only activations travel between stages (the hidden states, and an encoder-decoder's
 encoder output with every decoder stage): every process gets the host batch and takes each micro-batch's own
 tensors (ids, masks, labels) in order, so the last stage calls the stock forward with its labels and returns
@@ -30,15 +30,15 @@ from torch.distributed.pipelining import (
 )
 from torch.distributed.tensor import DTensor
 
-from ..config import IPUConfig
-from ..errors import IncompatibleIPUConfigError
-from ..topology import MULTI_STAGE_SCHEDULES, check_micro_batches, check_processes, check_schedule, stages_per_process
-from .distributed import batches_of
-from .fsdp import shard_stages, stage_mesh
-from .precision import LossScaler, autocast
-from .stage_cut import StageCut, StageModule, stage_ranges
-from .stage_hold import StageHold, stage_hold
-from .step import ComputeLoss, StepResult
+from ...config import IPUConfig
+from ...errors import IncompatibleIPUConfigError
+from ...topology import MULTI_STAGE_SCHEDULES, check_micro_batches, check_processes, check_schedule, stages_per_process
+from ..distributed import batches_of
+from ..fsdp import shard_stages, stage_mesh
+from ..precision import LossScaler, autocast
+from ..step import ComputeLoss, StepResult
+from .cut import StageCut, StageModule, stage_ranges
+from .hold import StageHold, stage_hold
 
 SCHEDULES = {
     "1F1B": Schedule1F1B,
@@ -62,10 +62,10 @@ class PipelineEngine:
     `synchronize()` copies each parameter (and its optimizer state) from the stage that owns it to all processes,
     so a save or an evaluation sees the stock model with every stage's current weights.
 
-    Given a model that holds its stage only (`stage_loading.load_stage`: built on the meta device, only the stage's
-    tensors read), nothing else is ever materialized, and a save gathers what each stage holds
+    Given a model that holds its stage only (`models.stage_loading.load_stage`: built on the meta device, only the
+    stage's tensors read), nothing else is ever materialized, and a save gathers what each stage holds
     (`fsdp.full_state_dict`). With `fsdp=True` (or a model sharded by `fsdp.shard_pipeline`), the mesh's two dims
-    compose in a fixed order: the pipeline split first (`stage_hold.hold_stage`: each process keeps only what its
+    compose in a fixed order: the pipeline split first (`stages.hold.hold_stage`: each process keeps only what its
     stage runs), then FSDP2 over the stage's replicas (`fully_shard`, each layer a unit): parameters, gradients and
     optimizer state are sharded, and FSDP's reduce-scatter averages the gradients over the replicas.
 

@@ -17,8 +17,8 @@ from torch.distributed.tensor import DTensor
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 from transformers.utils.hub import cached_file
 
-from .fsdp import reshard, whole_on_cpu
-from .stage_hold import StageHold
+from ..fsdp import reshard, whole_on_cpu
+from .hold import StageHold
 
 
 def save_stage_shards(model: nn.Module, hold: StageHold, folder: str) -> None:
