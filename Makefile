@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first and pinned: a CPU wheel found on local disk (an unpinned torch pulls a multi-GB CUDA build)
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[dev,examples,audio,benchmark,tensorboard,onnx,peft]"
+	$(BIN)/python -m pip install -q -e ".[dev,examples,audio,benchmark,tensorboard,onnx,peft,serving]"
 	# every example's --help answered from a cached layout from its first run (the full parser imports for 6-13 s)
 	-$(BIN)/python -m example_utils.cache_help
 	touch $@

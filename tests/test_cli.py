@@ -73,3 +73,23 @@ def test_version():
 
     result = run_cli("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"optimum-ipu {__version__}"
+
+
+def test_serve_refuses_bad_options_in_one_line(tmp_path, tiny_pretrained):
+    for args, words in (
+        (["--port", "70000"], ["--port", "70000", "0 to 65535"]),
+        (["--max-batch-size", "0"], ["--max-batch-size", "integer >= 1", "got 0"]),
+        (["--request-timeout", "-1"], ["--request-timeout", "seconds > 0"]),
+        (["--batch-wait-ms", "soon"], ["--batch-wait-ms", "'soon'"]),
+    ):
+        result = run_cli("serve", str(tmp_path), *args)
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert all(w in result.stderr for w in words), result.stderr
+    missing = run_cli("serve", str(tmp_path / "nothing"))
+    assert missing.returncode == 2 and missing.stderr.strip() == (
+        f"optimum-ipu: error: serve {tmp_path / 'nothing'}: no such folder; give a model folder or a Hub id in the "
+        "local Hugging Face cache"
+    )
+    unknown = run_cli("serve", str(tiny_pretrained("BertForSequenceClassification")), "--task", "sentiment")
+    assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
+    assert "unknown task 'sentiment'" in unknown.stderr and len(unknown.stderr.strip().splitlines()) == 1

@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("packing", ("packing", "data")),  # `data`: Optimum Graphcore's path to the pretraining collators
     ("pipelines", ("pipelines",)),
     ("trainer", ("trainer",)),
+    ("serving", ("serving",)),  # the HTTP front: calls pipelines, never the trainer
     ("benchmark", ("benchmark",)),
     ("cli", ("cli",)),
 )
@@ -186,3 +187,17 @@ def test_only_the_runtime_imports_torch_distributed():
     assert not outside, f"torch.distributed imported outside optimum_ipu/runtime/: {outside}"
     # the check reads what it should: the runtime's own imports are found
     assert _distributed_imports(ROOT / "runtime" / "distributed.py")
+
+
+def test_the_server_reaches_models_only_through_pipelines():
+    """DESIGN.md: the server is a thin front; nothing about models, layouts or training lives in `serving/`."""
+    below = ("optimum_ipu.models", "optimum_ipu.runtime", "optimum_ipu.trainer", "optimum_ipu.packing")
+    reached = [
+        f"{module} imports {other}"
+        for module, imported in sorted(import_graph().items())
+        if module.startswith("optimum_ipu.serving")
+        for other in sorted(imported)
+        if other.startswith(below)
+    ]
+    assert not reached, "serving/ imports past the pipelines:\n" + "\n".join(reached)
+    assert any(other.startswith("optimum_ipu.pipelines") for other in import_graph()["optimum_ipu.serving.app"])

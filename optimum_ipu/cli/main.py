@@ -1,4 +1,5 @@
-"""The `optimum-ipu` command: `env`, `config check`, `config balance`, `benchmark` and `plot` (and `--version`).
+"""The `optimum-ipu` command: `env`, `config check`, `config balance`, `benchmark`, `serve` and `plot` (and
+`--version`).
 
 Errors in what the user gave (a bad config, a model that cannot be found) end with exit code 2 and one
 line on stderr; the traceback only with `--debug` (anywhere on the line) or `OPTIMUM_IPU_DEBUG=1`. Every dashed
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -150,6 +152,40 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
+        raise IncompatibleIPUConfigError(
+            "optimum-ipu serve needs FastAPI and uvicorn, which are not installed: pip install 'optimum-ipu[serving]'"
+        )
+    from ..serving import ServeSettings, serve  # the server (fastapi, uvicorn, torch): only when it runs
+
+    if args.model.startswith(("/", "./", "../", "~")) and not os.path.isdir(os.path.expanduser(args.model)):
+        raise IncompatibleIPUConfigError(
+            f"serve {args.model}: no such folder; give a model folder or a Hub id in the local Hugging Face cache"
+        )
+
+    try:
+        settings = ServeSettings(
+            model=args.model,
+            task=args.task,
+            ipu_config=args.ipu_config,
+            host=args.host,
+            port=args.port,
+            max_batch_size=args.max_batch_size,
+            batch_wait_ms=args.batch_wait_ms,
+            max_queue=args.max_queue,
+            request_timeout=args.request_timeout,
+            max_body_bytes=args.max_body_bytes,
+            served_model_name=args.served_model_name,
+        )
+        return serve(settings)
+    except (OSError, KeyError, ValueError) as err:  # a model, task or config that cannot be loaded: one line
+        message = " ".join(str(err.args[0] if isinstance(err, KeyError) and err.args else err).split())
+        raise IncompatibleIPUConfigError(f"serve {args.model}: {message}") from None
+
+
 def _at_least(low: int) -> Callable[[str], int]:
     """An argparse type: an integer >= `low` (so `--seq-len 0` is a usage error naming the flag, exit code 2)."""
 
@@ -161,6 +197,35 @@ def _at_least(low: int) -> Callable[[str], int]:
 
     parse.__name__ = f"integer >= {low}"
     return parse
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a number of seconds > 0."""
+    value = float(text)  # a ValueError is argparse's "invalid ... value"
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
+    return value
+
+
+def _milliseconds(text: str) -> float:
+    """An argparse type: a number of milliseconds >= 0."""
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of milliseconds >= 0, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free port) to 65535."""
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port from 0 to 65535, got {value}")
+    return value
+
+
+_port.__name__ = "port"
+_seconds.__name__ = "seconds"
+_milliseconds.__name__ = "milliseconds"
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -184,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help=f"on an error, the full traceback instead of one line (or {DEBUG_ENV}=1)"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_env, _add_config, _add_plot, _add_benchmark):
+    for add in (_add_env, _add_config, _add_plot, _add_benchmark, _add_serve):
         add(sub)
     return parser
 
@@ -282,6 +347,34 @@ def _add_benchmark(sub: Any) -> None:
     bench.add_argument("--peak-tflops", type=float, help="the device's peak, for model FLOPs utilisation")
     bench.add_argument("--output-dir", default="benchmark_results")
     bench.set_defaults(func=_cmd_benchmark)
+
+
+def _add_serve(sub: Any) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="answer HTTP requests with a pipeline(): OpenAI-compatible endpoints, every task at /v1/pipeline/<task>, "
+        "/health and /metrics (the [serving] extra)",
+    )
+    serve.add_argument("model", help="model folder, or Hub id in the local cache")
+    serve.add_argument("--task", help="a pipeline() task (default: inferred from the model, as pipeline() infers it)")
+    serve.add_argument(
+        "--ipu-config", help="folder, JSON file or id of an IPU config: its inference layout runs the model"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    serve.add_argument("--port", type=_port, default=8000, help="TCP port (0: any free port)")
+    serve.add_argument("--max-batch-size", type=_at_least(1), default=8, help="inputs of one pipeline call at most")
+    serve.add_argument(
+        "--batch-wait-ms", type=_milliseconds, default=5.0, help="how long a batch waits for more requests"
+    )
+    serve.add_argument("--max-queue", type=_at_least(1), default=64, help="requests waiting at most; then 429")
+    serve.add_argument(
+        "--request-timeout", type=_seconds, default=60.0, help="seconds a request may take, queue included; then 504"
+    )
+    serve.add_argument(
+        "--max-body-bytes", type=_at_least(1), default=25 * 1024 * 1024, help="largest request body; then 413"
+    )
+    serve.add_argument("--served-model-name", help="the name clients give as `model` (default: the model's)")
+    serve.set_defaults(func=_cmd_serve)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -40,6 +40,7 @@ _LAZY: dict[str, str] = {
     "IPUImageClassificationPipeline": ".vision",
     "IPUAudioClassificationPipeline": ".speech",
     "IPUAutomaticSpeechRecognitionPipeline": ".speech",
+    "IPUFeatureExtractionPipeline": ".embeddings",
 }
 
 

@@ -91,7 +91,9 @@ def default_model(task: str, ipu_config: Any, model_kwargs: dict[str, Any] | Non
         `NoDefaultModelOfflineError`: offline; the message names the checkpoint it would download and the fix.
     """
     name = "translation" if task.startswith("translation") else task
-    default = TASK_DEFAULTS[name]
+    default = TASK_DEFAULTS.get(name)
+    if default is None:  # a task Optimum Graphcore's pipeline() did not have (feature-extraction): no default
+        raise ValueError(f"pipeline({task!r}) has no default model; pass model= a model folder, Hub id or object")
     if hub_offline():
         raise NoDefaultModelOfflineError(
             f"pipeline({task!r}) without a model would download Optimum Graphcore's default for the task, "

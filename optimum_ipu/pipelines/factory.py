@@ -15,6 +15,7 @@ from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..models.auto import repo_ipu_config
 from ..models.pipelined import PipelinedModel
+from ..models.stage_loading import loads_stage_only
 from .base import StaticBatchingPipeline, resolve_ipu_config, resolve_precision, supported_classes
 from .classification import (
     IPUFillMaskPipeline,
@@ -23,6 +24,7 @@ from .classification import (
     IPUZeroShotClassificationPipeline,
 )
 from .defaults import TASK_ALIASES, default_model, infer_task
+from .embeddings import IPUFeatureExtractionPipeline
 from .generation import (
     IPUSummarizationPipeline,
     IPUText2TextGenerationPipeline,
@@ -60,6 +62,9 @@ SUPPORTED_TASKS: dict[str, TaskSpec] = {
     "automatic-speech-recognition": TaskSpec(
         IPUAutomaticSpeechRecognitionPipeline, "AutoModelForCTC|AutoModelForSpeechSeq2Seq"
     ),
+    # last: a task is inferred from the first entry that maps the model's class, and a model with a head has a task
+    # of its own before this one of its base model
+    "feature-extraction": TaskSpec(IPUFeatureExtractionPipeline, "AutoModel"),
 }
 
 
@@ -150,8 +155,10 @@ def pipeline(
             `"question-answering"`, `"fill-mask"`, `"text-generation"`, `"text2text-generation"`,
             `"summarization"`, `"translation"` or `"translation_xx_to_yy"`, `"zero-shot-classification"`,
             `"image-classification"`, `"audio-classification"`, `"automatic-speech-recognition"` (CTC models and
-            Whisper; see `optimum_ipu.pipelines.speech`). Without it, the task is inferred from the model: a Hub
-            id's `pipeline_tag` online, else the class its config names (`optimum_ipu.pipelines.defaults`).
+            Whisper; see `optimum_ipu.pipelines.speech`), `"feature-extraction"` (token features, or sentence
+            embeddings with `pooling="mean", normalize=True`; see `optimum_ipu.pipelines.embeddings`). Without it,
+            the task is inferred from the model: a Hub id's `pipeline_tag` online, else the class its config names
+            (`optimum_ipu.pipelines.defaults`).
         model (`str`, `os.PathLike` or `transformers.PreTrainedModel`, *optional*): a model folder or Hub id
             (downloaded once, then read from the local cache), loaded with the task's `transformers` auto class, or
             a model object (also a `PipelinedModel`). Without it, Optimum Graphcore's default checkpoint of the task
@@ -177,7 +184,7 @@ def pipeline(
             bucket; CUDA graphs on GPUs) or `"onnxruntime"` (the `[onnx]` extra); `"auto"`: ONNX Runtime on CPUs,
             `"compile"` on GPUs, for token inputs (generation runs `"eager"`).
         buckets (`list[int]`, *optional*): the sequence lengths inputs are padded to, the last `max_seq_length`
-            (at most 8; default `optimum_ipu.runtime.inference.default_buckets`, e.g. 64, 128, ..., 384).
+            (at most 8; default `optimum_ipu.runtime.inference.runner.default_buckets`, e.g. 64, 128, ..., 384).
         quantize (`bool`, *optional*, defaults to `False`): int8 weights on ONNX Runtime (CPU): faster, not exact.
         model_kwargs (`dict`, *optional*): passed to `from_pretrained` when `model` is a path.
         pipeline_class (*optional*): a subclass of the task's class to use instead.
@@ -246,6 +253,14 @@ def _load_model(
         _check_config(task, spec, model)
         if tokenizer is None:
             tokenizer = model
+        config = resolve_ipu_config(ipu_config)
+        if loads_stage_only(config):  # torchrun, several stages: this process reads its stage only
+            from ..models.stage_loading import load_stage  # the process mesh: only when loading so
+            from ..runtime.distributed import join_process_group
+
+            join_process_group()
+            model = load_stage(_auto_class(spec, model), model, config, **(model_kwargs or {}))
+            return model, None, tokenizer  # the pipelined model carries its config
         model = _auto_class(spec, model).from_pretrained(model, **(model_kwargs or {}))
     elif not isinstance(model, nn.Module):
         raise TypeError(f"model: got a {type(model).__name__}; pass a model folder or a transformers model")

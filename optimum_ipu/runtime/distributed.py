@@ -55,6 +55,14 @@ def init_cpu_process_group(backend: str, timeout_s: int) -> None:
     set_default_group_timeout(timeout_s)
 
 
+def join_process_group(timeout_s: int = 300) -> None:
+    """Under `torchrun`, create this job's default process group (gloo on CPUs, NCCL on GPUs) with `timeout_s` for
+    its collectives, unless one exists; nothing in one process. What a job that only serves or predicts calls before
+    it loads a model stage by stage (training arguments make the group of a training job)."""
+    if world_size() > 1 and dist.is_available() and not dist.is_initialized():
+        init_cpu_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout_s)
+
+
 def set_default_group_timeout(timeout_s: int) -> None:
     """Make `timeout_s` the timeout of every process group created from now on without one of its own.
 

@@ -1,0 +1,57 @@
+"""A `pipeline()` served by every process of a `torchrun` job whose model stages run on separate processes.
+
+`lockstep(pipe)` returns, on process 0, the pipeline as a caller sees it, each call first sent to the other processes
+(`optimum_ipu.runtime.lockstep.Lockstep`); on the other processes it runs those calls until process 0 closes it, and
+then returns `None`. In one process it returns `pipe` itself. `optimum-ipu serve` under `torchrun` holds its socket in
+process 0 this way; the stages answer every request together.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..runtime.distributed import world_size
+from ..runtime.lockstep import Lockstep, leads
+
+# what a caller hands the pipeline that stays in its own process: the generation streamer feeds its requests
+LOCAL_ARGUMENTS = ("streamer",)
+
+
+class LeadingPipeline:
+    """Process 0's pipeline under `torchrun`: calls go to every process first; anything else is the pipeline's.
+
+    Args:
+        pipe: the pipeline of this process (its model holds this process's stage).
+    """
+
+    def __init__(self, pipe: Any) -> None:
+        self.pipe = pipe
+        self.lockstep = Lockstep(pipe)
+
+    def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        local = {k: kwargs.pop(k) for k in LOCAL_ARGUMENTS if k in kwargs}
+        return self.lockstep.lead((inputs, *args), kwargs, local)
+
+    def close(self) -> None:
+        """Release the other processes (they return from `lockstep`); every call after it fails."""
+        self.lockstep.stop()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pipe, name)
+
+
+def lockstep(pipe: Any) -> Any:
+    """The pipeline a server calls: `pipe` in one process; under `torchrun`, on process 0 a `LeadingPipeline`, and on
+    the others `None` once process 0 has closed it (meanwhile they make its calls)."""
+    if world_size() == 1:
+        return pipe
+    if leads():
+        return LeadingPipeline(pipe)
+    Lockstep(pipe).follow()
+    return None
+
+
+def release(pipe: Any) -> None:
+    """Release the other processes of a `torchrun` job from `lockstep` (nothing for a pipeline of one process)."""
+    if isinstance(pipe, LeadingPipeline):
+        pipe.close()

@@ -1,0 +1,190 @@
+"""Requests batched by arrival: the requests that arrive together, with the same call settings, run as one call.
+
+A request becomes a `Job`: its inputs (one or several), a key saying which requests it may run with (the endpoint
+and every setting of the call: two completions with different temperatures cannot share a `generate()` call), and
+the function that runs a batch of jobs. One asyncio task gathers jobs: a batch opens at the oldest waiting job and
+closes when its compatible jobs hold `max_batch_size` inputs or `batch_wait_s` has passed; it then runs in the one
+worker thread, so the event loop keeps answering (health checks, metrics, new requests) while the model computes.
+While it computes, new requests queue, and the next batch takes them at once: the busier the server, the larger
+its batches. The queue is bounded: past `max_queue` waiting jobs, `QueueFull` (the app answers 429).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from .metrics import ServerMetrics
+
+logger = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    """The queue holds `max_queue` waiting requests."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One request waiting for, or running in, a batch.
+
+    Args:
+        key: jobs with equal keys may run in one call (the endpoint and the call's settings).
+        items (`list`): the request's inputs, in order.
+        run: runs a batch of jobs of this key in the worker thread; returns one result (or exception) per job.
+        kwargs (`dict`): the call's settings, the same for every job of the key.
+        context: what `run` needs beside the inputs (a streaming sink, ...).
+    """
+
+    key: Hashable
+    items: list[Any]
+    run: Callable[[list[Job]], list[Any]]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    context: Any = None
+    future: asyncio.Future | None = None
+
+
+class Batcher:
+    """Gathers jobs into batches and runs them one at a time in a worker thread (see the module docstring).
+
+    Args:
+        max_batch_size (`int`): inputs of one batch at most (a single job with more runs alone, the pipeline
+            splitting it into host batches).
+        batch_wait_s (`float`): how long a batch stays open for more jobs after its first.
+        max_queue (`int`): waiting jobs at most.
+        metrics (`ServerMetrics`): where the batch sizes, call times and queue depth go.
+        task (`str`): the label of the batch metrics.
+    """
+
+    def __init__(
+        self, max_batch_size: int, batch_wait_s: float, max_queue: int, metrics: ServerMetrics, task: str
+    ) -> None:
+        self.max_batch_size, self.batch_wait_s, self.max_queue = max_batch_size, batch_wait_s, max_queue
+        self.metrics, self.task = metrics, task
+        self._waiting: deque[Job] = deque()
+        self._wake: asyncio.Event | None = None
+        self._loop_task: asyncio.Task | None = None
+        # one thread: the model runs one batch at a time (its own operators use the cores)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="optimum-ipu-pipeline")
+        self.running = 0  # jobs in the batch being computed
+
+    @property
+    def depth(self) -> int:
+        """Jobs waiting for a batch."""
+        return len(self._waiting)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waiting, nothing computing."""
+        return not self._waiting and not self.running
+
+    def start(self) -> None:
+        """Start gathering (in the running event loop)."""
+        self._wake = asyncio.Event()
+        self._loop_task = asyncio.get_running_loop().create_task(self._gather_forever())
+
+    async def stop(self) -> None:
+        """Stop gathering; the batch computing, if any, finishes first (its thread is joined)."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            try:
+                await self._loop_task
+            except asyncio.CancelledError:
+                pass
+        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
+        for job in self._waiting:
+            if job.future is not None and not job.future.done():
+                job.future.cancel()
+
+    def submit(self, job: Job) -> asyncio.Future:
+        """Queue `job`; returns the future of its result. Raises `QueueFull` when `max_queue` jobs wait."""
+        if len(self._waiting) >= self.max_queue:
+            raise QueueFull
+        job.future = asyncio.get_running_loop().create_future()
+        self._waiting.append(job)
+        self.metrics.queue_depth.set(len(self._waiting))
+        assert self._wake is not None, "Batcher.start() first"
+        self._wake.set()
+        return job.future
+
+    async def run_now(self, job: Job) -> Any:
+        """Run one job in the worker thread, outside the queue (the warm-up request)."""
+        job.future = asyncio.get_running_loop().create_future()
+        (result,) = await asyncio.get_running_loop().run_in_executor(self._executor, job.run, [job])
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    async def _gather_forever(self) -> None:
+        while True:
+            while not self._waiting:
+                self._wake.clear()
+                await self._wake.wait()
+            batch = await self._gather()
+            if batch:
+                await self._run(batch)
+
+    async def _gather(self) -> list[Job]:
+        """The next batch: the oldest job's compatible jobs, once they hold `max_batch_size` inputs or the wait
+        is over."""
+        loop = asyncio.get_running_loop()
+        key = self._waiting[0].key
+        deadline = loop.time() + self.batch_wait_s
+        while self._items_of(key) < self.max_batch_size:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), remaining)
+            except asyncio.TimeoutError:
+                break
+        return self._take(key)
+
+    def _items_of(self, key: Hashable) -> int:
+        return sum(len(job.items) for job in self._waiting if job.key == key)
+
+    def _take(self, key: Hashable) -> list[Job]:
+        """Remove and return the waiting jobs of `key`, oldest first, up to `max_batch_size` inputs (at least one
+        job); jobs whose client gave up (timed out) are dropped."""
+        batch: list[Job] = []
+        kept: deque[Job] = deque()
+        items = 0
+        for job in self._waiting:
+            if job.future is not None and job.future.done():
+                continue
+            if job.key == key and (not batch or items + len(job.items) <= self.max_batch_size):
+                batch.append(job)
+                items += len(job.items)
+            else:
+                kept.append(job)
+        self._waiting = kept
+        self.metrics.queue_depth.set(len(kept))
+        return batch
+
+    async def _run(self, batch: list[Job]) -> None:
+        self.running = len(batch)
+        self.metrics.batch_size.labels(self.task).observe(sum(len(job.items) for job in batch))
+        start = time.perf_counter()
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(self._executor, batch[0].run, batch)
+        except Exception as err:  # noqa: BLE001 (a failure of the runner itself: every job of the batch gets it)
+            logger.exception("a batch of %d requests failed", len(batch))
+            results = [err] * len(batch)
+        finally:
+            self.running = 0
+        if len(results) != len(batch):  # a runner's bug: fail its jobs, never the loop that gathers the next ones
+            results = [RuntimeError(f"the batch runner gave {len(results)} results for {len(batch)} jobs")] * len(batch)
+        self.metrics.batch_seconds.labels(self.task).observe(time.perf_counter() - start)
+        for job, result in zip(batch, results, strict=True):
+            if job.future.done():  # the client timed out or went away
+                continue
+            if isinstance(result, BaseException):
+                job.future.set_exception(result)
+            else:
+                job.future.set_result(result)

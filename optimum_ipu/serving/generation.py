@@ -1,0 +1,159 @@
+"""Running generation requests as one `text-generation` pipeline call, and following each row's tokens.
+
+The requests of one batch share their settings (`max_tokens`, sampling, `n`, stop strings: the batcher's key), so
+they run as one call of the pipeline a Python user calls (`pipe(prompts, max_new_tokens=..., ...)`), and decode
+together: one `generate()` over the batch's rows. A `RowStreamer` (a `transformers` streamer, handed to
+`generate()` through the pipeline) sees each step's tokens of every row and passes them to the row's request: a
+streaming request turns them into server-sent events as they come; every request gets its token counts and why
+each choice ended from them.
+
+Why not `transformers`' continuous batching manager (`model.init_continuous_batching()`, `generate_batch`): it
+drives the stock model with its own paged KV cache and scheduler, outside `pipeline()` and its layouts (the IPU
+config's stages, `generate_static`'s padded shapes); it does not stream (`generate()` refuses a streamer with it in
+`transformers` 5.24); and on this project's 2-core CPU it was slower: 8 prompts x 32 new tokens of a 4-layer,
+256-wide GPT-2 took 24.5 s through `generate_batch` (its warm-up included) against 0.23 s for one `generate()` of
+the padded batch. A server built on it would hold a second inference path beside the one the pipelines test.
+What this costs: a request that arrives while a batch decodes waits for the next batch (at most one generation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers.generation.streamers import BaseStreamer
+
+from .batching import Job
+from .tasks import INPUT_ERRORS, InputError, batch_rows
+
+
+@dataclass
+class Choice:
+    """One generated sequence of a request: its token ids (up to and with the end-of-sequence token), whether it
+    ended on that token, and the text the pipeline made of it."""
+
+    ids: list[int] = field(default_factory=list)
+    ended: bool = False
+    text: str = ""
+
+
+@dataclass
+class GenerationSink:
+    """Where the rows of one request go: `n` choices per prompt, and, for a streaming request, the event loop and
+    queue that receive `(choice index, token id)` as they are generated."""
+
+    prompts: int
+    n: int
+    loop: asyncio.AbstractEventLoop | None = None
+    queue: asyncio.Queue | None = None
+    choices: list[Choice] = field(default_factory=list)
+    prompt_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        self.choices = [Choice() for _ in range(self.prompts * self.n)]
+
+
+class RowStreamer(BaseStreamer):
+    """A `transformers` streamer over a batch of requests: row `r` of the padded batch is choice `r % rows_of_job`
+    of the job it belongs to; the rows that fill the batch belong to none. Each `generate()` call of the pipeline
+    starts with a `put` of the prompts (2-D), which moves on to the call's rows."""
+
+    def __init__(self, sinks: list[GenerationSink], eos_ids: set[int], rows_per_call: list[int]) -> None:
+        # the real rows in batch order: (sink, choice index)
+        self.rows = [(sink, i) for sink in sinks for i in range(len(sink.choices))]
+        self.eos_ids, self.rows_per_call = eos_ids, rows_per_call
+        self.call, self.offset, self.width = -1, 0, 0
+
+    def put(self, value: torch.Tensor) -> None:
+        if value.dim() == 2 and value.shape[1] > 1 or self.call < 0:  # the prompts of the next generate() call
+            self.offset += self.width
+            self.call += 1
+            self.width = self.rows_per_call[self.call] if self.call < len(self.rows_per_call) else 0
+            return
+        tokens = value.reshape(-1).tolist()
+        for r, token in enumerate(tokens[: self.width]):
+            if self.offset + r >= len(self.rows):
+                break
+            sink, index = self.rows[self.offset + r]
+            choice = sink.choices[index]
+            if choice.ended:
+                continue
+            choice.ids.append(token)
+            choice.ended = token in self.eos_ids
+            if sink.queue is not None:
+                sink.loop.call_soon_threadsafe(sink.queue.put_nowait, (index, token))
+
+    def end(self) -> None:
+        pass
+
+
+def eos_token_ids(pipe: Any) -> set[int]:
+    """The tokens that end a sequence, as `generate()` reads them from the model's generation config."""
+    eos = getattr(pipe.model.generation_config, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(pipe.tokenizer, "eos_token_id", None)
+    return set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
+
+
+def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
+    """`text` up to the first stop string (OpenAI's output leaves it out), and whether one was found."""
+    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def run_generation_batch(pipe: Any, jobs: list[Job], max_batch_size: int, param: str) -> list[Any]:
+    """Run the jobs' prompts as one `text-generation` pipeline call; one result per job: its `GenerationSink`,
+    filled, or an `InputError` for a job the pipeline refused (a batch that fails is run again job by job)."""
+    items = [item for job in jobs for item in job.items]
+    kwargs = dict(jobs[0].kwargs)
+    seed = kwargs.pop("seed", None)
+    try:
+        for job in jobs:
+            job.context.prompt_tokens = sum(_prompt_tokens(pipe, item, param) for item in job.items)
+        sinks = [job.context for job in jobs]
+        for sink in sinks:
+            sink.choices = [Choice() for _ in sink.choices]  # a batch run again starts afresh
+        size = batch_rows(pipe, len(items), max_batch_size)
+        host_rows = pipe.host_batch_rows(size)
+        n = kwargs.get("num_return_sequences", 1)
+        calls = [min(host_rows, len(items) - start) * n for start in range(0, len(items), host_rows)]
+        streamer = RowStreamer(sinks, eos_token_ids(pipe), calls)
+        if seed is not None:  # (a seeded request runs alone: the same seed gives the same tokens)
+            torch.manual_seed(seed)
+        outputs = pipe(items, batch_size=size, streamer=streamer, **kwargs)
+    except InputError as err:
+        return _alone(pipe, jobs, max_batch_size, param, err)
+    except INPUT_ERRORS as err:
+        return _alone(pipe, jobs, max_batch_size, param, InputError(param, f"{param}: {err}"))
+    records = itertools.chain.from_iterable(outputs)  # each prompt: n records
+    for sink in sinks:
+        for choice in sink.choices:
+            choice.text = next(records)["generated_text"]
+    return sinks
+
+
+def _alone(pipe: Any, jobs: list[Job], max_batch_size: int, param: str, err: InputError) -> list[Any]:
+    if len(jobs) == 1:
+        return [err]
+    return [run_generation_batch(pipe, [job], max_batch_size, param)[0] for job in jobs]
+
+
+def _prompt_tokens(pipe: Any, item: Any, param: str) -> int:
+    """The prompt's tokens as the pipeline's own `preprocess` makes them (chat template included); an
+    `InputError` when they do not fit its `max_seq_length`."""
+    from transformers.utils.chat_template_utils import Chat
+
+    prompt = Chat(item) if isinstance(item, list) else item
+    tokens = int(pipe.preprocess(prompt)["input_ids"].shape[-1])
+    if tokens > pipe.max_seq_length:
+        raise InputError(
+            param,
+            f"{param}: {tokens} tokens, more than the {pipe.max_seq_length} prompt tokens this server's pipeline "
+            "takes; shorten it",
+        )
+    if tokens == 0:
+        raise InputError(param, f"{param}: empty; generation continues a prompt of one token or more")
+    return tokens

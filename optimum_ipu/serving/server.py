@@ -1,0 +1,111 @@
+"""`serve(settings)`: build the pipeline, then answer HTTP with uvicorn until SIGTERM (or Ctrl+C) drains it.
+
+Graceful shutdown: the first SIGTERM / SIGINT starts draining: `/health` says 503 (a load balancer stops sending),
+new requests get 503, the requests in flight finish; once none is left (or after `request_timeout`), uvicorn
+closes and the process exits with code 0. A second signal stops at once (uvicorn's own handling).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from .app import ServerState, create_app
+from .settings import ServeSettings
+
+logger = logging.getLogger(__name__)
+
+
+def load_pipeline(settings: ServeSettings) -> Any:
+    """The `pipeline()` the server hands requests to: the task (given, else inferred as `pipeline()` infers it) on
+    the model, in the IPU config's inference layout."""
+    from ..pipelines import pipeline
+
+    return pipeline(settings.task, model=settings.model, ipu_config=settings.ipu_config)
+
+
+def serve(settings: ServeSettings, log_level: str = "info") -> int:
+    """Serve `settings.model` over HTTP until a signal drains the server; returns the exit code (0).
+
+    Under `torchrun`, with the IPU config's stages on separate processes, each process loads its stage; process 0
+    holds the socket and every request runs on all of them together (`optimum_ipu.pipelines.processes.lockstep`);
+    the other processes return once process 0 has drained and released them.
+
+    Args:
+        settings (`ServeSettings`): the model, its task and IPU config, the address and the limits.
+        log_level (`str`, *optional*, defaults to `"info"`): uvicorn's log level.
+
+    Example:
+
+    ```python
+    >>> from optimum_ipu.serving import ServeSettings, serve
+    >>> serve(ServeSettings("path/to/model", port=8000))  # until Ctrl+C or SIGTERM
+    ```
+    """
+    from ..pipelines.processes import lockstep, release
+
+    pipe = lockstep(load_pipeline(settings))
+    if pipe is None:  # another process of the job: it made process 0's calls until released
+        return 0
+    note = layout_note(pipe)
+    if note:
+        logger.warning(note)
+    app = create_app(pipe, settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        timeout_graceful_shutdown=int(settings.request_timeout) + 1,
+    )
+    try:
+        DrainingServer(config, app.state.server).run()
+    finally:
+        release(pipe)
+    return 0
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, whose first SIGTERM / SIGINT drains (see the module docstring) instead of closing the
+    connections of requests still computing."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+        super().__init__(config)
+        self.state = state
+        self.drain_started: float | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.drain_started is None:
+            # (not recorded as uvicorn records a signal: it would raise it again at the end, and the process would
+            # end by the signal rather than with code 0)
+            self.drain_started = time.monotonic()
+            logger.info("%s: draining before shutdown", signal.Signals(sig).name)
+            return
+        super().handle_exit(sig, frame)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.drain_started is not None and not self.should_exit:
+            self.state.begin_draining()
+            overdue = time.monotonic() - self.drain_started > self.state.settings.request_timeout + 1
+            if self.state.idle or overdue:
+                self.should_exit = True
+        return await super().on_tick(counter)
+
+
+def layout_note(pipe: Any) -> str | None:
+    """What to say once at start when the pipeline's inference layout has several stages or replicas: this
+    server runs them all in its one process (None for one stage and one replica)."""
+    stages = pipe.ipu_config.value("ipus_per_replica", inference=True)
+    replicas = pipe.ipu_config.value("replication_factor", inference=True)
+    if stages == 1 and replicas == 1 or hasattr(pipe, "lockstep"):  # one stage, or the stages on processes
+        return None
+    return (
+        f"serve: the IPU config's inference layout has {stages} stage(s) x {replicas} replica(s); this server runs "
+        "them all in this one process, in turn (under torchrun --nproc_per_node <stages> each stage runs in a process "
+        "of its own)"
+    )

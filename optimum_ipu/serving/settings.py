@@ -1,0 +1,66 @@
+"""What `optimum-ipu serve` is told: the model, its task and IPU config, where to listen, and the server's limits."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class ServeSettings:
+    """The settings of one server, one model held whole in this process.
+
+    Args:
+        model (`str`): a model folder or a Hub id (read from the local cache offline).
+        task (`str`, *optional*): a `pipeline()` task; inferred from the model as `pipeline()` infers it.
+        ipu_config (`str`, *optional*): a folder, JSON file or bundled id of an IPU config; its inference layout
+            (`inference_*` values) runs the model, as `pipeline(..., ipu_config=...)` takes it.
+        host (`str`, *optional*, defaults to `"127.0.0.1"`): the address to listen on (`0.0.0.0`: every interface).
+        port (`int`, *optional*, defaults to 8000): the TCP port (0: any free port).
+        max_batch_size (`int`, *optional*, defaults to 8): inputs handed to the pipeline in one call at most.
+        batch_wait_ms (`float`, *optional*, defaults to 5): how long a batch stays open for more requests once its
+            first has arrived (while the model is busy, requests gather anyway).
+        max_queue (`int`, *optional*, defaults to 64): requests waiting for a batch at most; past it, 429.
+        request_timeout (`float`, *optional*, defaults to 60): seconds a request may take, queue included; past it,
+            504.
+        max_body_bytes (`int`, *optional*, defaults to 25 MiB): the largest request body; past it, 413.
+        served_model_name (`str`, *optional*): the name clients give as `model` (default: the model argument).
+    """
+
+    model: str
+    task: str | None = None
+    ipu_config: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_batch_size: int = 8
+    batch_wait_ms: float = 5.0
+    max_queue: int = 64
+    request_timeout: float = 60.0
+    max_body_bytes: int = 25 * 1024 * 1024
+    served_model_name: str | None = None
+
+    def __post_init__(self) -> None:
+        for name, low in (("max_batch_size", 1), ("max_queue", 1), ("max_body_bytes", 1), ("port", 0)):
+            _check_number(name, getattr(self, name), low, integer=True)
+        for name in ("batch_wait_ms", "request_timeout"):
+            _check_number(name, getattr(self, name), 0, integer=False)
+        if self.request_timeout == 0:
+            raise ValueError("request_timeout: got 0; give a number of seconds > 0")
+        if self.port > 65535:
+            raise ValueError(f"port: got {self.port}; give a TCP port from 0 to 65535")
+
+    @property
+    def model_name(self) -> str:
+        """The name of the served model: `served_model_name`, else the model argument (a folder's own name)."""
+        if self.served_model_name:
+            return self.served_model_name
+        path = os.path.normpath(self.model)
+        return os.path.basename(path) if os.path.isdir(path) else self.model
+
+
+def _check_number(name: str, value: Any, low: float, integer: bool) -> None:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value < low:
+        what = "an integer" if integer else "a number"
+        raise ValueError(f"{name}: got {value!r}; give {what} >= {low}")

@@ -1,0 +1,84 @@
+"""A real server for the serving tests: uvicorn in a background thread on a free port of 127.0.0.1, serving a
+`pipeline()` object built in the test process (so each test compares the server's answers with the same pipeline
+called in-process). One server per test module (module-scoped fixtures): models load once."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+@contextlib.contextmanager
+def running_server(pipe: Any, **settings: Any) -> Iterator[tuple[str, Any]]:
+    """`(base URL, ServerState)` of a server answering `pipe` until the block ends; it is healthy (warmed up)
+    when the block starts."""
+    import uvicorn
+
+    from optimum_ipu.serving import ServeSettings, create_app
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    settings.setdefault("served_model_name", "tiny")
+    app = create_app(pipe, ServeSettings("tiny", port=port, **settings))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url)
+    try:
+        yield url, app.state.server
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+def wait_healthy(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            response = httpx.get(f"{url}/health", timeout=5)
+        except httpx.TransportError:
+            time.sleep(0.05)
+            continue
+        if response.status_code == 200:
+            return
+        assert "warm-up request failed" not in response.text, response.text
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} was not healthy within {timeout} s")
+
+
+def assert_error(response: httpx.Response, status: int, param: str | None, *words: str) -> dict:
+    """The response is OpenAI's error shape with `status`, naming `param`, its message one line holding `words`."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+    error = body["error"]
+    assert error["param"] == param and error["code"] is None, error
+    assert "\n" not in error["message"] and all(w in error["message"] for w in words), error["message"]
+    return error
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """The value of one sample of the server's /metrics (0 when absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics").text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0

@@ -1,0 +1,57 @@
+"""`optimum-ipu serve` under `torchrun`, the model's stages on separate processes: process 0 holds the socket, every
+request runs through both stages (each process loaded its stage only), the answers are those of one process, and
+SIGTERM to the server's process drains it and releases the other stage: every process, and torchrun, exit with code
+0. (SIGTERM to torchrun itself makes torchrun stop its workers and fail, whatever they do: its own behaviour.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import httpx
+
+from optimum_ipu.pipelines import pipeline
+
+from ..conftest import REPO_ROOT
+from ..helpers import TORCHRUN, env, free_port
+from .conftest import wait_healthy
+
+TEXTS = ["the movie was great", "a dull, long and tiring film", "fine", "not bad at all", "meh"]
+
+
+def test_serve_on_two_stages_answers_as_one_process(tmp_path, tiny_pretrained):
+    folder = tiny_pretrained("BertForSequenceClassification")
+    config = tmp_path / "ipu_config.json"
+    config.write_text(json.dumps({"layers_per_ipu": [1, 3], "ipus_per_replica": 2}))
+    port = free_port()
+    command = [*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "optimum_ipu.cli", "serve"]
+    command += [str(folder), "--ipu-config", str(config), "--port", str(port), "--task", "text-classification"]
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:  # a file, not a pipe: the workers outlive a killed torchrun and would hold a pipe
+        process = subprocess.Popen(
+            command, cwd=REPO_ROOT, env=env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, timeout=180)
+        want = pipeline("text-classification", model=str(folder))(TEXTS)
+        got = httpx.post(f"{url}/v1/pipeline/text-classification", json={"inputs": TEXTS}, timeout=120)
+        assert got.status_code == 200, got.text
+        for answer, expected in zip(got.json(), want, strict=True):
+            assert answer["label"] == expected["label"]
+            assert abs(answer["score"] - expected["score"]) < 1e-4
+        assert len({round(a["score"], 5) for a in got.json()}) > 1, "identical answers would prove little"
+        one = httpx.post(f"{url}/v1/pipeline/text-classification", json={"inputs": TEXTS[1]}, timeout=120)
+        assert abs(one.json()["score"] - want[1]["score"]) < 1e-4  # a single input: pipe([x])[0]
+        server = int(re.search(r"Started server process \[(\d+)\]", log.read_text()).group(1))
+        os.kill(server, signal.SIGTERM)  # process 0 drains, then releases stage 1
+        assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            time.sleep(1)
+    assert "Application shutdown complete" in log.read_text()
