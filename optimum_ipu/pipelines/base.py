@@ -38,7 +38,6 @@ from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..models.pipelined import PipelinedModel, to_pipelined
 from ..models.plans import position_offset, registered_classes
-from ..runtime.distributed import world_size
 from ..runtime.inference.runner import BACKENDS, InferenceRunner
 from ..runtime.precision import PRECISIONS
 
@@ -195,7 +194,6 @@ class StaticBatchingPipeline(Pipeline):
         self.engine = self.runner.engine
         self._forward_parameters: Any = None
         self.static_batch_size = 0  # rows of the host batch of the current call
-        self._rows_per_device: int | None = None
         super().__init__(pipelined.model, *args, device=self.engine.device, **kwargs)
         if self.device.type == "meta":  # torchrun: transformers took the first parameter's device, another stage's
             self.device = self.engine.device
@@ -229,10 +227,7 @@ class StaticBatchingPipeline(Pipeline):
         per_device = batch_size if batch_size is not None else (self._batch_size or 1)
         if not isinstance(per_device, int) or isinstance(per_device, bool) or per_device < 1:
             raise ValueError(f"batch_size: got {per_device!r}; expected a positive number of rows per device")
-        if self._rows_per_device is None:  # read once: the layout is fixed when the pipeline is built
-            replicas = max(1, self.ipu_config.value("replication_factor", inference=True) // world_size())
-            self._rows_per_device = replicas * self.ipu_config.value("device_iterations", inference=True)
-        return per_device * self._rows_per_device
+        return per_device * self.runner.layout.rows_per_device()
 
     # ---------------------------------------------------------------- the call
     def __call__(

@@ -32,8 +32,7 @@ from ...config import IPUConfig
 from ...config_validation import MAX_BUCKETS, check_sequence_buckets, sorted_lengths
 from ..devices import cpu_supports_bf16, default_device
 from ..engine import Engine
-from ..stages.forward import PipelinedForward, StageForward
-from ..stages.hold import StageHold, stage_hold
+from ..layouts.inference import inference_layout
 
 logger = logging.getLogger(__name__)
 
@@ -213,15 +212,6 @@ def compile_options(device: torch.device) -> dict[str, Any]:
     return options
 
 
-def stages_forward(model: nn.Module, cut: Any, hold: StageHold, precision: str) -> PipelinedForward:
-    """The forward of a model whose stages run on separate processes (`torchrun`, loaded stage by stage), as every
-    process of the replica calls it with the same batch: the batch goes through the stages as micro-batches, several in
-    flight (4 a stage, or fewer rows), and the last stage's output comes back to every process."""
-    counts = [len(r) for r in hold.ranges]
-    stage = StageForward(model, cut, counts, hold.stage, hold.mesh.get_group("pp"), precision, gate=hold.gate)
-    return PipelinedForward(stage, model, micro_batches=4 * len(counts), everywhere=True)
-
-
 class InferenceRunner:
     """Runs the inference host calls of a pipelined model with one backend (see the module docstring).
 
@@ -276,16 +266,11 @@ class InferenceRunner:
                     f"backend='onnxruntime' runs the fp32 graph; precision={self.precision!r} is not served"
                 )
             self.backend = "eager"  # auto: the half precision asked for
-        hold = stage_hold(getattr(model, "model", model))
-        if hold is not None and self.backend != "eager":  # one stage of a graph cannot be compiled or exported alone
-            logger.info("backend=%r: this process holds one pipeline stage, which runs eagerly", self.backend)
-            self.backend = "eager"
+        self.layout = inference_layout(model, ipu_config)  # the whole model here, or one stage of it (torchrun)
+        self.backend = self.layout.backend(self.backend)
         compile_ = compile_options(device) if self.backend == "compile" else False
         self.engine = Engine(model, ipu_config, precision=self.precision, device=device, compile=compile_)
-        if hold is not None:  # torchrun, a model loaded stage by stage: every call runs through the replica's stages
-            self.engine.forward = stages_forward(
-                getattr(model, "model", model), model.stage_cut(), hold, self.precision
-            )
+        self.layout.attach(self.engine, model, self.precision)
         self.onnx = None
         if quantize and self.backend != "onnxruntime":
             raise ValueError(f"quantize=True: int8 weights run on backend='onnxruntime', not {self.backend!r}")
