@@ -47,13 +47,14 @@ class ShardedModel(nn.Module):
         return self.module(*args, **kwargs)
 
 
-def shard_model(model: nn.Module, layer_paths: Iterable[str]) -> nn.Module:
+def shard_model(model: nn.Module, layer_paths: Iterable[str], mesh: DeviceMesh | None = None) -> nn.Module:
     """Shard `model` in place over every process of the job, one FSDP unit per pipeline layer plus the root
     (embeddings, heads), so at most one layer's parameters are whole at a time.
 
     Args:
         model (`nn.Module`): the stock model, already on this process's device.
         layer_paths (`Iterable[str]`): dotted paths of its layers (`PipelinedModel.layer_paths()`).
+        mesh (`DeviceMesh`, *optional*): the replicas' 1-D mesh (the layout's `mesh["dp"]`); every process by default.
 
     Returns:
         `nn.Module`: the same model, its parameters now `DTensor` shards.
@@ -61,9 +62,9 @@ def shard_model(model: nn.Module, layer_paths: Iterable[str]) -> nn.Module:
     if not dist.is_initialized():
         raise RuntimeError(FSDP_HELP + "; no process group is initialized")
     for path in layer_paths:
-        fully_shard(model.get_submodule(path))
+        fully_shard(model.get_submodule(path), mesh=mesh)
     # Tied embeddings and output projection share one parameter: both stay in the root unit.
-    fully_shard(model)
+    fully_shard(model, mesh=mesh)
     return model
 
 
@@ -266,7 +267,12 @@ def _gather_stages(model: nn.Module, shards: StageHold) -> dict[str, torch.Tenso
 
 
 def shard_pipeline(
-    model: nn.Module, cut: StageCut, counts: Sequence[int], ipu_config: Any, device: torch.device
+    model: nn.Module,
+    cut: StageCut,
+    counts: Sequence[int],
+    ipu_config: Any,
+    device: torch.device,
+    mesh: DeviceMesh | None = None,
 ) -> StageHold:
     """`shard_stages` on the (replicas, stages) mesh of `ipu_config` (an `IPUConfig`) over this job's processes.
 
@@ -276,10 +282,14 @@ def shard_pipeline(
         counts (`Sequence[int]`): the layers of each stage, wildcards resolved.
         ipu_config (`IPUConfig`): its `replication_factor` (the processes must be replicas x stages).
         device (`torch.device`): this process's device.
+        mesh (`DeviceMesh`, *optional*): the layout's `("dp", "pp")` mesh; the held stage's, or a new one, by default.
     """
     check_processes(ipu_config, dist.get_world_size())
     hold = stage_hold(model)
-    mesh = hold.mesh if hold is not None else stage_mesh(ipu_config.value("replication_factor"), len(counts), device)
+    if mesh is None:
+        mesh = (
+            hold.mesh if hold is not None else stage_mesh(ipu_config.value("replication_factor"), len(counts), device)
+        )
     return shard_stages(model, cut, counts, mesh)
 
 

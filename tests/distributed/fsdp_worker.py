@@ -159,6 +159,9 @@ def main() -> None:
         "parameter_bytes": here,
         "whole_parameter_bytes": whole,
         "sharded": trainer.layout.sharded,
+        "mesh": None
+        if trainer.layout.mesh is None
+        else [trainer.layout.mesh.mesh_dim_names, trainer.layout.mesh.shape],
         "peak_parameter_bytes": peak["bytes"],
         "fsdp_units": sum(isinstance(m, FSDPModule) for m in trainer.model.modules()),
         "reduce_scatters": sent["calls"],  # of FSDP's gradients, over the whole run (without evaluation)

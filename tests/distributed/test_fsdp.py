@@ -59,6 +59,8 @@ def test_sharded_parameters_give_one_process_numbers(tmp_path, replicas):
     (want,), got = ranks(reference, 1), ranks(tmp_path / "fsdp", replicas)
 
     assert not want["sharded"] and all(r["sharded"] for r in got)
+    # the layout is over the job's mesh: every process a replica (one process: none)
+    assert want["mesh"] is None and all(r["mesh"] == [["dp", "pp"], [replicas, 1]] for r in got)
     assert len(want["losses"]) == 4
     torch.testing.assert_close(got[0]["losses"], want["losses"], atol=1e-5, rtol=0)
     # The model and checkpoint saved from the shards are the whole stock model: one process loads them.

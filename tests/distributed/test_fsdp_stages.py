@@ -140,6 +140,7 @@ def sharded_trainer_run(tmp_path_factory):
 def test_trainer_sharded_stages_equal_whole_stages(sharded_trainer_run, whole_stages):
     (want_dir, want), (got_dir, got) = whole_stages, sharded_trainer_run
     assert all(r["sharded"] for r in got) and not want[0]["sharded"]
+    assert all(r["mesh"] == [["dp", "pp"], [2, 2]] for r in got + want)  # 2 replicas x 2 stages, both layouts
     assert got[0]["losses"] == pytest.approx(want[0]["losses"], abs=1e-5)
     for saved in ("final", "checkpoint-3"):
         assert_same_weights(saved_weights(got_dir / saved), load_file(want_dir / saved / "model.safetensors"))

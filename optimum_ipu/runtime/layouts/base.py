@@ -30,7 +30,7 @@ from torch import nn
 
 from ...config import IPUConfig
 from ..distributed import world_size
-from ..fsdp import sync_gradients_at
+from ..fsdp import stage_mesh, sync_gradients_at
 from ..stages.hold import stage_hold
 from ..step import TrainingStep
 from . import checkpoints
@@ -119,12 +119,20 @@ class ReplicasLayout:
         self.parts: ModelParts | None = None
         self.engine: TrainingStep | None = None
         self.accelerator: Any = None
+        self.mesh: Any = None  # the job's `("dp", "pp")` DeviceMesh (None in one process)
 
     def apply(self, parts: ModelParts, engine: Any, accelerator: Any) -> TrainingStep:
         """Lay the model out (a collective where processes shard or split it) and return the engine that drives its
         training steps. `engine` is the single-process `Engine` (precision, loss scaling, clipping)."""
         self.parts, self.engine, self.accelerator = parts, engine, accelerator
+        self.mesh = self.device_mesh(engine.device)
         return engine
+
+    def device_mesh(self, device: torch.device) -> Any:
+        """The mesh this layout is over, its dims named `("dp", "pp")` (replicas, stages); here every process is a
+        replica of the whole model: `(processes, 1)`. None in one process. A collective (every process makes it)."""
+        processes = world_size()
+        return stage_mesh(processes, 1, device) if processes > 1 else None
 
     # ------------------------------------------------------------------ the model
     def move_model_to_device(self, model: nn.Module, stock: Callable[[], None]) -> None:

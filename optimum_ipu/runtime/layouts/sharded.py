@@ -27,8 +27,9 @@ class ShardedReplicasLayout(ReplicasLayout):
     sharded = True
 
     def apply(self, parts: ModelParts, engine: Any, accelerator: Any) -> TrainingStep:
-        fsdp.shard_model(parts.model, parts.layer_paths)
-        return super().apply(parts, engine, accelerator)
+        super().apply(parts, engine, accelerator)
+        fsdp.shard_model(parts.model, parts.layer_paths, mesh=self.mesh["dp"])  # over the replicas' dim
+        return engine
 
     def wrap_model(self, model: nn.Module, training: bool, stock: Callable[[], nn.Module]) -> nn.Module:
         if training:  # no DDP around shards

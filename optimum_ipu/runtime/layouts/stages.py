@@ -84,6 +84,16 @@ class ProcessStagesLayout(ReplicasLayout):
     def holds_part_only(self) -> bool:  # type: ignore[override]
         return stage_hold(self.parts.model) is not None
 
+    def device_mesh(self, device: torch.device) -> Any:
+        """`(replicas, processes of a pipeline)`: the mesh a model loaded stage by stage was split by, else a new
+        one."""
+        hold = stage_hold(self.parts.model)
+        return (
+            hold.mesh
+            if hold is not None
+            else fsdp.stage_mesh(self.ipu_config.value("replication_factor"), self.stages, device)
+        )
+
     def check(self, parts: ModelParts) -> int:
         """Refuse what cannot run its stages on processes, warn of what does not apply; returns the processes of one
         pipeline (its stages, or fewer with an interleaved schedule: several stages each)."""
@@ -123,7 +133,7 @@ class ProcessStagesLayout(ReplicasLayout):
         )
         super().apply(parts, engine, accelerator)
         if self.sharded:  # the pipeline split first, then FSDP2 over each stage's replicas (torchtitan's order)
-            fsdp.shard_pipeline(parts.model, parts.stage_cut(), parts.counts, self.ipu_config, engine.device)
+            fsdp.shard_pipeline(parts.model, parts.stage_cut(), parts.counts, self.ipu_config, engine.device, self.mesh)
         self.engine = PipelineEngine(
             parts.model,
             self.ipu_config,
@@ -135,6 +145,7 @@ class ProcessStagesLayout(ReplicasLayout):
             device=engine.device,
             required_inputs=parts.required_inputs,
             share_batches=False,  # `same_batches` shares them in `get_batch_samples`, before Trainer counts them
+            mesh=self.mesh,
         )
         return self.engine
 

@@ -90,6 +90,8 @@ class PipelineEngine:
         share_batches (`bool`, *optional*, defaults to `True`): send the last stage's micro-batches to the replica's
             other stages before each step (`distributed.batches_of`: a random collator draws other values on each
             process); `False` where the caller has shared them already (`IPUTrainer`, before it counts their items).
+        mesh (`DeviceMesh`, *optional*): the `("dp", "pp")` mesh of the job (the layout's); a model that holds its stage
+            keeps the mesh it was split by; a new one by default.
     """
 
     def __init__(
@@ -107,6 +109,7 @@ class PipelineEngine:
         fsdp: bool = False,
         required_inputs: Sequence[str] = (),
         share_batches: bool = True,
+        mesh: Any = None,
     ) -> None:
         if not dist.is_initialized():
             raise RuntimeError("PipelineEngine needs torch.distributed: launch with torchrun")
@@ -135,10 +138,13 @@ class PipelineEngine:
         # A model loaded stage-local (stage_loading.load_stage) or sharded by the trainer holds its stage only.
         self.shards: StageHold | None = stage_hold(model)
         if fsdp and not (self.shards is not None and self.shards.sharded):
-            mesh = self.shards.mesh if self.shards is not None else stage_mesh(replicas, ranks, self.device)
+            mesh = mesh or (self.shards.mesh if self.shards is not None else stage_mesh(replicas, ranks, self.device))
             self.shards = shard_stages(model, cut, counts, mesh)
         self.sharded = self.shards is not None and self.shards.sharded
-        mesh = self.shards.mesh if self.shards is not None else stage_mesh(replicas, ranks, self.device)
+        if self.shards is not None:
+            mesh = self.shards.mesh  # what the stage was split (and sharded) by
+        elif mesh is None:
+            mesh = stage_mesh(replicas, ranks, self.device)
         self.stage_group, self.replica_group = mesh.get_group("pp"), mesh.get_group("dp")
         # `stage`: this process's rank in its pipeline (its first stage); `local_stages`: every stage it runs
         self.stage, self.replicas, self.num_stages, self.ranks = mesh.get_local_rank("pp"), replicas, stages, ranks
