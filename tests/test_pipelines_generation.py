@@ -113,3 +113,30 @@ def test_text2text_generation_returns_v4_outputs(t5):
     assert generator(PROMPTS[0], prefix="question: ") == [
         {"generated_text": _stock(model, tokenizer, ["question: " + PROMPTS[0]], max_new_tokens=5, num_beams=2)[0]}
     ]
+
+
+def test_on_a_cpu_prompts_are_padded_to_their_bucket_not_max_seq_length(tiny_pretrained, monkeypatch):
+    """Eager on a CPU, a batch of short prompts is padded to the smallest default bucket that holds its longest (16
+    tokens here), not to `max_seq_length` (64): the prefill computes no padding, and the answers are transformers'."""
+    from optimum_ipu.pipelines import generation
+
+    model, tokenizer = _load("AutoModelForCausalLM", tiny_pretrained("GPT2LMHeadModel"))
+    theirs = transformers.pipeline("text-generation", model=model, tokenizer=tokenizer, device="cpu")
+    ours = pipeline("text-generation", model=model, tokenizer=tokenizer, batch_size=4)
+    lengths = []
+    real = generation.generate_static
+
+    def spy(*args, **kwargs):
+        lengths.append(kwargs["prompt_length"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(generation, "generate_static", spy)
+    greedy = {"do_sample": False, "max_new_tokens": 5}
+    assert ours(PROMPTS[:4], **greedy) == [theirs(p, **greedy) for p in PROMPTS[:4]]
+    assert ours.max_seq_length == 64 and lengths == [16]
+    long_prompt = " ".join(PROMPTS[:3])  # over 16 tokens: a longer bucket, still below 64
+    tokens = len(tokenizer(long_prompt).input_ids)
+    want = next(bucket for bucket in (16, 32, 48, 64) if tokens <= bucket)
+    assert 16 < tokens < 48
+    assert ours(long_prompt, **greedy) == theirs(long_prompt, **greedy)
+    assert lengths[-1] == want
