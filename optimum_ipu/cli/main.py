@@ -199,20 +199,18 @@ def _at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
-def _seconds(text: str) -> float:
-    """An argparse type: a number of seconds > 0."""
-    value = float(text)  # a ValueError is argparse's "invalid ... value"
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
-    return value
+def _finite(unit: str, above_zero: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number of `unit`, > 0 (`above_zero`) or >= 0."""
+    bound = "> 0" if above_zero else ">= 0"
 
+    def parse(text: str) -> float:
+        value = float(text)  # a ValueError is argparse's "invalid ... value"
+        if not (value > 0 if above_zero else value >= 0) or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a number of {unit} {bound}, got {text}")
+        return value
 
-def _milliseconds(text: str) -> float:
-    """An argparse type: a number of milliseconds >= 0."""
-    value = float(text)
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of milliseconds >= 0, got {text}")
-    return value
+    parse.__name__ = unit
+    return parse
 
 
 def _port(text: str) -> int:
@@ -224,8 +222,6 @@ def _port(text: str) -> int:
 
 
 _port.__name__ = "port"
-_seconds.__name__ = "seconds"
-_milliseconds.__name__ = "milliseconds"
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -364,11 +360,17 @@ def _add_serve(sub: Any) -> None:
     serve.add_argument("--port", type=_port, default=8000, help="TCP port (0: any free port)")
     serve.add_argument("--max-batch-size", type=_at_least(1), default=8, help="inputs of one pipeline call at most")
     serve.add_argument(
-        "--batch-wait-ms", type=_milliseconds, default=5.0, help="how long a batch waits for more requests"
+        "--batch-wait-ms",
+        type=_finite("milliseconds", above_zero=False),
+        default=5.0,
+        help="how long a batch waits for more requests",
     )
     serve.add_argument("--max-queue", type=_at_least(1), default=64, help="requests waiting at most; then 429")
     serve.add_argument(
-        "--request-timeout", type=_seconds, default=60.0, help="seconds a request may take, queue included; then 504"
+        "--request-timeout",
+        type=_finite("seconds", above_zero=True),
+        default=60.0,
+        help="seconds a request may take, queue included; then 504",
     )
     serve.add_argument(
         "--max-body-bytes", type=_at_least(1), default=25 * 1024 * 1024, help="largest request body; then 413"

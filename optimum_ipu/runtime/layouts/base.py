@@ -106,7 +106,6 @@ class ReplicasLayout:
         ipu_config (`IPUConfig`): the execution configuration.
     """
 
-    name = "replicas"
     # whether each process's loss is the model's loss (a stage's loss on processes is not)
     reports_model_loss = True
     # whether the parameters are split over the processes (FSDP shards or one stage each): no whole state here

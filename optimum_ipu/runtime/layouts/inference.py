@@ -17,7 +17,7 @@ from torch import nn
 
 from ...config import IPUConfig
 from ..distributed import world_size
-from ..stages.forward import PipelinedForward, StageForward
+from ..stages.forward import forward_through_stages
 from ..stages.hold import StageHold, stage_hold
 
 logger = logging.getLogger(__name__)
@@ -29,8 +29,6 @@ class WholeModelInference:
     Args:
         ipu_config (`IPUConfig`): the configuration (its `inference_*` fields are read).
     """
-
-    name = "whole model"
 
     def __init__(self, ipu_config: IPUConfig) -> None:
         self.ipu_config = ipu_config
@@ -57,8 +55,6 @@ class StagesInference(WholeModelInference):
         hold (`StageHold`): what this process holds (`stage_hold`).
     """
 
-    name = "pipeline stages on processes"
-
     def __init__(self, ipu_config: IPUConfig, hold: StageHold) -> None:
         super().__init__(ipu_config)
         self.hold = hold
@@ -70,10 +66,7 @@ class StagesInference(WholeModelInference):
 
     def attach(self, engine: Any, model: nn.Module, precision: str) -> None:
         stock = getattr(model, "model", model)  # the transformers model inside the PipelinedModel
-        counts = [len(r) for r in self.hold.ranges]
-        group = self.hold.mesh.get_group("pp")
-        stage = StageForward(stock, model.stage_cut(), counts, self.hold.stage, group, precision, gate=self.hold.gate)
-        engine.forward = PipelinedForward(stage, stock, micro_batches=4 * len(counts), everywhere=True)
+        engine.forward = forward_through_stages(stock, model.stage_cut(), self.hold, precision, everywhere=True)
 
 
 def inference_layout(model: nn.Module, ipu_config: IPUConfig) -> WholeModelInference:

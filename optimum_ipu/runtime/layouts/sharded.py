@@ -22,7 +22,6 @@ class ShardedReplicasLayout(ReplicasLayout):
     """Replicas over processes with FSDP2: each layer a unit, so at most one layer is whole at a time. Checkpoints
     are gathered whole and written in the one-process layout, so they load in one process."""
 
-    name = "sharded replicas"
     holds_part_only = True
     sharded = True
 

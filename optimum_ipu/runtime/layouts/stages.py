@@ -39,7 +39,7 @@ from .. import fsdp
 from ..distributed import world_size
 from ..stages.checkpoint import save_stage_shards
 from ..stages.engine import PipelineEngine
-from ..stages.forward import PipelinedForward, StageForward
+from ..stages.forward import PipelinedForward, forward_through_stages
 from ..stages.hold import stage_hold
 from ..stages.optimizer import save_stage_optimizer
 from ..step import TrainingStep
@@ -70,7 +70,6 @@ class ProcessStagesLayout(ReplicasLayout):
         sharded (`bool`, *optional*, defaults to `False`): shard each stage over its replicas (FSDP2, `--fsdp`).
     """
 
-    name = "pipeline stages on processes"
     reports_model_loss = False
 
     def __init__(self, ipu_config: IPUConfig, schedule: str, sharded: bool = False) -> None:
@@ -175,20 +174,22 @@ class ProcessStagesLayout(ReplicasLayout):
         forward through the replica's stages as micro-batches, several in flight (`eval_micro_batches`)."""
         if self._forward is None:
             model = self.parts.model
-            hold = stage_hold(model)
-            group, precision = hold.mesh.get_group("pp"), self.engine.precision
-            cut, counts = self.parts.stage_cut(), self.parts.counts
-            stage = StageForward(model, cut, counts, hold.stage, group, precision, gate=hold.gate)
-            micro = self.eval_micro_batches(len(counts))
-            self._forward = PipelinedForward(stage, model, micro, self.parts.loss_shifts_labels)
+            self._forward = forward_through_stages(
+                model,
+                self.parts.stage_cut(),
+                stage_hold(model),
+                self.engine.precision,
+                micro_batches=self.eval_micro_batches(),
+                shifts_labels=self.parts.loss_shifts_labels,
+            )
         return self._forward
 
-    def eval_micro_batches(self, stages: int) -> int:
+    def eval_micro_batches(self) -> int | None:
         """Micro-batches in flight per evaluation batch: `inference_device_iterations` when set above 1 (the batches of
-        one host call, as an IPU streams them through its pipeline), else 4 a stage (a batch with fewer rows is split
-        into single rows): with m micro-batches, s stages are busy m / (m + s - 1) of the time."""
+        one host call, as an IPU streams them through its pipeline), else None: the default of
+        `forward_through_stages` (`MICRO_BATCHES_PER_STAGE` a stage)."""
         iterations = self.ipu_config.value("device_iterations", inference=True)
-        return iterations if iterations > 1 else 4 * stages
+        return iterations if iterations > 1 else None
 
     # ------------------------------------------------------------------ the data
     def train_loader(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:

@@ -223,6 +223,30 @@ class PipelinedForward(nn.Module):
         return output if output is not None else cls(**tensors)
 
 
+# micro-batches in flight a batch is split into by default, per stage: with m micro-batches, s stages are busy
+# m / (m + s - 1) of the time (a batch with fewer rows is split into single rows)
+MICRO_BATCHES_PER_STAGE = 4
+
+
+def forward_through_stages(
+    model: nn.Module,
+    cut: StageCut,
+    hold: StageHold,
+    precision: str,
+    *,
+    micro_batches: int | None = None,
+    shifts_labels: bool = False,
+    everywhere: bool = False,
+) -> PipelinedForward:
+    """The forward of a model whose stages run on separate processes, this process holding one (`hold`): every batch
+    goes through the replica's stages as `micro_batches` micro-batches (`MICRO_BATCHES_PER_STAGE` a stage by default),
+    several in flight; see `PipelinedForward` for `shifts_labels` and `everywhere`."""
+    counts = [len(r) for r in hold.ranges]
+    stage = StageForward(model, cut, counts, hold.stage, hold.mesh.get_group("pp"), precision, gate=hold.gate)
+    micro_batches = micro_batches or MICRO_BATCHES_PER_STAGE * len(counts)
+    return PipelinedForward(stage, model, micro_batches, shifts_labels=shifts_labels, everywhere=everywhere)
+
+
 def labelled_items(batch: dict[str, Any], shifts_labels: bool) -> int:
     """The items a micro-batch's mean loss averages: its labelled tokens (shifted for a causal LM, `shifts_labels`),
     else its rows (a class, a regression target, answer positions)."""
