@@ -20,23 +20,10 @@ from transformers.models.whisper.english_normalizer import BasicTextNormalizer
 from optimum_ipu import IncompatibleIPUConfigError, pipeline
 from optimum_ipu.pipelines.audio import AudioDecodingError, load_audio, read_audio, read_audio_folder
 
-from .tiny_models_vision_speech import save_tiny_whisper
+from .tiny_models_vision_speech import PIPELINE_WAV2VEC2, save_tiny_whisper, save_vit_classifier
 
 RATE = 16_000
 LAYOUT = {"layers_per_ipu": [1, 3], "inference_layers_per_ipu": [2, 2], "inference_device_iterations": 2}
-WAV2VEC2 = {
-    "hidden_size": 32,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 2,
-    "intermediate_size": 37,
-    "conv_dim": (16, 16),
-    "conv_kernel": (10, 4),
-    "conv_stride": (5, 4),
-    "num_conv_pos_embeddings": 8,
-    "num_conv_pos_embedding_groups": 2,
-    "feat_extract_norm": "layer",
-    "mask_time_prob": 0.0,
-}
 
 
 @pytest.fixture(scope="module")
@@ -63,19 +50,7 @@ def _loaded(path: str, auto_class: str) -> transformers.PreTrainedModel:
 
 @pytest.fixture(scope="module")
 def vit_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    config = transformers.ViTConfig(
-        image_size=16,
-        patch_size=4,
-        hidden_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=2,
-        intermediate_size=37,
-        num_labels=3,
-    )
-    processor = transformers.ViTImageProcessorPil(size={"height": 16, "width": 16})
-    model = transformers.ViTForImageClassification(config)
-    return _saved(tmp_path_factory.mktemp("vit"), model, processor)
+    return save_vit_classifier(tmp_path_factory.mktemp("vit"))
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +59,17 @@ def wav2vec2_dirs(tmp_path_factory):
     extractor = transformers.Wav2Vec2FeatureExtractor(return_attention_mask=True, do_normalize=True)
     classifier_dir = tmp_path_factory.mktemp("w2v-cls")
     torch.manual_seed(0)
-    classifier = transformers.Wav2Vec2ForSequenceClassification(transformers.Wav2Vec2Config(**WAV2VEC2, num_labels=3))
+    classifier = transformers.Wav2Vec2ForSequenceClassification(
+        transformers.Wav2Vec2Config(**PIPELINE_WAV2VEC2, num_labels=3)
+    )
     _saved(classifier_dir, classifier, extractor)
     ctc_dir = tmp_path_factory.mktemp("w2v-ctc")
     vocab = {"<pad>": 0, "<unk>": 1, "|": 2, **{c: i + 3 for i, c in enumerate("abcdefghijklmnopqrstuvwxyz'")}}
     (ctc_dir / "vocab.json").write_text(json.dumps(vocab))
     tokenizer = transformers.Wav2Vec2CTCTokenizer(str(ctc_dir / "vocab.json"), word_delimiter_token="|")
-    ctc = transformers.Wav2Vec2ForCTC(transformers.Wav2Vec2Config(**WAV2VEC2, vocab_size=len(vocab), pad_token_id=0))
+    ctc = transformers.Wav2Vec2ForCTC(
+        transformers.Wav2Vec2Config(**PIPELINE_WAV2VEC2, vocab_size=len(vocab), pad_token_id=0)
+    )
     _saved(ctc_dir, ctc, extractor, tokenizer)
     return str(classifier_dir), str(ctc_dir)
 

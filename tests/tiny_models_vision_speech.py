@@ -225,3 +225,37 @@ def save_tiny_whisper(path) -> str:
     tokenizer.save_pretrained(path)
     transformers.WhisperFeatureExtractor(feature_size=MEL_BINS).save_pretrained(path)
     return str(path)
+
+
+# The pipelines' tiny classifiers (tests/test_pipelines_vision_speech.py and tests/serving/test_pipeline_tasks.py): a
+# ViT on 16 x 16 images, a Wav2Vec2 on raw audio (its convolutions sized for 8 kHz clips).
+PIPELINE_WAV2VEC2 = {
+    "hidden_size": 32,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 2,
+    "intermediate_size": 37,
+    "conv_dim": (16, 16),
+    "conv_kernel": (10, 4),
+    "conv_stride": (5, 4),
+    "num_conv_pos_embeddings": 8,
+    "num_conv_pos_embedding_groups": 2,
+    "feat_extract_norm": "layer",
+    "mask_time_prob": 0.0,
+}
+
+
+def save_vit_classifier(folder) -> str:
+    """A tiny ViT image classifier of 3 labels (seeded) and its 16 x 16 image processor, saved in `folder`."""
+    torch.manual_seed(0)
+    config = transformers.ViTConfig(
+        image_size=16,
+        patch_size=4,
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        intermediate_size=37,
+        num_labels=3,
+    )
+    transformers.ViTForImageClassification(config).save_pretrained(folder)
+    transformers.ViTImageProcessorPil(size={"height": 16, "width": 16}).save_pretrained(folder)
+    return str(folder)

@@ -13,6 +13,7 @@ import pytest
 import torch
 import transformers
 
+from ..tiny_models_vision_speech import PIPELINE_WAV2VEC2, save_vit_classifier
 from .conftest import assert_error, running_server
 
 CONTEXT = "The ship was commanded by Captain Hartwell. It sailed from Bristol in 1820."
@@ -97,20 +98,8 @@ def _json(value):
 def image_pipe(tmp_path_factory):
     from optimum_ipu.pipelines import pipeline
 
-    torch.manual_seed(0)
-    config = transformers.ViTConfig(
-        image_size=16,
-        patch_size=4,
-        hidden_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=2,
-        intermediate_size=37,
-        num_labels=3,
-    )
-    folder = tmp_path_factory.mktemp("vit")
-    transformers.ViTForImageClassification(config).save_pretrained(folder)
-    transformers.ViTImageProcessorPil(size={"height": 16, "width": 16}).save_pretrained(folder)
-    return pipeline("image-classification", model=str(folder))
+    folder = save_vit_classifier(tmp_path_factory.mktemp("vit"))
+    return pipeline("image-classification", model=folder)
 
 
 def test_image_classification_takes_base64_images(image_pipe):
@@ -139,20 +128,7 @@ def test_audio_classification_takes_base64_audio(tmp_path, shared_data):
     from optimum_ipu.pipelines import pipeline
 
     torch.manual_seed(0)
-    config = transformers.Wav2Vec2Config(
-        hidden_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=2,
-        intermediate_size=37,
-        conv_dim=(16, 16),
-        conv_kernel=(10, 4),
-        conv_stride=(5, 4),
-        num_conv_pos_embeddings=8,
-        num_conv_pos_embedding_groups=2,
-        feat_extract_norm="layer",
-        mask_time_prob=0.0,
-        num_labels=3,
-    )
+    config = transformers.Wav2Vec2Config(**PIPELINE_WAV2VEC2, num_labels=3)
     transformers.Wav2Vec2ForSequenceClassification(config).save_pretrained(tmp_path)
     transformers.Wav2Vec2FeatureExtractor(return_attention_mask=True).save_pretrained(tmp_path)
     pipe = pipeline("audio-classification", model=str(tmp_path))
