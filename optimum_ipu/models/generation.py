@@ -8,7 +8,8 @@ beam search give the tokens of the stock model's `generate()` on the unpadded in
 A model whose stages run on separate processes (loaded under `torchrun` with an `IPUConfig` of several stages, each
 process holding its stage only) generates the same way: every process of the replica calls `generate()` with the same
 inputs, each keeps its own layers and their part of the KV cache, and all return the same tokens
-(`optimum_ipu.runtime.stages.forward.StageGeneration`).
+(`optimum_ipu.runtime.stages.generation.StageGeneration`); a batch of several rows decodes in groups in flight, one
+per stage, so every stage computes at each moment.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from ..config import IPUConfig
 from ..runtime.devices import detect_devices
 from ..runtime.distributed import world_size
-from ..runtime.stages.forward import StageGeneration
+from ..runtime.stages.generation import StageGeneration
 from ..runtime.stages.hold import stage_hold
 from .plans import plan_for_model
 from .stage_plan import StagePlan
@@ -122,7 +123,8 @@ def generate_static(
         plan, model = model.plan, model.model
     else:
         plan = plan_for_model(model)
-    staged = _stages_generating(model, wrapper, ipu_config, generate_kwargs)
+    generation = _stage_generation(model, wrapper, ipu_config, generate_kwargs)
+    staged = generation.generating() if generation is not None else contextlib.nullcontext()
     knobs = _generation_knobs(ipu_config, wrapper)
     if knobs:
         batch_size = _apply_parallelize_kwargs(knobs, batch_size, generate_kwargs)
@@ -156,8 +158,9 @@ def generate_static(
     if generate_kwargs.get("use_cache") is not False:
         generate_kwargs.setdefault("cache_implementation", "static")
     generate_kwargs.setdefault("pad_token_id", pad_id)
+    generate = generation.generate if generation is not None else model.generate
     with torch.no_grad(), staged:
-        output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)
+        output = generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)
     keep = rows * _sequences_per_input(model, generate_kwargs)
     if isinstance(output, torch.Tensor):
         return output[:keep]
@@ -165,16 +168,16 @@ def generate_static(
     return output
 
 
-def _stages_generating(
+def _stage_generation(
     model: nn.Module, wrapper: StaticGeneration | None, ipu_config: IPUConfig | None, generate_kwargs: dict[str, Any]
-) -> contextlib.AbstractContextManager:
-    """Where `generate()` runs when this process holds one stage of `model` (the stages' `StageGeneration`, made once
-    per wrapper: it learns the stand-ins of other stages' layers at its first call); nothing to open otherwise."""
+) -> StageGeneration | None:
+    """The stages' `StageGeneration` when this process holds one stage of `model` (made once per wrapper: it learns
+    the stand-ins of other stages' layers at its first call); `None` otherwise."""
     hold = stage_hold(model)
     if hold is None:
         if len(set((getattr(model, "hf_device_map", None) or {}).values())) <= 1:  # not placed a stage a GPU
             _warn_one_process_stages(ipu_config)
-        return contextlib.nullcontext()
+        return None
     generation = getattr(wrapper, "_stage_generation", None)
     if generation is None:
         cut = wrapper.stage_cut() if wrapper is not None else hold.cut  # the cut the stage was held by
@@ -183,7 +186,7 @@ def _stages_generating(
             wrapper.__dict__["_stage_generation"] = generation
     # a compiled forward would trace the stage's sends and receives: the decoding loop runs eagerly
     generate_kwargs.setdefault("disable_compile", True)
-    return generation.generating()
+    return generation
 
 
 def _warn_one_process_stages(ipu_config: IPUConfig | None) -> None:

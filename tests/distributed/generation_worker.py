@@ -34,6 +34,14 @@ CASES: dict[str, dict] = {
     "beam": {"do_sample": False, "num_beams": 2, "num_return_sequences": 2, "max_new_tokens": 6},
     "sample": {"do_sample": True, "top_k": 8, "temperature": 1.5, "max_new_tokens": 8},
 }
+# Without return_dict_in_generate and beams, the rows decode in groups in flight (one per stage): greedy gives the
+# tokens of one process (an early end included: "eos-at-step-3" ends row 0's group first), sampling with a seed the
+# same tokens at every run.
+GROUPED: dict[str, dict] = {
+    "greedy": {"do_sample": False, "max_new_tokens": 8},
+    "greedy-dynamic-cache": {"do_sample": False, "max_new_tokens": 8, "cache_implementation": "dynamic"},
+    "greedy-n2": {"do_sample": True, "top_k": 1, "num_return_sequences": 2, "max_new_tokens": 5},
+}
 PROMPTS = ["The capital of France is", "Once upon a time", "the movie was"]
 PIPELINE_CALL = {"do_sample": False, "max_new_tokens": 5}
 
@@ -45,6 +53,58 @@ def prompts(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
     mask = torch.ones_like(ids)
     ids[1, :2], mask[1, :2] = PAD, 0
     return ids, mask
+
+
+def four_prompts(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Four prompts of 6, 4, 6 and 5 tokens, left-padded: two groups of two rows on 2 stages, 2 + 1 + 1 on 3."""
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(2, vocab - 1, (4, 6), generator=g)
+    mask = torch.ones_like(ids)
+    ids[1, :2], mask[1, :2] = PAD, 0
+    ids[3, :1], mask[3, :1] = PAD, 0
+    return ids, mask
+
+
+class StepRecorder(transformers.generation.streamers.BaseStreamer):
+    """What a streamer is handed: the prompts' shape, then each step's tokens of every row."""
+
+    def __init__(self) -> None:
+        self.prompt_shape: list[int] = []
+        self.steps: list[list[int]] = []
+        self.ended = 0
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.prompt_shape:
+            self.prompt_shape = list(value.shape)
+        else:
+            self.steps.append(value.tolist())
+
+    def end(self) -> None:
+        self.ended += 1
+
+
+def grouped_cases(model: torch.nn.Module) -> dict:
+    """The tokens of each grouped case; of greedy with an end-of-sequence token seen at row 0's third step; of
+    sampling twice with one seed; and what a streamer saw of the greedy case."""
+    ids, mask = four_prompts(model.config.vocab_size)
+    record: dict = {}
+    for name, kwargs in GROUPED.items():
+        torch.manual_seed(SEED)
+        record[name] = model.generate(input_ids=ids, attention_mask=mask, pad_token_id=PAD, **kwargs).tolist()
+    eos = record["greedy"][0][ids.shape[1] + 2]
+    record["eos-at-step-3"] = model.generate(
+        input_ids=ids, attention_mask=mask, pad_token_id=PAD, eos_token_id=eos, **GROUPED["greedy"]
+    ).tolist()
+    sampled = []
+    for _ in range(2):
+        torch.manual_seed(SEED + dist.get_rank())  # each process's own state: the last stage's is shared
+        sampled.append(model.generate(input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=6).tolist())
+    record["sampled-twice"] = sampled
+    recorder = StepRecorder()
+    model.generate(input_ids=ids, attention_mask=mask, pad_token_id=PAD, eos_token_id=eos, streamer=recorder,
+                   **GROUPED["greedy"])  # fmt: skip
+    record["streamed"] = {"prompt_shape": recorder.prompt_shape, "steps": recorder.steps, "ended": recorder.ended}
+    return record
 
 
 def cache_bytes(cache: transformers.Cache) -> list[dict]:
@@ -80,6 +140,8 @@ def main() -> None:
         record["tokens"][name] = output.sequences.tolist()
         record["cache"][name] = cache_bytes(output.cache)
         record.setdefault("cache_class", {})[name] = type(output.cache).__name__
+    record["grouped"] = grouped_cases(model)
+    record["groups"] = len(model._stage_generation._groups)  # the groups' process groups it made
     if os.path.exists(os.path.join(model_dir, "tokenizer_config.json")):
         pipe = pipeline("text-generation", model=model, tokenizer=model_dir, max_seq_length=16, batch_size=2)
         record["pipeline"] = pipe(PROMPTS, **PIPELINE_CALL)

@@ -13,7 +13,7 @@ import transformers
 from ..conftest import REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch
 from ..tiny_models import VOCAB, tiny_config
-from .generation_worker import CASES, PAD, PIPELINE_CALL, PROMPTS, SEED, prompts
+from .generation_worker import CASES, GROUPED, PAD, PIPELINE_CALL, PROMPTS, SEED, four_prompts, prompts
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "generation_worker.py")
 
@@ -57,6 +57,39 @@ def one_process_tokens(model: transformers.PreTrainedModel, stages: int) -> dict
     return tokens
 
 
+def one_process_grouped(model: transformers.PreTrainedModel) -> dict[str, list]:
+    """The worker's grouped cases by the stock model in this process, the batch as one call."""
+    ids, mask = four_prompts(model.config.vocab_size)
+    tokens = {}
+    with torch.no_grad():
+        for name, kwargs in GROUPED.items():
+            tokens[name] = model.generate(input_ids=ids, attention_mask=mask, pad_token_id=PAD, **kwargs).tolist()
+        eos = tokens["greedy"][0][ids.shape[1] + 2]
+        tokens["eos-at-step-3"] = model.generate(
+            input_ids=ids, attention_mask=mask, pad_token_id=PAD, eos_token_id=eos, **GROUPED["greedy"]
+        ).tolist()
+    return tokens
+
+
+def check_grouped(ranks: list[dict], model: transformers.PreTrainedModel) -> None:
+    """Rows decoded in groups in flight: one process's greedy tokens on every process (an early end included), the
+    same sampled tokens at each run with one seed, and a streamer handed each step of every row once."""
+    want = one_process_grouped(model)
+    prompt_length = four_prompts(model.config.vocab_size)[0].shape[1]
+    for rank, record in enumerate(ranks):
+        grouped = record["grouped"]
+        assert {name: grouped[name] for name in want} == want, rank
+        first, second = grouped["sampled-twice"]
+        assert first == second and first == ranks[0]["grouped"]["sampled-twice"][0], rank
+    ended = want["eos-at-step-3"]
+    assert len(ended[0]) < len(want["greedy"][0]) or ended[0][-1] == PAD  # row 0 ended early ...
+    assert PAD not in ended[2][prompt_length:]  # ... while the other group's rows ran on
+    streamed = ranks[0]["grouped"]["streamed"]
+    assert streamed["prompt_shape"] == [4, prompt_length] and streamed["ended"] == 1
+    by_row = [list(row) for row in zip(*streamed["steps"], strict=True)]
+    assert by_row == [row[prompt_length:] for row in ended]
+
+
 def own_layers(layout: list[int]) -> list[set[int]]:
     starts = [sum(layout[:i]) for i in range(len(layout))]
     return [set(range(start, start + count)) for start, count in zip(starts, layout, strict=True)]
@@ -78,6 +111,8 @@ def test_generate_across_stages_gives_one_process_tokens(tmp_path, request, fami
     assert len({t for row in want["greedy"] for t in row[6:]}) > 4, "degenerate outputs would prove little"
     assert ranks[0]["cache_class"]["greedy"] == "StaticCache"  # generate_static's default
     assert ranks[0]["cache_class"]["greedy-dynamic-cache"] == "DynamicCache"
+    check_grouped(ranks, model)
+    assert all(record["groups"] == min(len(layout), 4) for record in ranks)  # one group per stage (4 rows)
     # each process's cache holds real keys and values for its own layers only; a layer of another stage that ran
     # before its own keeps one value per token and row (its lengths), one that never ran nothing
     per_layer = max(layer["bytes"] for layer in ranks[0]["cache"]["greedy"])
