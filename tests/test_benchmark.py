@@ -77,8 +77,8 @@ def test_bad_benchmark_arguments_exit_2(tmp_path, capsys):
     assert main([*args, "--ipu-config", str(tmp_path), "--output-dir", str(tmp_path / "out")]) == 2
     assert "--batch-size 4: one inference host call runs inference_device_iterations=3" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
-        main(["benchmark", "--mode", "serve"])
-    assert exit_info.value.code == 2 and "invalid choice: 'serve'" in capsys.readouterr().err
+        main(["benchmark", "--mode", "serving"])
+    assert exit_info.value.code == 2 and "invalid choice: 'serving'" in capsys.readouterr().err
     # --packing is question-answering training of a BERT-family encoder: anything else is refused up front
     assert main(["benchmark", "--packing", "--task", "causal-lm", "--model", "tiny-gpt2-config"]) == 2
     assert "--packing with --task causal-lm: packing trains on SQuAD feature lengths" in capsys.readouterr().err

@@ -12,6 +12,9 @@ to it): ours against plain `transformers` and the best alternative, in one run, 
   vs `transformers`' pipeline on the same model folder);
 - `recipe`: `--mode recipe`, `IPUTrainer` against `transformers.Trainer` on the demo's question-answering recipe
   (real SQuAD features, a pretrained model), each run in its own process;
+- `serve`: `--mode serve`, `optimum-ipu serve` against `transformers serve` on the same requests, each server in its
+  own process (`serve_load` starts them and sends the load, `serve_report` writes the report), or with
+  `--task question-answering` our server's overhead over `pipeline()` in process;
 - `squad_accuracy`: the SQuAD EM/F1 of each `pipeline()` backend on a fine-tuned model
   (`python -m optimum_ipu.benchmark.squad_accuracy`; not imported here, so that it runs as a module cleanly).
 
@@ -23,12 +26,17 @@ from .architectures import ARCHITECTURES, TASKS, flops_per_sample
 from .latency import LATENCY_MODES, run_latency_benchmark
 from .latency_report import format_latency_report
 from .run import MODES, format_report, run_benchmark
+from .serve import SERVE_TASKS, run_serve_benchmark
+from .serve_report import format_serve_report
 
 __all__ = [
     "run_benchmark",
     "format_report",
     "run_latency_benchmark",
     "format_latency_report",
+    "run_serve_benchmark",
+    "format_serve_report",
+    "SERVE_TASKS",
     "flops_per_sample",
     "ARCHITECTURES",
     "TASKS",

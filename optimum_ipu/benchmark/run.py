@@ -18,7 +18,8 @@ SQuAD features per second (`packing` builds the work).
 
 `--mode latency` / `--mode throughput` answer SQuAD questions end to end instead (`latency`); `--mode latency
 --task automatic-speech-recognition` transcribes recordings with ours and `transformers`' pipelines
-(`speech_latency`).
+(`speech_latency`). `--mode serve` times HTTP servers and has its own entry point (`serve.run_serve_benchmark`);
+`format_report` prints its report too.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from .packing import (
 from .recipe import format_recipe_report, run_recipe_benchmark
 from .report import build_report, chart, format_step_report, write_report
 from .runners import RunResult, build_runners, micro_batches_per_step, packing_result, packing_runners
+from .serve_report import format_serve_report
 from .speech_latency import SPEECH_TASK, format_speech_report, run_speech_latency_benchmark
 
 MODES = ("train", "inference", *LATENCY_MODES, "recipe")
@@ -280,6 +282,8 @@ def format_report(report: dict) -> str:
         return format_speech_report(report)
     if report["mode"] == "recipe":
         return format_recipe_report(report)
+    if report["mode"] == "serve":
+        return format_serve_report(report)
     if report["mode"] in LATENCY_MODES:
         return format_latency_report(report)
     return format_step_report(report)

@@ -124,32 +124,55 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 def _cmd_benchmark(args: argparse.Namespace) -> int:
     _require_matplotlib("benchmark")
-    from ..benchmark import format_report, run_benchmark  # the harness (torch, transformers): only when it runs
+    from ..benchmark import format_report  # the harness (torch, transformers): only when it runs
 
     try:
-        report = run_benchmark(
-            model=args.model,
-            task=args.task,
-            seq_len=args.seq_len,
-            batch_size=args.batch_size,
-            steps=args.steps,
-            warmup=args.warmup,
-            precision=args.precision,
-            compile=args.compile,
-            ipu_config=args.ipu_config,
-            peak_tflops=args.peak_tflops,
-            output_dir=args.output_dir,
-            mode=args.mode,
-            packing=args.packing,
-            backends=tuple(args.backends),
-            pairs=args.pairs,
-        )
+        report = _serve_benchmark(args) if args.mode == "serve" else _step_benchmark(args)
     except ValueError as err:
         raise IncompatibleIPUConfigError(str(err)) from None
     print(format_report(report))
     drawn = "" if report["mode"] == "recipe" else " and benchmark.png"
     print(f"wrote {args.output_dir}/benchmark.json{drawn}")
     return 0
+
+
+def _step_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    """Every mode but serve (`run_benchmark`): by default BERT-base (random weights) answering questions."""
+    from ..benchmark import run_benchmark
+    from ..benchmark.run import DEFAULT_ARCHITECTURE
+
+    return run_benchmark(
+        model=args.model or DEFAULT_ARCHITECTURE,
+        task=args.task or "question-answering",
+        seq_len=args.seq_len,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        warmup=args.warmup,
+        precision=args.precision,
+        compile=args.compile,
+        ipu_config=args.ipu_config,
+        peak_tflops=args.peak_tflops,
+        output_dir=args.output_dir,
+        mode=args.mode,
+        packing=args.packing,
+        backends=tuple(args.backends),
+        pairs=args.pairs,
+    )
+
+
+def _serve_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    """`--mode serve` (`run_serve_benchmark`): by default text generation on a random 124 M GPT-2."""
+    from ..benchmark import run_serve_benchmark
+
+    return run_serve_benchmark(
+        model=args.model,
+        task=args.task or "text-generation",
+        concurrency=tuple(args.concurrency),
+        requests=args.requests,
+        max_tokens=args.max_tokens,
+        servers=args.servers,
+        output_dir=args.output_dir,
+    )
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -294,25 +317,34 @@ def _add_plot(sub: Any) -> None:
 
 def _add_benchmark(sub: Any) -> None:
     bench = sub.add_parser(
-        "benchmark", help="ours vs transformers (Trainer / Trainer.predict) vs a plain loop, on the same batches"
+        "benchmark",
+        help="ours vs transformers (Trainer / Trainer.predict) vs a plain loop, on the same batches; "
+        "--mode serve: optimum-ipu serve vs transformers serve on the same requests",
     )
     bench.add_argument(
         "--mode",
         default="train",
-        choices=["train", "inference", "latency", "throughput", "recipe"],
+        choices=["train", "inference", "latency", "throughput", "recipe", "serve"],
         help="train: IPUTrainer vs Trainer vs a training loop; inference: the engine vs Trainer.predict vs no_grad; "
         "latency / throughput: pipeline() vs transformers eager vs ONNX Runtime answering SQuAD questions end to end "
         "(batch 1 / --batch-size; --steps requests; --model a folder or an architecture); recipe: IPUTrainer vs "
         "Trainer on the demo's QA recipe, real SQuAD features, each in its own process, --pairs times (--model a "
-        "pretrained folder, by default the PyPI MiniLM)",
+        "pretrained folder, by default the PyPI MiniLM); serve: optimum-ipu serve vs transformers serve (with and "
+        "without --continuous-batching) on the same /v1/completions requests, one server process at a time "
+        "(--model a causal LM folder, by default a random 124 M GPT-2; --concurrency, --requests, --max-tokens, "
+        "--servers), or with --task question-answering our server's overhead over pipeline() in process",
     )
-    bench.add_argument("--model", default="bert-base-uncased-config", help="architecture, random weights")
+    bench.add_argument(
+        "--model",
+        help="an architecture, random weights (default: bert-base-uncased-config); a model folder for latency, "
+        "recipe and serve",
+    )
     bench.add_argument(
         "--task",
-        default="question-answering",
-        help="question-answering, causal-lm, translation; with --mode latency also automatic-speech-recognition "
-        "(--model a speech folder such as whisper-tiny.en: pipeline() vs transformers' pipeline on jfk.flac and "
-        "--steps FSDD clips)",
+        help="question-answering (the default), causal-lm, translation; with --mode latency also "
+        "automatic-speech-recognition (--model a speech folder such as whisper-tiny.en: pipeline() vs transformers' "
+        "pipeline on jfk.flac and --steps FSDD clips); with --mode serve text-generation (the default) or "
+        "question-answering",
     )
     bench.add_argument("--seq-len", type=_at_least(1), default=384)
     bench.add_argument(
@@ -341,8 +373,31 @@ def _add_benchmark(sub: Any) -> None:
     bench.add_argument("--pairs", type=_at_least(1), default=3, help="recipe: runs of each trainer, alternating")
     bench.add_argument("--ipu-config", help="IPU config of our runner (default: one device slot)")
     bench.add_argument("--peak-tflops", type=float, help="the device's peak, for model FLOPs utilisation")
+    _add_serve_benchmark_flags(bench)
     bench.add_argument("--output-dir", default="benchmark_results")
     bench.set_defaults(func=_cmd_benchmark)
+
+
+def _add_serve_benchmark_flags(bench: argparse.ArgumentParser) -> None:
+    """The flags of `benchmark --mode serve` only."""
+    bench.add_argument(
+        "--concurrency",
+        type=_at_least(1),
+        nargs="+",
+        default=[1, 8, 32],
+        help="serve: requests in flight, one level after the other",
+    )
+    bench.add_argument(
+        "--requests", type=_at_least(1), default=64, help="serve: timed requests at each concurrency level"
+    )
+    bench.add_argument("--max-tokens", type=_at_least(1), default=32, help="serve: new tokens of each completion")
+    bench.add_argument(
+        "--servers",
+        nargs="+",
+        choices=["ours", "transformers", "transformers-cb"],
+        help="serve: which servers run, in this order (default: all three; a transformers serve that cannot run "
+        "here is then skipped with a note)",
+    )
 
 
 def _add_serve(sub: Any) -> None:
