@@ -113,7 +113,8 @@ class ServerState:
 
     async def run(self, job: Job, request: Request) -> Any:
         """Queue `job`, wait for its result within the request's time left; 429 when the queue is full, 504 past
-        the timeout (a computation already running finishes, its result dropped), the job's own error otherwise."""
+        the timeout (a computation already running finishes, its result dropped, unless the job's `on_cancel` stops
+        it), the job's own error otherwise."""
         future = self.submit(job)
         try:
             result = await asyncio.wait_for(asyncio.shield(future), self.time_left(request))

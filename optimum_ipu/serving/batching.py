@@ -6,7 +6,8 @@ the function that runs a batch of jobs. One asyncio task gathers jobs: a batch o
 closes when its compatible jobs hold `max_batch_size` inputs or `batch_wait_s` has passed; it then runs in the one
 worker thread, so the event loop keeps answering (health checks, metrics, new requests) while the model computes.
 While it computes, new requests queue, and the next batch takes them at once: the busier the server, the larger
-its batches. The queue is bounded: past `max_queue` waiting jobs, `QueueFull` (the app answers 429).
+its batches. The queue is bounded: past `max_queue` waiting jobs, `QueueFull` (the app answers 429). A job whose
+future is cancelled (its client timed out or went away) leaves the queue at once, freeing its place.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class Job:
         run: runs a batch of jobs of this key in the worker thread; returns one result (or exception) per job.
         kwargs (`dict`): the call's settings, the same for every job of the key.
         context: what `run` needs beside the inputs (a streaming sink, ...).
+        on_cancel: called (in the event loop) when the job's future is cancelled: its client timed out or went
+            away; a computation running it may stop early (generation ends the request's rows).
     """
 
     key: Hashable
@@ -47,6 +50,7 @@ class Job:
     kwargs: dict[str, Any] = field(default_factory=dict)
     context: Any = None
     future: asyncio.Future | None = None
+    on_cancel: Callable[[], None] | None = None
 
 
 class Batcher:
@@ -106,11 +110,23 @@ class Batcher:
         if len(self._waiting) >= self.max_queue:
             raise QueueFull
         job.future = asyncio.get_running_loop().create_future()
+        job.future.add_done_callback(lambda future: self._cancelled(job) if future.cancelled() else None)
         self._waiting.append(job)
         self.metrics.queue_depth.set(len(self._waiting))
         assert self._wake is not None, "Batcher.start() first"
         self._wake.set()
         return job.future
+
+    def _cancelled(self, job: Job) -> None:
+        """Take a cancelled job out of the queue (its client gave up: its place goes to the next request); a job
+        already taken into a batch finishes there (early, where its runner heeds `on_cancel`), its result dropped."""
+        if job.on_cancel is not None:
+            job.on_cancel()
+        try:
+            self._waiting.remove(job)
+        except ValueError:
+            return
+        self.metrics.queue_depth.set(len(self._waiting))
 
     async def run_now(self, job: Job) -> Any:
         """Run one job in the worker thread, outside the queue (the warm-up request)."""

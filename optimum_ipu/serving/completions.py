@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.background import BackgroundTask
 from starlette.responses import StreamingResponse
 
 from .batching import Job
@@ -180,7 +181,9 @@ async def _complete(state: Any, request: Request, req: _Sampling, prompts: list[
         uuid.uuid4().hex if "seed" in kwargs else None,
     )
     pipe, size = state.pipe, state.settings.max_batch_size
-    job = Job(key, prompts, lambda jobs: run_generation_batch(pipe, jobs, size, param), kwargs, sink)
+    runner = lambda jobs: run_generation_batch(pipe, jobs, size, param)  # noqa: E731
+    # cancelled (a timeout, a streaming client gone): its rows stop decoding
+    job = Job(key, prompts, runner, kwargs, sink, on_cancel=sink.cancel)
     stop = kwargs.get("stop_sequence", [])
     meta = {
         "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
@@ -194,7 +197,13 @@ async def _complete(state: Any, request: Request, req: _Sampling, prompts: list[
     future.add_done_callback(lambda f: sink.queue.put_nowait(("done", f)))
     include_usage = bool((req.stream_options or {}).get("include_usage"))
     events = _stream(state, request, sink, future, stop, chat, meta, include_usage)
-    return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    # a client that goes away mid-stream: the events stop (Starlette cancels them), and the request is cancelled
+    # (out of the queue, or its rows stop decoding), in the events' own `finally` and, should they never have
+    # started, once the response ends
+    gone = BackgroundTask(_cancel, future)  # (a coroutine: in the event loop, where futures are cancelled)
+    return StreamingResponse(
+        events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}, background=gone
+    )
 
 
 def _finish_reason(choice: Any, stopped: bool) -> str:
@@ -282,38 +291,46 @@ async def _stream(
     """The server-sent events of a streamed request: each choice's text as it is generated, then its finish
     reason; the chunks of a choice add up to its non-streamed text. An error after the start is a last event
     with OpenAI's error body."""
-    followers = [_Follower(state.stream_tokenizer, stop) for _ in sink.choices]
-    if chat:
-        for index in range(len(followers)):
-            yield _chunk(meta, chat, index, None, None, role=True)
-    while True:
-        try:
-            event = await asyncio.wait_for(sink.queue.get(), state.time_left(request))
-        except asyncio.TimeoutError:
-            future.cancel()
-            message = f"no answer within {state.settings.request_timeout:g} s (--request-timeout); retry or raise it"
-            yield f"data: {json.dumps(error_body(504, message))}\n\n"
+    try:
+        followers = [_Follower(state.stream_tokenizer, stop) for _ in sink.choices]
+        if chat:
+            for index in range(len(followers)):
+                yield _chunk(meta, chat, index, None, None, role=True)
+        while True:
+            try:
+                event = await asyncio.wait_for(sink.queue.get(), state.time_left(request))
+            except asyncio.TimeoutError:
+                future.cancel()
+                timeout = state.settings.request_timeout
+                message = f"no answer within {timeout:g} s (--request-timeout); retry or raise it"
+                yield f"data: {json.dumps(error_body(504, message))}\n\n"
+                return
+            index, value = event
+            if index != "done":
+                delta = followers[index].add(value)
+                if delta:
+                    yield _chunk(meta, chat, index, delta, None)
+                continue
+            result = _outcome(value)
+            if isinstance(result, APIError):
+                yield f"data: {json.dumps(error_body(result.status, result.message, result.param))}\n\n"
+                return
+            for index, choice in enumerate(result.choices):
+                final, stopped = cut_at_stop(choice.text, stop)
+                rest, finish = followers[index].rest(final), _finish_reason(choice, stopped or followers[index].stopped)
+                yield _chunk(meta, chat, index, rest or None, finish)
+            usage = _usage(result, state)
+            if include_usage:
+                kind = "chat.completion.chunk" if chat else "text_completion"
+                yield f"data: {json.dumps({**meta, 'object': kind, 'choices': [], 'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
             return
-        index, value = event
-        if index != "done":
-            delta = followers[index].add(value)
-            if delta:
-                yield _chunk(meta, chat, index, delta, None)
-            continue
-        result = _outcome(value)
-        if isinstance(result, APIError):
-            yield f"data: {json.dumps(error_body(result.status, result.message, result.param))}\n\n"
-            return
-        for index, choice in enumerate(result.choices):
-            final, stopped = cut_at_stop(choice.text, stop)
-            rest = followers[index].rest(final)
-            yield _chunk(meta, chat, index, rest or None, _finish_reason(choice, stopped or followers[index].stopped))
-        usage = _usage(result, state)
-        if include_usage:
-            kind = "chat.completion.chunk" if chat else "text_completion"
-            yield f"data: {json.dumps({**meta, 'object': kind, 'choices': [], 'usage': usage})}\n\n"
-        yield "data: [DONE]\n\n"
-        return
+    finally:
+        future.cancel()  # (nothing once it has finished) the client went away: free its place
+
+
+async def _cancel(future: asyncio.Future) -> None:
+    future.cancel()
 
 
 def _outcome(future: asyncio.Future) -> Any:

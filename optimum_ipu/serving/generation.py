@@ -14,6 +14,13 @@ config's stages, `generate_static`'s padded shapes); it does not stream (`genera
 256-wide GPT-2 took 24.5 s through `generate_batch` (its warm-up included) against 0.23 s for one `generate()` of
 the padded batch. A server built on it would hold a second inference path beside the one the pipelines test.
 What this costs: a request that arrives while a batch decodes waits for the next batch (at most one generation).
+
+A request cancelled (a streaming client that went away, a timeout) marks its sink (`GenerationSink.cancelled`):
+`GoneRows`, a stopping criterion handed to `generate()` beside the streamer, ends its rows at the next step, so a
+batch whose requests are all gone stops decoding and the next batch starts. Only where the pipeline's call runs in
+this process: a pipeline led across the processes of a `torchrun` job sends its call's arguments to the other
+processes, whose decoding loops must end with this one's, so there a gone request's rows decode to their end (their
+tokens dropped).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from .batching import Job
@@ -43,7 +51,8 @@ class Choice:
 @dataclass
 class GenerationSink:
     """Where the rows of one request go: `n` choices per prompt, and, for a streaming request, the event loop and
-    queue that receive `(choice index, token id)` as they are generated."""
+    queue that receive `(choice index, token id)` as they are generated; `cancelled` once its client has gone (set
+    in the event loop, read by the worker thread's `GoneRows`)."""
 
     prompts: int
     n: int
@@ -51,9 +60,14 @@ class GenerationSink:
     queue: asyncio.Queue | None = None
     choices: list[Choice] = field(default_factory=list)
     prompt_tokens: int = 0
+    cancelled: bool = False
 
     def __post_init__(self) -> None:
         self.choices = [Choice() for _ in range(self.prompts * self.n)]
+
+    def cancel(self) -> None:
+        """The request is cancelled: its rows end at the next decoding step (`GoneRows`)."""
+        self.cancelled = True
 
 
 class RowStreamer(BaseStreamer):
@@ -79,7 +93,7 @@ class RowStreamer(BaseStreamer):
                 break
             sink, index = self.rows[self.offset + r]
             choice = sink.choices[index]
-            if choice.ended:
+            if choice.ended or sink.cancelled:
                 continue
             choice.ids.append(token)
             choice.ended = token in self.eos_ids
@@ -88,6 +102,26 @@ class RowStreamer(BaseStreamer):
 
     def end(self) -> None:
         pass
+
+    def gone(self, batch: int) -> list[bool]:
+        """For each of the current call's `batch` rows, whether it belongs to a cancelled request; the rows that
+        fill the batch count as gone once every real row of the call is (so that such a call ends)."""
+        real = [self.rows[self.offset + r][0].cancelled for r in range(min(self.width, len(self.rows) - self.offset))]
+        filler = bool(real) and all(real)
+        return [real[r] if r < len(real) else filler for r in range(batch)]
+
+
+class GoneRows(StoppingCriteria):
+    """Ends the rows of cancelled requests (see the module docstring); the other rows decode as before."""
+
+    def __init__(self, streamer: RowStreamer) -> None:
+        self.streamer = streamer
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.BoolTensor:
+        batch = input_ids.shape[0]
+        if not any(sink.cancelled for sink, _ in self.streamer.rows):
+            return torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+        return torch.tensor(self.streamer.gone(batch), dtype=torch.bool, device=input_ids.device)
 
 
 def eos_token_ids(pipe: Any) -> set[int]:
@@ -121,6 +155,8 @@ def run_generation_batch(pipe: Any, jobs: list[Job], max_batch_size: int, param:
         n = kwargs.get("num_return_sequences", 1)
         calls = [min(host_rows, len(items) - start) * n for start in range(0, len(items), host_rows)]
         streamer = RowStreamer(sinks, eos_token_ids(pipe), calls)
+        if not hasattr(pipe, "lockstep"):  # the call runs here only (see the module docstring)
+            kwargs["stopping_criteria"] = StoppingCriteriaList([GoneRows(streamer)])
         if seed is not None:  # (a seeded request runs alone: the same seed gives the same tokens)
             torch.manual_seed(seed)
         outputs = pipe(items, batch_size=size, streamer=streamer, **kwargs)

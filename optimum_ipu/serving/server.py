@@ -30,11 +30,13 @@ def load_pipeline(settings: ServeSettings) -> Any:
 
 
 def serve(settings: ServeSettings, log_level: str = "info") -> int:
-    """Serve `settings.model` over HTTP until a signal drains the server; returns the exit code (0).
+    """Serve `settings.model` over HTTP until a signal drains the server; returns the exit code (0; 1 under
+    `torchrun` when a stage process had died).
 
     Under `torchrun`, with the IPU config's stages on separate processes, each process loads its stage; process 0
     holds the socket and every request runs on all of them together (`optimum_ipu.pipelines.processes.lockstep`);
-    the other processes return once process 0 has drained and released them.
+    the other processes return once process 0 has drained and released them. A stage process that dies ends the job:
+    `torchrun` stops the others (SIGTERM: process 0 drains, `/health` says 503, then it exits with code 1).
 
     Args:
         settings (`ServeSettings`): the model, its task and IPU config, the address and the limits.
@@ -47,7 +49,7 @@ def serve(settings: ServeSettings, log_level: str = "info") -> int:
     >>> serve(ServeSettings("path/to/model", port=8000))  # until Ctrl+C or SIGTERM
     ```
     """
-    from ..pipelines.processes import lockstep, release
+    from ..pipelines.processes import lockstep
 
     pipe = lockstep(load_pipeline(settings))
     if pipe is None:  # another process of the job: it made process 0's calls until released
@@ -66,8 +68,25 @@ def serve(settings: ServeSettings, log_level: str = "info") -> int:
     try:
         DrainingServer(config, app.state.server).run()
     finally:
+        released = _release(pipe)
+    return 0 if released else 1
+
+
+def _release(pipe: Any) -> bool:
+    """Release the other processes of the job; False (said in one line) when one of them has gone: a stage process
+    that died ends the job, whose launcher (`torchrun`) stops this process too, with a non-zero code."""
+    from ..pipelines.processes import release
+
+    try:
         release(pipe)
-    return 0
+    except RuntimeError as err:  # (torch.distributed's errors: a peer that closed its connection, a timeout)
+        logger.error("the other stage processes could not be released (%s): exiting with code 1", _one_line(err))
+        return False
+    return True
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:300]
 
 
 class DrainingServer(uvicorn.Server):

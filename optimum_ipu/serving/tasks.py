@@ -14,6 +14,7 @@ import inspect
 import io
 import json
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -116,12 +117,24 @@ def run_pipeline_batch(pipe: Any, jobs: list[Job], max_batch_size: int, param: s
     except INPUT_ERRORS as err:
         if len(jobs) > 1:
             return [run_pipeline_batch(pipe, [job], max_batch_size, param)[0] for job in jobs]
-        return [InputError(param, f"{param}: the {pipe.task} pipeline refused it: {err}")]
+        return [refused(pipe, param, jobs[0].kwargs, err)]
     results, start = [], 0
     for job in jobs:
         results.append(outputs[start : start + len(job.items)])
         start += len(job.items)
     return results
+
+
+def refused(pipe: Any, param: str, kwargs: dict[str, Any], err: BaseException) -> InputError:
+    """The 400 of a request the pipeline refused, naming the call argument its message names (`pooling: got 3`,
+    "Unrecognized `function_to_apply` argument"), else `param` (the inputs)."""
+    message = " ".join(str(err).split())
+    named = next((name for name in kwargs if re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", message)), None)
+    if named is None:
+        return InputError(param, f"{param}: the {pipe.task} pipeline refused it: {message}")
+    if message.startswith(f"{named}:"):
+        message = message[len(named) + 1 :].strip()
+    return InputError(named, f"{named}: the {pipe.task} pipeline refused it: {message}")
 
 
 def to_jsonable(value: Any) -> Any:

@@ -58,6 +58,8 @@ def test_bad_embedding_requests_name_the_field(embedding_server):
     assert_error(post({"input": ["fine", ""]}), 400, "input", "non-empty")
     assert_error(post({"input": "x", "model": "text-embedding-3-small"}), 404, "model", "'tiny'")
     assert_error(post({"input": "x", "extra": True}), 400, "extra", "remove it")
+    pooling = httpx.post(f"{url}/v1/pipeline/feature-extraction", json={"inputs": "x", "pooling": 3})
+    assert_error(pooling, 400, "pooling", "pooling: the feature-extraction pipeline refused it: got 3")
     response = httpx.post(f"{url}/v1/audio/transcriptions", files={"file": ("a.wav", b"RIFF")})
     assert_error(response, 404, None, "automatic-speech-recognition")
 

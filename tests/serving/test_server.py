@@ -114,6 +114,8 @@ def test_bad_requests_name_the_field(server):
     assert_error(post({"inputs": []}), 400, "inputs", "got []")
     assert_error(post({"inputs": "x", "model": "gpt-4"}), 404, "model", "'gpt-4'", "'tiny'")
     assert_error(post({"inputs": 5}), 400, "inputs", "text-classification pipeline refused it")
+    # an argument the pipeline refuses is named as the field at fault, not the inputs
+    assert_error(post({"inputs": "x", "function_to_apply": 3}), 400, "function_to_apply", "refused it", "3")
     bad_json = httpx.post(f"{url}/v1/pipeline/text-classification", content=b'{"inputs": ')
     assert_error(bad_json, 400, "body", "not valid JSON")
     assert_error(httpx.post(f"{url}/v1/pipeline/text-classification", json=[1]), 400, "body", "JSON list")
