@@ -56,7 +56,7 @@ def prepare(folder: Path, blocks: int, seq_len: int) -> None:
     transformers.LlamaForCausalLM(config).save_pretrained(folder / "model")
 
 
-def worker(folder: Path, layout: str, batch_size: int, repeats: int) -> None:
+def worker(folder: Path, layout: str, batch_size: int, repeats: int, stage_layers: str) -> None:
     """One layout's evaluations (every process of it runs this); the main process writes `{layout}.json`."""
     import datasets
     import torch
@@ -67,6 +67,8 @@ def worker(folder: Path, layout: str, batch_size: int, repeats: int) -> None:
     blocks = json.loads((folder / "blocks.json").read_text())
     data = datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks})
     config = IPUConfig(**LAYOUTS[layout]["config"])
+    if config.ipus_per_replica > 1:
+        config.layers_per_ipu = [int(n) for n in stage_layers.split(",")]
     args = IPUTrainingArguments(  # under torchrun, makes the process group the stage-local loading needs
         output_dir=str(folder / "out"), per_device_eval_batch_size=batch_size, report_to=[], disable_tqdm=True
     )
@@ -82,7 +84,7 @@ def worker(folder: Path, layout: str, batch_size: int, repeats: int) -> None:
 
 def run_layout(folder: Path, layout: str, args: argparse.Namespace) -> dict:
     processes = LAYOUTS[layout]["processes"]
-    script = [__file__, "--worker", str(folder), layout, str(args.batch_size), str(args.repeats)]
+    script = [__file__, "--worker", str(folder), layout, str(args.batch_size), str(args.repeats), args.stage_layers]
     launcher = [sys.executable] if processes == 1 else [sys.executable, "-m", "torch.distributed.run"]
     command = [*launcher, *([f"--nproc_per_node={processes}"] if processes > 1 else []), *script]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -98,9 +100,10 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--stage-layers", default="6,2", help="layers_per_ipu of the 2 stages (8 layers in all)")
     parser.add_argument("--json", default=None, help="also write the results here")
     if sys.argv[1:2] == ["--worker"]:
-        return worker(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        return worker(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
