@@ -208,7 +208,7 @@ def run_server(
     """One server from start to stop (`serve_load.measure_server`): its command, log, first greedy text (or answer)
     and each level's statistics. `bodies`: the warm-up requests and the timed ones."""
     spec, port = SERVERS[key], free_port()
-    command = server_command(key, model, port, task)
+    command = server_command(key, model, port, task, max_batch_size=max(concurrency))
     log = Path(output_dir) / f"serve-{key}.log"
     path = QA_ENDPOINT if task == "question-answering" else COMPLETIONS
     raw = measure_server(spec, command, port, log, path, *bodies, concurrency, done)

@@ -418,7 +418,7 @@ def _add_serve(sub: Any) -> None:
         "--batch-wait-ms",
         type=_finite("milliseconds", above_zero=False),
         default=5.0,
-        help="how long a batch waits at most for as many requests as the previous batch held",
+        help="how long a batch waits for more requests at most (and at most a tenth of the previous batch's time)",
     )
     serve.add_argument("--max-queue", type=_at_least(1), default=64, help="requests waiting at most; then 429")
     serve.add_argument(

@@ -19,9 +19,9 @@ class ServeSettings:
         host (`str`, *optional*, defaults to `"127.0.0.1"`): the address to listen on (`0.0.0.0`: every interface).
         port (`int`, *optional*, defaults to 8000): the TCP port (0: any free port).
         max_batch_size (`int`, *optional*, defaults to 8): inputs handed to the pipeline in one call at most.
-        batch_wait_ms (`float`, *optional*, defaults to 5): how long a batch stays open at most, once its first request
-            has arrived, for as many requests as the previous batch of its kind held (a lone client's requests run at
-            once; while the model is busy, requests gather anyway).
+        batch_wait_ms (`float`, *optional*, defaults to 5): how long a batch stays open for more requests at most, once
+            its first has arrived, and never more than a tenth of the previous batch's compute time (while the model
+            is busy, requests gather anyway).
         max_queue (`int`, *optional*, defaults to 64): requests waiting for a batch at most; past it, 429.
         request_timeout (`float`, *optional*, defaults to 60): seconds a request may take, queue included; past it,
             504.

@@ -1,6 +1,6 @@
-"""The batcher alone (`optimum_ipu.serving.batching.Batcher`), on a fake runner: a batch waits for as many requests as
-the previous batch of its key held, so a lone client's requests never wait for company and requests that come together
-still run together."""
+"""The batcher alone (`optimum_ipu.serving.batching.Batcher`), on a fake runner: a batch waits for company at most
+`batch_wait_s` and at most a tenth of its key's previous compute time, so a lone client of a fast call barely waits,
+while requests that come together, or a little apart within the wait, still run together."""
 
 from __future__ import annotations
 
@@ -10,15 +10,22 @@ import time
 from optimum_ipu.serving.batching import Batcher, Job
 from optimum_ipu.serving.metrics import ServerMetrics
 
-WAIT_S = 1.0  # long enough that a batch closed by its wait is told apart from one closed at once
+WAIT_S = 1.0  # the longest wait: long enough that a batch closed by it is told apart from one closed early
 
 
-def _job(item: str, batches: list[list[str]]) -> Job:
+def _job(item: str, batches: list[list[str]], compute_s: float) -> Job:
     def run(jobs: list[Job]) -> list[str]:
         batches.append([item for job in jobs for item in job.items])
+        time.sleep(compute_s)
         return [job.items[0].upper() for job in jobs]
 
     return Job(key="k", items=[item], run=run)
+
+
+async def _timed(future: asyncio.Future) -> tuple[str, float]:
+    start = time.perf_counter()
+    result = await future
+    return result, time.perf_counter() - start
 
 
 async def _scenario() -> tuple[list[list[str]], dict[str, float]]:
@@ -27,27 +34,26 @@ async def _scenario() -> tuple[list[list[str]], dict[str, float]]:
     batches: list[list[str]] = []
     seconds: dict[str, float] = {}
     try:
-        # three requests together: the first batch waits for company (up to WAIT_S) and takes all three
-        start = time.perf_counter()
-        together = [batcher.submit(_job(name, batches)) for name in ("a", "b", "c")]
-        assert await asyncio.gather(*together) == ["A", "B", "C"]
-        seconds["first"] = time.perf_counter() - start
-        # a lone request after a batch of 3 waits for 3, gets none: it runs after the wait
-        start = time.perf_counter()
-        assert await batcher.submit(_job("d", batches)) == "D"
-        seconds["after three"] = time.perf_counter() - start
-        # the previous batch held one: the next lone request runs at once
-        start = time.perf_counter()
-        assert await batcher.submit(_job("e", batches)) == "E"
-        seconds["after one"] = time.perf_counter() - start
+        # the key's first batch: nothing known of its compute time, it waits the whole WAIT_S and takes all three
+        together = [batcher.submit(_job(name, batches, 0.05)) for name in ("a", "b", "c")]
+        results = await asyncio.gather(*(_timed(f) for f in together))
+        assert [r for r, _ in results] == ["A", "B", "C"]
+        seconds["first"] = results[0][1]
+        # the previous batch computed for 0.05 s: a lone request waits 5 ms at most
+        result, seconds["lone"] = await _timed(batcher.submit(_job("d", batches, 0.3)))
+        assert result == "D"
+        # the previous batch computed for 0.3 s: a request 10 ms behind the first still joins its batch (30 ms wait)
+        first = batcher.submit(_job("e", batches, 0.05))
+        await asyncio.sleep(0.01)
+        second = batcher.submit(_job("f", batches, 0.05))
+        assert await asyncio.gather(first, second) == ["E", "F"]
     finally:
         await batcher.stop()
     return batches, seconds
 
 
-def test_a_batch_waits_for_as_many_requests_as_the_previous_batch_held():
+def test_a_batch_waits_at_most_a_share_of_its_previous_compute_time():
     batches, seconds = asyncio.run(_scenario())
-    assert batches == [["a", "b", "c"], ["d"], ["e"]]
-    assert seconds["first"] >= WAIT_S * 0.9  # the first batch waited (for up to max_batch_size)
-    assert seconds["after three"] >= WAIT_S * 0.9
-    assert seconds["after one"] < WAIT_S / 4  # a lone client's request did not wait
+    assert batches == [["a", "b", "c"], ["d"], ["e", "f"]]
+    assert seconds["first"] >= WAIT_S * 0.9  # the key's first batch waited the whole batch_wait_s
+    assert seconds["lone"] < 0.3 + WAIT_S / 2  # its 0.3 s compute after a wait of WAIT_SHARE x 0.05 s, not WAIT_S
