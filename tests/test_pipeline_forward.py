@@ -81,3 +81,13 @@ def test_merged_class_losses_are_the_mean_over_the_rows():
     items = [labelled_items(part, shifts_labels=False) for part in parts]
     assert items == [3, 2, 2]
     torch.testing.assert_close(merge_outputs(outputs, items, total=7.0).loss, whole.loss, atol=1e-6, rtol=1e-6)
+
+
+def test_split_rows_by_rows_per_part_gives_one_process_batches():
+    """A host call of several per-device batches is cut back into them (the last one shorter), whatever `parts`."""
+    batch = {"input_ids": torch.arange(40).view(20, 2), "labels": torch.arange(20), "scale": torch.tensor(2.0)}
+    parts = split_rows(batch, 8, rows_per_part=8)
+    assert [p["input_ids"].shape[0] for p in parts] == [8, 8, 4]
+    assert torch.equal(torch.cat([p["labels"] for p in parts]), batch["labels"])
+    assert all(p["scale"] is batch["scale"] for p in parts)  # not a row tensor: whole in every part
+    assert [p["labels"].shape[0] for p in split_rows(batch, 8, rows_per_part=32)] == [20]

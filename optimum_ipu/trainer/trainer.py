@@ -226,11 +226,11 @@ class IPUTrainer(TrainerPrivateHooks):
 
     @property
     def eval_batch_per_call(self) -> int:
-        """Samples per evaluation host call in this process: the micro-batch x `inference_device_iterations`
-        x the inference replicas this process runs in turn (under torchrun, each process is a replica)."""
-        config = self.ipu_config
-        replicas_here = replicas_per_process(config, inference=True)
-        return self.args.eval_batch_size * replicas_here * config.value("device_iterations", inference=True)
+        """Samples per evaluation host call in this process: the micro-batch x the layout's device iterations
+        (`inference_device_iterations`; several a stage by default when stages run on processes) x the inference
+        replicas this process runs in turn (under torchrun, each process is a replica)."""
+        replicas_here = replicas_per_process(self.ipu_config, inference=True)
+        return self.args.eval_batch_size * replicas_here * self.layout.eval_device_iterations()
 
     def _loader_args(self) -> dict[str, Any]:
         """What every loader of this trainer reads differently from the user's arguments."""
@@ -460,7 +460,7 @@ class IPUTrainer(TrainerPrivateHooks):
     # ---------------------------------------------------------------- evaluation
     def evaluation_loop(self, *args: Any, **kwargs: Any) -> Any:
         """`Trainer`'s, run as the layout says (its gather of predictions, the arguments it reads differently)."""
-        scope = self.layout.evaluation_scope()
+        scope = self.layout.evaluation_scope(self.args.eval_batch_size)
         gather, self.gather_function = self.gather_function, scope.gather or self.gather_function
         try:
             with self._scoped_args(**scope.args):

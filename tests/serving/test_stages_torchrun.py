@@ -55,3 +55,42 @@ def test_serve_on_two_stages_answers_as_one_process(tmp_path, tiny_pretrained):
             os.killpg(process.pid, signal.SIGKILL)
             time.sleep(1)
     assert "Application shutdown complete" in log.read_text()
+
+
+PROMPTS = ["The weather today", "Trains run late because", "Once upon a time", "the movie was"]
+
+
+def test_completions_on_two_stages_decode_in_groups_as_one_process(tmp_path, tiny_pretrained):
+    """Four prompts of one request decode on 2 stages in 2 groups in flight (one per stage); the greedy texts, and a
+    streamed request's chunks, are those of one process."""
+    folder = tiny_pretrained("GPT2LMHeadModel", initializer_range=0.5)
+    config = tmp_path / "ipu_config.json"
+    config.write_text(json.dumps({"layers_per_ipu": [2, 2], "ipus_per_replica": 2}))
+    port = free_port()
+    command = [*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "optimum_ipu.cli", "serve"]
+    command += [str(folder), "--ipu-config", str(config), "--port", str(port), "--task", "text-generation"]
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            command, cwd=REPO_ROOT, env=env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, timeout=180)
+        local = pipeline("text-generation", model=str(folder))
+        want = [
+            r[0]["generated_text"] for r in local(PROMPTS, max_new_tokens=8, do_sample=False, return_full_text=False)
+        ]
+        body = {"model": str(folder), "prompt": PROMPTS, "max_tokens": 8, "temperature": 0}
+        got = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
+        assert got.status_code == 200, got.text
+        assert [c["text"] for c in got.json()["choices"]] == want
+        assert len(set(want)) > 2, "identical texts would prove little"
+        with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=120) as stream:
+            events = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: {")]
+        streamed = ["".join(e["choices"][0]["text"] for e in events if e["choices"][0]["index"] == i) for i in range(4)]
+        assert streamed == want
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            time.sleep(1)

@@ -179,8 +179,13 @@ class ReplicasLayout:
         return world_size() > 1
 
     # ------------------------------------------------------------------ evaluation
-    def evaluation_scope(self) -> EvaluationScope:
-        """Ready the model for `Trainer`'s evaluation loop and say how the loop runs."""
+    def eval_device_iterations(self) -> int:
+        """Batches of `per_device_eval_batch_size` rows in one evaluation host call: `inference_device_iterations`."""
+        return self.ipu_config.value("device_iterations", inference=True)
+
+    def evaluation_scope(self, batch_rows: int) -> EvaluationScope:
+        """Ready the model for `Trainer`'s evaluation loop (of batches of `batch_rows` per device, a host call holding
+        `eval_device_iterations` of them) and say how the loop runs."""
         return EvaluationScope()
 
     def after_evaluation(self) -> None:

@@ -39,7 +39,7 @@ from .. import fsdp
 from ..distributed import world_size
 from ..stages.checkpoint import save_stage_shards
 from ..stages.engine import PipelineEngine
-from ..stages.forward import PipelinedForward, forward_through_stages
+from ..stages.forward import MICRO_BATCHES_PER_STAGE, PipelinedForward, forward_through_stages
 from ..stages.hold import stage_hold
 from ..stages.optimizer import save_stage_optimizer
 from ..step import TrainingStep
@@ -171,7 +171,7 @@ class ProcessStagesLayout(ReplicasLayout):
 
     def _forward_module(self) -> PipelinedForward:
         """The model that evaluation and prediction run when this process holds only its stage: each batch goes
-        forward through the replica's stages as micro-batches, several in flight (`eval_micro_batches`)."""
+        forward through the replica's stages as micro-batches, several in flight (`eval_device_iterations`)."""
         if self._forward is None:
             model = self.parts.model
             self._forward = forward_through_stages(
@@ -179,17 +179,21 @@ class ProcessStagesLayout(ReplicasLayout):
                 self.parts.stage_cut(),
                 stage_hold(model),
                 self.engine.precision,
-                micro_batches=self.eval_micro_batches(),
+                micro_batches=self.eval_device_iterations(),
                 shifts_labels=self.parts.loss_shifts_labels,
             )
         return self._forward
 
-    def eval_micro_batches(self) -> int | None:
-        """Micro-batches in flight per evaluation batch: `inference_device_iterations` when set above 1 (the batches of
-        one host call, as an IPU streams them through its pipeline), else None: the default of
-        `forward_through_stages` (`MICRO_BATCHES_PER_STAGE` a stage)."""
-        iterations = self.ipu_config.value("device_iterations", inference=True)
-        return iterations if iterations > 1 else None
+    def eval_device_iterations(self) -> int:
+        """Micro-batches of one evaluation host call, each `per_device_eval_batch_size` rows, several in flight through
+        the stages: `inference_device_iterations` when set above 1 (as an IPU streams a host call's batches through its
+        pipeline), else `MICRO_BATCHES_PER_STAGE` a stage when this process holds its stage only. Cutting each batch
+        into micro-batches of single rows instead (as before) ran 1.27x slower: each batch filled and drained the
+        pipeline, and rows alone use the matrix units worse (BENCHMARKS.md, evaluation through stages)."""
+        iterations = super().eval_device_iterations()
+        if iterations > 1 or not self.holds_part_only:
+            return iterations
+        return MICRO_BATCHES_PER_STAGE * self.stages
 
     # ------------------------------------------------------------------ the data
     def train_loader(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
@@ -222,13 +226,15 @@ class ProcessStagesLayout(ReplicasLayout):
         return total // self.stages  # the stages of a replica share its samples: only replicas multiply the batch
 
     # ------------------------------------------------------------------ evaluation
-    def evaluation_scope(self) -> EvaluationScope:
+    def evaluation_scope(self, batch_rows: int) -> EvaluationScope:
         if not self.holds_part_only:
             self.synchronize()  # every process evaluates the whole model on its shard
             return EvaluationScope()
         # The stages of a replica see the same batch: Trainer's token count over every process (and its loss scaled by
         # the process count) would count each batch once per stage. Each process's own count is its replica's: the
         # one-process loss (a classifier's mean would otherwise come out x stages).
+        forward = self._forward_module()  # each host call's batches of one process go through the stages as such
+        forward.rows_per_micro_batch = batch_rows if super().eval_device_iterations() == 1 else None
         return EvaluationScope(gather=self.gather, args={"average_tokens_across_devices": False})
 
     def after_evaluation(self) -> None:

@@ -172,6 +172,13 @@ class PipelinedForward(nn.Module):
         everywhere (`bool`, *optional*, defaults to `False`): the last stage's output on every stage (its tensors
             broadcast as tensors), for a caller that reads it on each process (`pipeline()`, whose post-processing
             every process runs); zeros of its shapes otherwise.
+
+    Attributes:
+        rows_per_micro_batch (`int` or `None`): set, a batch is cut into micro-batches of this many rows (the last
+            shorter) instead of `micro_batches` parts: the batches one process would run, a host call holding several
+            (`ProcessStagesLayout.eval_device_iterations`). Each one's loss is then its own mean (as one process's
+            batch's), and they are weighted by their rows, as `Trainer` weighs the losses of one process's batches:
+            the evaluation loss is one process's.
     """
 
     def __init__(
@@ -185,6 +192,7 @@ class PipelinedForward(nn.Module):
         super().__init__()
         self.stage_forward, self.model = stage_forward, model
         self.micro_batches, self.shifts_labels, self.everywhere = micro_batches, shifts_labels, everywhere
+        self.rows_per_micro_batch: int | None = None
 
     def forward(self, **inputs: Any) -> Any:
         stages = self.stage_forward
@@ -198,10 +206,15 @@ class PipelinedForward(nn.Module):
         count = inputs.pop("num_items_in_batch", None)
         labels = inputs.get("labels")
         counted = count is not None and labels is not None and not labels.is_floating_point()
-        parts = split_rows(inputs, self.micro_batches)
+        per_part = self.rows_per_micro_batch
+        parts = split_rows(inputs, self.micro_batches, rows_per_part=per_part)
         outputs = stages.run(parts)
-        items = [labelled_items(part, self.shifts_labels) for part in parts]
-        output = merge_outputs(outputs, items, float(count) if counted else None) if outputs is not None else None
+        if per_part is not None:  # each part a batch of one process, its loss its own mean (the class docstring)
+            items, total = [labelled_items(part, self.shifts_labels, rows=True) for part in parts], None
+        else:
+            items = [labelled_items(part, self.shifts_labels) for part in parts]
+            total = float(count) if counted else None
+        output = merge_outputs(outputs, items, total) if outputs is not None else None
         tensors = {k: v for k, v in output.items() if torch.is_tensor(v)} if output is not None else {}
         described = [(type(output), list(tensors), [(v.dtype, tuple(v.shape)) for v in tensors.values()])]
         dist.broadcast_object_list(described, src=last, group=stages.group)  # names and shapes: a few hundred bytes
@@ -239,24 +252,30 @@ def forward_through_stages(
     return PipelinedForward(stage, model, micro_batches, shifts_labels=shifts_labels, everywhere=everywhere)
 
 
-def labelled_items(batch: dict[str, Any], shifts_labels: bool) -> int:
+def labelled_items(batch: dict[str, Any], shifts_labels: bool, rows: bool = False) -> int:
     """The items a micro-batch's mean loss averages: its labelled tokens (shifted for a causal LM, `shifts_labels`),
-    else its rows (a class, a regression target, answer positions)."""
+    else its rows (a class, a regression target, answer positions); its rows with `rows`."""
     labels = batch.get("labels")
-    rows = next(v.shape[0] for v in batch.values() if torch.is_tensor(v) and v.dim())
-    if labels is None or labels.is_floating_point():
-        return rows
+    count = next(v.shape[0] for v in batch.values() if torch.is_tensor(v) and v.dim())
+    if rows or labels is None or labels.is_floating_point():
+        return count
     labels = labels[..., 1:] if shifts_labels and labels.dim() > 1 else labels
     return int(labels.ne(-100).sum())
 
 
-def split_rows(batch: dict[str, Any], parts: int) -> list[dict[str, Any]]:
-    """`batch` as up to `parts` micro-batches of consecutive rows (as many as it has rows, when fewer); tensors whose
-    first dimension is not the batch's rows go to every micro-batch whole."""
+def split_rows(batch: dict[str, Any], parts: int, rows_per_part: int | None = None) -> list[dict[str, Any]]:
+    """`batch` as up to `parts` micro-batches of consecutive rows (as many as it has rows, when fewer), or, with
+    `rows_per_part`, as micro-batches of that many rows (the last shorter); tensors whose first dimension is not the
+    batch's rows go to every micro-batch whole."""
     rows = next(v.shape[0] for v in batch.values() if torch.is_tensor(v) and v.dim())
-    parts = max(1, min(parts, rows))
+    if rows_per_part is not None:
+        bounds = list(range(rows_per_part, rows, rows_per_part))  # where each part after the first starts
+        parts = len(bounds) + 1
+    else:
+        parts = max(1, min(parts, rows))
+        bounds = parts
     split = {
-        k: torch.tensor_split(v, parts) for k, v in batch.items() if torch.is_tensor(v) and v.dim() and len(v) == rows
+        k: torch.tensor_split(v, bounds) for k, v in batch.items() if torch.is_tensor(v) and v.dim() and len(v) == rows
     }
     return [{k: split[k][i] if k in split else v for k, v in batch.items()} for i in range(parts)]
 
