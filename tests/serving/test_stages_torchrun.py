@@ -81,7 +81,7 @@ def test_completions_on_two_stages_decode_in_groups_as_one_process(tmp_path, tin
         want = [
             r[0]["generated_text"] for r in local(PROMPTS, max_new_tokens=8, do_sample=False, return_full_text=False)
         ]
-        body = {"model": str(folder), "prompt": PROMPTS, "max_tokens": 8, "temperature": 0}
+        body = {"model": folder.name, "prompt": PROMPTS, "max_tokens": 8, "temperature": 0}
         got = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
         assert got.status_code == 200, got.text
         assert [c["text"] for c in got.json()["choices"]] == want
