@@ -33,10 +33,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 WIKITEXT = REPO.parent / "shared" / "data" / "wikitext2_tokens" / "wiki.test.tokens"
 MODELS = {
-    "gpt2-124m": {"class": "GPT2Config", "layers": [6, 6], "kwargs": {"n_positions": 256}},
+    "gpt2-124m": {"class": "GPT2Config", "layers": [7, 5], "kwargs": {"n_positions": 256}},
     "llama-8x512": {
         "class": "LlamaConfig",
-        "layers": [4, 4],
+        "layers": [6, 2],
         "kwargs": {
             "hidden_size": 512,
             "intermediate_size": 1408,

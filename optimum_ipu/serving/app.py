@@ -55,12 +55,7 @@ class ServerState:
         self.task: str = pipe.task
         self.model_name = settings.model_name
         self.batcher = Batcher(
-            settings.max_batch_size,
-            settings.batch_wait_ms / 1000,
-            settings.max_queue,
-            metrics,
-            self.task,
-            in_flight=lambda: self.in_flight,
+            settings.max_batch_size, settings.batch_wait_ms / 1000, settings.max_queue, metrics, self.task
         )
         self.warm = False
         self.warmup_error: str | None = None

@@ -8,9 +8,7 @@ thread, so the event loop keeps answering (health checks, metrics, new requests)
 computes, new requests queue, and the next batch takes them at once: the busier the server, the larger its batches.
 The wait is `batch_wait_s` at most, and never more than a tenth of what the key's previous batch took to compute
 (`WAIT_SHARE`): waiting for company costs a lone client at most 10% of its latency, so a 8 ms question-answering call
-waits 0.8 ms, while a generation of a second or more waits the whole `batch_wait_s` for the requests of a burst. And
-it ends as soon as every request the server has received is waiting (`in_flight`): a lone client's request, or the
-last of a burst, does not wait for requests that are not there. A
+waits 0.8 ms, while a generation of a second or more waits the whole `batch_wait_s` for the requests of a burst. A
 wait for as many requests as the previous batch held would cost nothing at concurrency 1, but after a quiet spell it
 runs a burst's first generation alone, and the rest wait for it to end (measured: concurrency 32 fell to 0.65x of
 `transformers serve --continuous-batching`). The queue is bounded: past `max_queue` waiting jobs, `QueueFull` (the
@@ -73,20 +71,11 @@ class Batcher:
         max_queue (`int`): waiting jobs at most.
         metrics (`ServerMetrics`): where the batch sizes, call times and queue depth go.
         task (`str`): the label of the batch metrics.
-        in_flight (`Callable[[], int]`, *optional*): how many requests the server holds now (received, not yet
-            answered); without it a batch always waits its whole wait.
     """
 
     def __init__(
-        self,
-        max_batch_size: int,
-        batch_wait_s: float,
-        max_queue: int,
-        metrics: ServerMetrics,
-        task: str,
-        in_flight: Callable[[], int] | None = None,
+        self, max_batch_size: int, batch_wait_s: float, max_queue: int, metrics: ServerMetrics, task: str
     ) -> None:
-        self._in_flight = in_flight
         self.max_batch_size, self.batch_wait_s, self.max_queue = max_batch_size, batch_wait_s, max_queue
         self.metrics, self.task = metrics, task
         self._waiting: deque[Job] = deque()
@@ -173,7 +162,7 @@ class Batcher:
         previous = self._last_seconds.get(key)
         wait = self.batch_wait_s if previous is None else min(self.batch_wait_s, WAIT_SHARE * previous)
         deadline = loop.time() + wait
-        while self._items_of(key) < self.max_batch_size and self._more_coming():
+        while self._items_of(key) < self.max_batch_size:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
@@ -183,10 +172,6 @@ class Batcher:
             except asyncio.TimeoutError:
                 break
         return self._take(key)
-
-    def _more_coming(self) -> bool:
-        """Whether the server holds requests that are not waiting yet (being read, parsed, or answered)."""
-        return self._in_flight is None or self._in_flight() > len(self._waiting)
 
     def _items_of(self, key: Hashable) -> int:
         return sum(len(job.items) for job in self._waiting if job.key == key)

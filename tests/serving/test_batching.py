@@ -57,35 +57,3 @@ def test_a_batch_waits_at_most_a_share_of_its_previous_compute_time():
     assert batches == [["a", "b", "c"], ["d"], ["e", "f"]]
     assert seconds["first"] >= WAIT_S * 0.9  # the key's first batch waited the whole batch_wait_s
     assert seconds["lone"] < 0.3 + WAIT_S / 2  # its 0.3 s compute after a wait of WAIT_SHARE x 0.05 s, not WAIT_S
-
-
-async def _with_in_flight() -> dict[str, float]:
-    held = {"requests": 0}  # what the server holds: received, not yet answered
-    batcher = Batcher(8, WAIT_S, 16, ServerMetrics(), "test", in_flight=lambda: held["requests"])
-    batcher.start()
-    batches: list[list[str]] = []
-    seconds: dict[str, float] = {}
-    try:
-        # a lone request, the only one the server holds: its batch closes at once, though the key's first (its 0.6 s
-        # of compute then allow the next batch a wait of 60 ms)
-        held["requests"] = 1
-        result, seconds["lone"] = await _timed(batcher.submit(_job("a", batches, 0.6)))
-        assert result == "A"
-        # three held, two waiting: the batch waits for the third, then closes without waiting out WAIT_S
-        held["requests"] = 3
-        start = time.perf_counter()
-        first, second = batcher.submit(_job("b", batches, 0.0)), batcher.submit(_job("c", batches, 0.0))
-        await asyncio.sleep(0.05)
-        third = batcher.submit(_job("d", batches, 0.0))
-        assert await asyncio.gather(first, second, third) == ["B", "C", "D"]
-        seconds["three"] = time.perf_counter() - start
-    finally:
-        await batcher.stop()
-    assert batches == [["a"], ["b", "c", "d"]]
-    return seconds
-
-
-def test_a_batch_waits_only_while_the_server_holds_requests_not_yet_waiting():
-    seconds = asyncio.run(_with_in_flight())
-    assert seconds["lone"] < 0.6 + WAIT_S / 4
-    assert seconds["three"] < WAIT_S / 2
