@@ -4,7 +4,7 @@ request answered with a 4xx in OpenAI's error shape naming the field."""
 
 from __future__ import annotations
 
-import asyncio
+import json
 import threading
 import time
 
@@ -82,28 +82,29 @@ def test_pipeline_endpoint_equals_the_pipeline(server, classifier):
     assert one == classifier([TEXTS[0]])[0]
 
 
-def test_requests_arriving_together_run_as_one_batch(server, classifier):
-    url, _ = server
-    calls = metric(url, "optimum_ipu_batch_size_count", task="text-classification")
-
-    async def send_all():
-        async with httpx.AsyncClient(base_url=url) as client:
-            posts = [client.post("/v1/pipeline/text-classification", json={"inputs": t}) for t in TEXTS]
-            return await asyncio.gather(*posts)
-
-    async def send_all_and_one_bad():
-        async with httpx.AsyncClient(base_url=url) as client:
-            posts = [client.post("/v1/pipeline/text-classification", json={"inputs": t}) for t in [*TEXTS, 5]]
-            return await asyncio.gather(*posts)
-
-    responses = asyncio.run(send_all())
-    assert [r.json() for r in responses] == classifier(TEXTS)
-    # a bad input in a batch: its request gets the 400, the others their results
-    *good, bad = asyncio.run(send_all_and_one_bad())
-    assert [r.json() for r in good] == classifier(TEXTS)
-    assert_error(bad, 400, "inputs", "refused")
-    batches = metric(url, "optimum_ipu_batch_size_count", task="text-classification") - calls
-    assert batches < len(TEXTS)  # some requests shared a pipeline call
+def test_requests_arriving_while_a_batch_computes_run_as_one_batch(classifier):
+    """Requests that arrive while the model computes wait, and the next batch takes them all; a bad input among them
+    gets its 400 and the others their results. (A batch's own wait for company is a tenth of the previous call at
+    most: tests/serving/test_batching.py.)"""
+    gated = Gated(classifier)
+    with running_server(gated, max_batch_size=8) as (url, state):
+        for inputs, expect_bad in ((TEXTS, False), ([*TEXTS, 5], True)):
+            gated.gate.clear()
+            out: list = []
+            threads = [_post_in_thread(url, {"inputs": "first"}, out)]
+            _wait_for(lambda: state.batcher.running == 1)  # the first computes, held at the gate
+            calls = metric(url, "optimum_ipu_batch_size_count", task="text-classification")
+            threads += [_post_in_thread(url, {"inputs": text}, out) for text in inputs]
+            waiting = len(inputs)
+            _wait_for(lambda: state.batcher.depth == waiting)  # noqa: B023 (read at once) the others wait
+            gated.gate.set()
+            for thread in threads:
+                thread.join()
+            by_input = {json.dumps(json.loads(r.request.content)["inputs"]): r for r in out}
+            assert [by_input[json.dumps(t)].json() for t in TEXTS] == classifier(TEXTS)
+            if expect_bad:  # the batch failed on it and was run again request by request, within the same call
+                assert_error(by_input["5"], 400, "inputs", "refused")
+            assert metric(url, "optimum_ipu_batch_size_count", task="text-classification") - calls == 1
 
 
 def test_bad_requests_name_the_field(server):
