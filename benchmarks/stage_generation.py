@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from stage_inference import run_worker  # (this folder: run as a script)
 
 REPO = Path(__file__).resolve().parent.parent
 WIKITEXT = REPO.parent / "shared" / "data" / "wikitext2_tokens" / "wiki.test.tokens"
@@ -107,15 +107,8 @@ def worker(folder: Path, layout: str, model: str, new_tokens: int, repeats: int)
 
 
 def run_layout(folder: Path, layout: str, args: argparse.Namespace) -> dict:
-    processes = LAYOUTS[layout]
-    script = [__file__, "--worker", str(folder), layout, args.model, str(args.new_tokens), str(args.repeats)]
-    launcher = [sys.executable] if processes == 1 else [sys.executable, "-m", "torch.distributed.run"]
-    command = [*launcher, *([f"--nproc_per_node={processes}"] if processes > 1 else []), *script]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    if done.returncode:
-        raise SystemExit(f"{layout}: exit {done.returncode}\n{done.stderr[-3000:]}")
-    return json.loads((folder / f"{layout}.json").read_text())
+    worker_args = [args.model, str(args.new_tokens), str(args.repeats)]
+    return run_worker(__file__, folder, layout, LAYOUTS[layout], worker_args)
 
 
 def main() -> None:

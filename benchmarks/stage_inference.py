@@ -83,10 +83,16 @@ def worker(folder: Path, layout: str, batch_size: int, repeats: int, stage_layer
 
 
 def run_layout(folder: Path, layout: str, args: argparse.Namespace) -> dict:
-    processes = LAYOUTS[layout]["processes"]
-    script = [__file__, "--worker", str(folder), layout, str(args.batch_size), str(args.repeats), args.stage_layers]
+    worker_args = [str(args.batch_size), str(args.repeats), args.stage_layers]
+    return run_worker(__file__, folder, layout, LAYOUTS[layout]["processes"], worker_args)
+
+
+def run_worker(script: str, folder: Path, layout: str, processes: int, worker_args: list[str]) -> dict:
+    """`script --worker FOLDER LAYOUT ...` on `processes` processes (torchrun past one), one thread each; the
+    `{layout}.json` its rank 0 wrote."""
+    arguments = [script, "--worker", str(folder), layout, *worker_args]
     launcher = [sys.executable] if processes == 1 else [sys.executable, "-m", "torch.distributed.run"]
-    command = [*launcher, *([f"--nproc_per_node={processes}"] if processes > 1 else []), *script]
+    command = [*launcher, *([f"--nproc_per_node={processes}"] if processes > 1 else []), *arguments]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode:

@@ -174,9 +174,9 @@ def resolve_model(model: str | None, task: str, folder: Path) -> tuple[str, str]
     return str(folder / "gpt2-124m"), RANDOM_GPT2
 
 
-def make_random_gpt2(folder: Path, tokenizer_dir: str) -> None:
-    """A random GPT-2 of 124 M parameters (12 layers of 768, 256 positions) with the tokenizer of `tokenizer_dir`,
-    saved in `folder`; it has no end-of-sequence token, so every request generates its `max_tokens`."""
+def make_random_gpt2(folder: Path, tokenizer_dir: str, width: int = 768, layers: int = 12, heads: int = 12) -> None:
+    """A random GPT-2 (by default of 124 M parameters: 12 layers of 768; 256 positions) with the tokenizer of
+    `tokenizer_dir`, saved in `folder`; it has no end-of-sequence token, so every request generates its `max_tokens`."""
     import torch
     import transformers
 
@@ -185,9 +185,9 @@ def make_random_gpt2(folder: Path, tokenizer_dir: str) -> None:
     config = transformers.GPT2Config(
         vocab_size=tokenizer.vocab_size,
         n_positions=256,
-        n_embd=768,
-        n_layer=12,
-        n_head=12,
+        n_embd=width,
+        n_layer=layers,
+        n_head=heads,
         bos_token_id=tokenizer.cls_token_id,
         eos_token_id=None,  # never met: every request generates its max_tokens
         pad_token_id=tokenizer.pad_token_id,

@@ -5,10 +5,15 @@ called in-process). One server per test module (module-scoped fixtures): models 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -82,3 +87,31 @@ def metric(url: str, name: str, **labels: str) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 return sample.value
     return 0.0
+
+
+def start_stage_server(
+    tmp_path: Path, folder: Path, layers: list[int], task: str
+) -> tuple[subprocess.Popen, str, Path]:
+    """`optimum-ipu serve` under torchrun, one process a stage of `layers` (`layers_per_ipu`); healthy when returned.
+    Its output goes to a file, not a pipe: workers that outlive a killed torchrun would hold a pipe. Returns the
+    torchrun process (a session leader: kill its group), the server's URL and the log's path."""
+    from ..conftest import REPO_ROOT
+    from ..helpers import TORCHRUN, env, free_port
+
+    config = tmp_path / "ipu_config.json"
+    config.write_text(json.dumps({"layers_per_ipu": layers, "ipus_per_replica": len(layers)}))
+    port = free_port()
+    command = [*TORCHRUN, f"--nproc_per_node={len(layers)}", f"--master_port={free_port()}", "-m", "optimum_ipu.cli"]
+    command += ["serve", str(folder), "--ipu-config", str(config), "--port", str(port), "--task", task]
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            command, cwd=REPO_ROOT, env=env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, timeout=180)
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
+    return process, url, log

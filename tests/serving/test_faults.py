@@ -20,9 +20,7 @@ import pytest
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from ..conftest import REPO_ROOT
-from ..helpers import TORCHRUN, env, free_port
-from .conftest import metric, running_server, wait_healthy
+from .conftest import metric, running_server, start_stage_server
 
 PROMPT = "The weather today"
 MAX_TOKENS = 60  # the tiny GPT-2's 128 positions less the 64 prompt tokens the pipeline pads to, and some
@@ -144,27 +142,6 @@ def test_a_generation_past_its_timeout_stops_decoding(generator):
         assert again.json()["choices"][0]["text"] == _greedy(generator, PROMPT, 3)
 
 
-def _stage_job(tmp_path, folder) -> tuple[subprocess.Popen, str, object]:
-    """`optimum-ipu serve` under torchrun with 2 stages (one process each); healthy when returned."""
-    config = tmp_path / "ipu_config.json"
-    config.write_text(json.dumps({"layers_per_ipu": [1, 3], "ipus_per_replica": 2}))
-    port = free_port()
-    command = [*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "optimum_ipu.cli", "serve"]
-    command += [str(folder), "--ipu-config", str(config), "--port", str(port), "--task", "text-classification"]
-    log = tmp_path / "serve.log"
-    with open(log, "w") as out:  # a file, not a pipe: workers that outlive a killed torchrun would hold a pipe
-        process = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, timeout=180)
-    except BaseException:
-        os.killpg(process.pid, signal.SIGKILL)
-        raise
-    return process, url, log
-
-
 def _rank(process: subprocess.Popen, rank: int) -> psutil.Process:
     """The worker of `rank` among torchrun's children (by the RANK torchrun gave it)."""
     for child in psutil.Process(process.pid).children():
@@ -178,7 +155,8 @@ BOUND_S = 60  # torchrun notices a dead worker within a second and stops the oth
 
 @pytest.mark.parametrize("moment", ["idle", "in flight"])
 def test_a_stage_process_killed_ends_the_job(tmp_path, tiny_pretrained, moment):
-    process, url, log = _stage_job(tmp_path, tiny_pretrained("BertForSequenceClassification"))
+    folder = tiny_pretrained("BertForSequenceClassification")
+    process, url, log = start_stage_server(tmp_path, folder, [1, 3], "text-classification")
     out: dict = {}
     try:
         if moment == "in flight":

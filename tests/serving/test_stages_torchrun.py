@@ -9,35 +9,21 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 
 import httpx
 
 from optimum_ipu.pipelines import pipeline
 
-from ..conftest import REPO_ROOT
-from ..helpers import TORCHRUN, env, free_port
-from .conftest import wait_healthy
+from .conftest import start_stage_server
 
 TEXTS = ["the movie was great", "a dull, long and tiring film", "fine", "not bad at all", "meh"]
 
 
 def test_serve_on_two_stages_answers_as_one_process(tmp_path, tiny_pretrained):
     folder = tiny_pretrained("BertForSequenceClassification")
-    config = tmp_path / "ipu_config.json"
-    config.write_text(json.dumps({"layers_per_ipu": [1, 3], "ipus_per_replica": 2}))
-    port = free_port()
-    command = [*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "optimum_ipu.cli", "serve"]
-    command += [str(folder), "--ipu-config", str(config), "--port", str(port), "--task", "text-classification"]
-    log = tmp_path / "serve.log"
-    with open(log, "w") as out:  # a file, not a pipe: the workers outlive a killed torchrun and would hold a pipe
-        process = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
+    process, url, log = start_stage_server(tmp_path, folder, [1, 3], "text-classification")
     try:
-        wait_healthy(url, timeout=180)
         want = pipeline("text-classification", model=str(folder))(TEXTS)
         got = httpx.post(f"{url}/v1/pipeline/text-classification", json={"inputs": TEXTS}, timeout=120)
         assert got.status_code == 200, got.text
@@ -64,19 +50,8 @@ def test_completions_on_two_stages_decode_in_groups_as_one_process(tmp_path, tin
     """Four prompts of one request decode on 2 stages in 2 groups in flight (one per stage); the greedy texts, and a
     streamed request's chunks, are those of one process."""
     folder = tiny_pretrained("GPT2LMHeadModel", initializer_range=0.5)
-    config = tmp_path / "ipu_config.json"
-    config.write_text(json.dumps({"layers_per_ipu": [2, 2], "ipus_per_replica": 2}))
-    port = free_port()
-    command = [*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "optimum_ipu.cli", "serve"]
-    command += [str(folder), "--ipu-config", str(config), "--port", str(port), "--task", "text-generation"]
-    log = tmp_path / "serve.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
+    process, url, _ = start_stage_server(tmp_path, folder, [2, 2], "text-generation")
     try:
-        wait_healthy(url, timeout=180)
         local = pipeline("text-generation", model=str(folder))
         want = [
             r[0]["generated_text"] for r in local(PROMPTS, max_new_tokens=8, do_sample=False, return_full_text=False)
