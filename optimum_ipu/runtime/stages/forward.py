@@ -220,7 +220,15 @@ class PipelinedForward(nn.Module):
         dist.broadcast_object_list(described, src=last, group=stages.group)  # names and shapes: a few hundred bytes
         cls, names, shapes = described[0]
         if output is None:
-            made = (torch.zeros(shape, dtype=dtype, device=device) for dtype, shape in shapes)
+            # zeros of the last stage's shapes; unless the last stage's values are broadcast into them, one zero
+            # expanded (no memory: `Trainer` gathers the logits only when it keeps them, and the layout's gather
+            # keeps the last stage's)
+            made = (
+                torch.zeros(shape, dtype=dtype, device=device)
+                if self.everywhere
+                else torch.zeros((), dtype=dtype, device=device).expand(shape)
+                for dtype, shape in shapes
+            )
             tensors = dict(zip(names, made, strict=True))
         if self.everywhere:
             for tensor in tensors.values():
