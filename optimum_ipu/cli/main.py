@@ -202,6 +202,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             request_timeout=args.request_timeout,
             max_body_bytes=args.max_body_bytes,
             served_model_name=args.served_model_name,
+            stage_timeout=args.stage_timeout,
         )
         return serve(settings)
     except (OSError, KeyError, ValueError) as err:  # a model, task or config that cannot be loaded: one line
@@ -431,6 +432,12 @@ def _add_serve(sub: Any) -> None:
         "--max-body-bytes", type=_at_least(1), default=25 * 1024 * 1024, help="largest request body; then 413"
     )
     serve.add_argument("--served-model-name", help="the name clients give as `model` (default: the model's)")
+    serve.add_argument(
+        "--stage-timeout",
+        type=_finite("seconds", above_zero=True),
+        default=300.0,
+        help="under torchrun: seconds a call waits for a stopped or hung stage process; then 500, /health 503, exit 1",
+    )
     serve.set_defaults(func=_cmd_serve)
 
 

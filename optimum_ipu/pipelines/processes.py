@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runtime.distributed import world_size
+from ..runtime.distributed import is_collective_error, join_process_group, world_size
 from ..runtime.lockstep import Lockstep, leads
 
 # what a caller hands the pipeline that stays in its own process: the generation streamer feeds its requests
@@ -27,10 +27,18 @@ class LeadingPipeline:
     def __init__(self, pipe: Any) -> None:
         self.pipe = pipe
         self.lockstep = Lockstep(pipe)
+        self.lost: str | None = None  # why the processes are no longer in step (a collective that failed)
 
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         local = {k: kwargs.pop(k) for k in LOCAL_ARGUMENTS if k in kwargs}
-        return self.lockstep.lead((inputs, *args), kwargs, local)
+        if self.lost is not None:
+            raise RuntimeError(f"a stage process is lost: {self.lost}")
+        try:
+            return self.lockstep.lead((inputs, *args), kwargs, local)
+        except RuntimeError as err:  # torch.distributed's: a peer gone, or silent past the group's timeout
+            if is_collective_error(err):
+                self.lost = " ".join(str(err).split())[:300]
+            raise
 
     def close(self) -> None:
         """Release the other processes (they return from `lockstep`); every call after it fails."""
@@ -38,6 +46,12 @@ class LeadingPipeline:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.pipe, name)
+
+
+def join_stage_processes(timeout_s: float) -> None:
+    """Under `torchrun`, join the job's process group with `timeout_s` for every collective (what a call waits for a
+    stopped or hung stage process); nothing in one process. Before `pipeline()` loads a stage."""
+    join_process_group(timeout_s=max(1, round(timeout_s)))
 
 
 def lockstep(pipe: Any) -> Any:

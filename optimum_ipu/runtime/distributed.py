@@ -63,6 +63,16 @@ def join_process_group(timeout_s: int = 300) -> None:
         init_cpu_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout_s)
 
 
+def is_collective_error(err: BaseException) -> bool:
+    """Whether `err` is a collective's failure (a peer process gone, or silent past the group's timeout), not the
+    error of the computation between collectives."""
+    backend_error = getattr(dist, "DistBackendError", None)
+    if backend_error is not None and isinstance(err, backend_error):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and ("gloo" in text or "timed out" in text or "connection closed" in text)
+
+
 def set_default_group_timeout(timeout_s: int) -> None:
     """Make `timeout_s` the timeout of every process group created from now on without one of its own.
 

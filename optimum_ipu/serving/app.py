@@ -276,6 +276,9 @@ def create_app(pipe: Any, settings: ServeSettings, metrics: ServerMetrics | None
 def _add_service_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
+        lost = getattr(state.pipe, "lost", None)
+        if lost is not None:
+            return error_response(503, f"a stage process is lost: {lost}")
         if state.draining:
             return error_response(503, "draining: the server is shutting down")
         if not state.warm:

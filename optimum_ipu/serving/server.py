@@ -36,7 +36,10 @@ def serve(settings: ServeSettings, log_level: str = "info") -> int:
     Under `torchrun`, with the IPU config's stages on separate processes, each process loads its stage; process 0
     holds the socket and every request runs on all of them together (`optimum_ipu.pipelines.processes.lockstep`);
     the other processes return once process 0 has drained and released them. A stage process that dies ends the job:
-    `torchrun` stops the others (SIGTERM: process 0 drains, `/health` says 503, then it exits with code 1).
+    `torchrun` stops the others (SIGTERM: process 0 drains, `/health` says 503, then it exits with code 1). A stage
+    process that stops answering without dying (stopped, hung) fails the first call that needs it after
+    `settings.stage_timeout` seconds: that request gets a 500, `/health` says 503, and process 0 drains and exits with
+    code 1 (`torchrun` then stops the others).
 
     Args:
         settings (`ServeSettings`): the model, its task and IPU config, the address and the limits.
@@ -49,8 +52,9 @@ def serve(settings: ServeSettings, log_level: str = "info") -> int:
     >>> serve(ServeSettings("path/to/model", port=8000))  # until Ctrl+C or SIGTERM
     ```
     """
-    from ..pipelines.processes import lockstep
+    from ..pipelines.processes import join_stage_processes, lockstep
 
+    join_stage_processes(settings.stage_timeout)  # (under torchrun: every collective waits stage_timeout at most)
     pipe = lockstep(load_pipeline(settings))
     if pipe is None:  # another process of the job: it made process 0's calls until released
         return 0
@@ -68,7 +72,14 @@ def serve(settings: ServeSettings, log_level: str = "info") -> int:
     try:
         DrainingServer(config, app.state.server).run()
     finally:
-        released = _release(pipe)
+        lost = getattr(pipe, "lost", None)
+        if lost is not None:
+            logger.error(
+                "a stage process stopped answering (%s): the other stage processes could not be released, exiting "
+                "with code 1",
+                lost,
+            )
+        released = lost is None and _release(pipe)
     return 0 if released else 1
 
 
@@ -108,6 +119,9 @@ class DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
     async def on_tick(self, counter: int) -> bool:
+        if self.drain_started is None and getattr(self.state.pipe, "lost", None) is not None:
+            self.drain_started = time.monotonic()  # a stage process is lost: drain what is in flight, then exit 1
+            logger.error("a stage process is lost: draining before shutdown")
         if self.drain_started is not None and not self.should_exit:
             self.state.begin_draining()
             overdue = time.monotonic() - self.drain_started > self.state.settings.request_timeout + 1

@@ -27,6 +27,9 @@ class ServeSettings:
             504.
         max_body_bytes (`int`, *optional*, defaults to 25 MiB): the largest request body; past it, 413.
         served_model_name (`str`, *optional*): the name clients give as `model` (default: the model argument).
+        stage_timeout (`float`, *optional*, defaults to 300): under `torchrun`, the seconds a call waits for another
+            stage process (a stopped or hung one, which `torchrun` does not notice) before it fails: the request gets
+            a 500, `/health` a 503, and the server exits with code 1.
     """
 
     model: str
@@ -40,14 +43,16 @@ class ServeSettings:
     request_timeout: float = 60.0
     max_body_bytes: int = 25 * 1024 * 1024
     served_model_name: str | None = None
+    stage_timeout: float = 300.0
 
     def __post_init__(self) -> None:
         for name, low in (("max_batch_size", 1), ("max_queue", 1), ("max_body_bytes", 1), ("port", 0)):
             _check_number(name, getattr(self, name), low, integer=True)
-        for name in ("batch_wait_ms", "request_timeout"):
+        for name in ("batch_wait_ms", "request_timeout", "stage_timeout"):
             _check_number(name, getattr(self, name), 0, integer=False)
-        if self.request_timeout == 0:
-            raise ValueError("request_timeout: got 0; give a number of seconds > 0")
+        for name in ("request_timeout", "stage_timeout"):
+            if getattr(self, name) == 0:
+                raise ValueError(f"{name}: got 0; give a number of seconds > 0")
         if self.port > 65535:
             raise ValueError(f"port: got {self.port}; give a TCP port from 0 to 65535")
 

@@ -90,7 +90,7 @@ def metric(url: str, name: str, **labels: str) -> float:
 
 
 def start_stage_server(
-    tmp_path: Path, folder: Path, layers: list[int], task: str
+    tmp_path: Path, folder: Path, layers: list[int], task: str, *flags: str
 ) -> tuple[subprocess.Popen, str, Path]:
     """`optimum-ipu serve` under torchrun, one process a stage of `layers` (`layers_per_ipu`); healthy when returned.
     Its output goes to a file, not a pipe: workers that outlive a killed torchrun would hold a pipe. Returns the
@@ -102,7 +102,7 @@ def start_stage_server(
     config.write_text(json.dumps({"layers_per_ipu": layers, "ipus_per_replica": len(layers)}))
     port = free_port()
     command = [*TORCHRUN, f"--nproc_per_node={len(layers)}", f"--master_port={free_port()}", "-m", "optimum_ipu.cli"]
-    command += ["serve", str(folder), "--ipu-config", str(config), "--port", str(port), "--task", task]
+    command += ["serve", str(folder), "--ipu-config", str(config), "--port", str(port), "--task", task, *flags]
     log = tmp_path / "serve.log"
     with open(log, "w") as out:
         process = subprocess.Popen(

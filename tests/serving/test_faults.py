@@ -197,3 +197,26 @@ def test_a_stage_process_killed_ends_the_job(tmp_path, tiny_pretrained, moment):
     text = log.read_text()
     # process 0 says in one line that it could not release the dead stage, with no traceback of its own
     assert "the other stage processes could not be released" in text and "[rank0]: Traceback" not in text, text[-3000:]
+
+
+def test_a_stopped_stage_process_fails_its_request_and_ends_the_server(tmp_path, tiny_pretrained):
+    """A stage process that stops without dying (SIGSTOP: a hung host), which torchrun does not notice: the next
+    request fails after --stage-timeout (500, not a hang), /health says 503, and process 0 exits with code 1."""
+    folder = tiny_pretrained("BertForSequenceClassification")
+    process, url, log = start_stage_server(tmp_path, folder, [1, 3], "text-classification", "--stage-timeout", "3")
+    stopped, leader = _rank(process, 1), _rank(process, 0)
+    try:
+        stopped.suspend()
+        sent = time.monotonic()
+        response = httpx.post(f"{url}/v1/pipeline/text-classification", json={"inputs": "rain again"}, timeout=BOUND_S)
+        waited = time.monotonic() - sent
+        assert response.status_code == 500 and 2.5 < waited < BOUND_S, (response.status_code, waited)
+        with contextlib.suppress(httpx.TransportError):  # (or nothing answers: it has exited already)
+            assert httpx.get(f"{url}/health", timeout=2).status_code == 503
+        _until(lambda: not leader.is_running() or leader.status() == psutil.STATUS_ZOMBIE, "process 0's exit", BOUND_S)
+    finally:
+        with contextlib.suppress(psutil.Error):
+            stopped.resume()
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert "a stage process stopped answering" in log.read_text()
