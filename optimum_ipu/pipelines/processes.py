@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runtime.distributed import is_collective_error, join_process_group, world_size
+from ..runtime.distributed import is_collective_error, join_process_group, silent_ranks, start_heartbeat, world_size
 from ..runtime.lockstep import Lockstep, leads
 
 # what a caller hands the pipeline that stays in its own process: the generation streamer feeds its requests
@@ -40,6 +40,15 @@ class LeadingPipeline:
                 self.lost = " ".join(str(err).split())[:300]
             raise
 
+    def check_stages(self) -> str | None:
+        """Why the processes are no longer in step, or None: a collective that failed, or processes whose heartbeat
+        (`join_stage_processes`) went silent, a stage stopped while no call needs it."""
+        if self.lost is None:
+            silent = silent_ranks()
+            if silent:
+                self.lost = f"process(es) {silent} of the job stopped answering (their heartbeat is silent)"
+        return self.lost
+
     def close(self) -> None:
         """Release the other processes (they return from `lockstep`); every call after it fails."""
         self.lockstep.stop()
@@ -50,8 +59,11 @@ class LeadingPipeline:
 
 def join_stage_processes(timeout_s: float) -> None:
     """Under `torchrun`, join the job's process group with `timeout_s` for every collective (what a call waits for a
-    stopped or hung stage process); nothing in one process. Before `pipeline()` loads a stage."""
-    join_process_group(timeout_s=max(1, round(timeout_s)))
+    stopped or hung stage process), and start this process's heartbeat (`LeadingPipeline.check_stages` reads the
+    others'); nothing in one process. Before `pipeline()` loads a stage."""
+    seconds = max(1, round(timeout_s))
+    join_process_group(timeout_s=seconds)
+    start_heartbeat(seconds)
 
 
 def lockstep(pipe: Any) -> Any:

@@ -65,6 +65,12 @@ class ServerState:
         for family in (metrics.batch_size, metrics.batch_seconds):  # shown from the start, at zero
             family.labels(self.task)
 
+    def stage_loss(self) -> str | None:
+        """Under `torchrun`: why the stage processes are no longer in step (a failed collective, a silent
+        heartbeat), or None; always None in one process."""
+        check = getattr(self.pipe, "check_stages", None)
+        return check() if check is not None else None
+
     @functools.cached_property
     def stream_tokenizer(self) -> Any:
         """A copy of the pipeline's tokenizer for decoding streamed tokens in the event loop: a fast tokenizer used
@@ -276,7 +282,7 @@ def create_app(pipe: Any, settings: ServeSettings, metrics: ServerMetrics | None
 def _add_service_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
-        lost = getattr(state.pipe, "lost", None)
+        lost = state.stage_loss()
         if lost is not None:
             return error_response(503, f"a stage process is lost: {lost}")
         if state.draining:

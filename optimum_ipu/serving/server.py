@@ -119,7 +119,8 @@ class DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
     async def on_tick(self, counter: int) -> bool:
-        if self.drain_started is None and getattr(self.state.pipe, "lost", None) is not None:
+        checked = counter % 10 == 0  # (uvicorn ticks every 0.1 s: the stages' heartbeats are read once a second)
+        if self.drain_started is None and checked and self.state.stage_loss() is not None:
             self.drain_started = time.monotonic()  # a stage process is lost: drain what is in flight, then exit 1
             logger.error("a stage process is lost: draining before shutdown")
         if self.drain_started is not None and not self.should_exit:

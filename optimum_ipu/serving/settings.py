@@ -29,7 +29,8 @@ class ServeSettings:
         served_model_name (`str`, *optional*): the name clients give as `model` (default: the model argument).
         stage_timeout (`float`, *optional*, defaults to 300): under `torchrun`, the seconds a call waits for another
             stage process (a stopped or hung one, which `torchrun` does not notice) before it fails: the request gets
-            a 500, `/health` a 503, and the server exits with code 1.
+            a 500, `/health` a 503, and the server exits with code 1. A quarter of it (at most 30 s) is the processes'
+            heartbeat interval: a stage stopped while the server is idle is noticed 2.5 beats later.
     """
 
     model: str

@@ -199,20 +199,31 @@ def test_a_stage_process_killed_ends_the_job(tmp_path, tiny_pretrained, moment):
     assert "the other stage processes could not be released" in text and "[rank0]: Traceback" not in text, text[-3000:]
 
 
-def test_a_stopped_stage_process_fails_its_request_and_ends_the_server(tmp_path, tiny_pretrained):
-    """A stage process that stops without dying (SIGSTOP: a hung host), which torchrun does not notice: the next
-    request fails after --stage-timeout (500, not a hang), /health says 503, and process 0 exits with code 1."""
+@pytest.mark.parametrize("moment", ["idle", "at a request"])
+def test_a_stopped_stage_process_ends_the_server(tmp_path, tiny_pretrained, moment):
+    """A stage process that stops without dying (SIGSTOP: a hung host), which torchrun does not notice: idle, its
+    silent heartbeat turns /health to 503; at a request, the request fails after --stage-timeout (a 500, not a hang).
+    Either way process 0 drains and exits with code 1."""
     folder = tiny_pretrained("BertForSequenceClassification")
     process, url, log = start_stage_server(tmp_path, folder, [1, 3], "text-classification", "--stage-timeout", "3")
     stopped, leader = _rank(process, 1), _rank(process, 0)
     try:
         stopped.suspend()
         sent = time.monotonic()
-        response = httpx.post(f"{url}/v1/pipeline/text-classification", json={"inputs": "rain again"}, timeout=BOUND_S)
-        waited = time.monotonic() - sent
-        assert response.status_code == 500 and 2.5 < waited < BOUND_S, (response.status_code, waited)
-        with contextlib.suppress(httpx.TransportError):  # (or nothing answers: it has exited already)
-            assert httpx.get(f"{url}/health", timeout=2).status_code == 503
+        if moment == "idle":
+            statuses: list[int] = []
+            with contextlib.suppress(httpx.TransportError):  # (nothing answers once it has exited)
+                while not statuses or statuses[-1] == 200:
+                    assert time.monotonic() - sent < BOUND_S, "/health still 200"
+                    statuses.append(httpx.get(f"{url}/health", timeout=2).status_code)
+                    time.sleep(0.1)
+            assert not statuses or statuses[-1] == 503, statuses
+        else:
+            post = httpx.post(f"{url}/v1/pipeline/text-classification", json={"inputs": "rain"}, timeout=BOUND_S)
+            waited = time.monotonic() - sent
+            assert post.status_code == 500 and 2.5 < waited < BOUND_S, (post.status_code, waited)
+            with contextlib.suppress(httpx.TransportError):  # (or nothing answers: it has exited already)
+                assert httpx.get(f"{url}/health", timeout=2).status_code == 503
         _until(lambda: not leader.is_running() or leader.status() == psutil.STATUS_ZOMBIE, "process 0's exit", BOUND_S)
     finally:
         with contextlib.suppress(psutil.Error):
