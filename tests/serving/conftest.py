@@ -89,12 +89,16 @@ def metric(url: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def start_stage_server(
+@contextlib.contextmanager
+def stage_server(
     tmp_path: Path, folder: Path, layers: list[int], task: str, *flags: str
-) -> tuple[subprocess.Popen, str, Path]:
-    """`optimum-ipu serve` under torchrun, one process a stage of `layers` (`layers_per_ipu`); healthy when returned.
-    Its output goes to a file, not a pipe: workers that outlive a killed torchrun would hold a pipe. Returns the
-    torchrun process (a session leader: kill its group), the server's URL and the log's path."""
+) -> Iterator[tuple[subprocess.Popen, str, Path]]:
+    """`optimum-ipu serve` under torchrun, one process a stage of `layers` (`layers_per_ipu`), healthy within; yields
+    the torchrun process, the server's URL and the log's path. Its output goes to a file, not a pipe: workers that
+    outlive torchrun would hold a pipe. On leaving, whatever still runs is killed: torchrun's group and each worker
+    (torchrun starts each in a session of its own, so killing torchrun's group alone leaves them serving)."""
+    import psutil
+
     from ..conftest import REPO_ROOT
     from ..helpers import TORCHRUN, env, free_port
 
@@ -108,10 +112,16 @@ def start_stage_server(
         process = subprocess.Popen(
             command, cwd=REPO_ROOT, env=env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    url = f"http://127.0.0.1:{port}"
+    workers: list[psutil.Process] = []
     try:
-        wait_healthy(url, timeout=180)
-    except BaseException:
-        os.killpg(process.pid, signal.SIGKILL)
-        raise
-    return process, url, log
+        wait_healthy(f"http://127.0.0.1:{port}", timeout=180)
+        workers = psutil.Process(process.pid).children(recursive=True)  # (all started once the server answers)
+        yield process, f"http://127.0.0.1:{port}", log
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        for worker in workers:
+            with contextlib.suppress(psutil.Error):
+                worker.resume()  # (a test may have stopped it)
+                worker.kill()
+        process.wait(timeout=30)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import subprocess
 import threading
 import time
@@ -20,7 +18,7 @@ import pytest
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from .conftest import metric, running_server, start_stage_server
+from .conftest import metric, running_server, stage_server
 
 PROMPT = "The weather today"
 MAX_TOKENS = 60  # the tiny GPT-2's 128 positions less the 64 prompt tokens the pipeline pads to, and some
@@ -156,9 +154,8 @@ BOUND_S = 60  # torchrun notices a dead worker within a second and stops the oth
 @pytest.mark.parametrize("moment", ["idle", "in flight"])
 def test_a_stage_process_killed_ends_the_job(tmp_path, tiny_pretrained, moment):
     folder = tiny_pretrained("BertForSequenceClassification")
-    process, url, log = start_stage_server(tmp_path, folder, [1, 3], "text-classification")
     out: dict = {}
-    try:
+    with stage_server(tmp_path, folder, [1, 3], "text-classification") as (process, url, log):
         if moment == "in flight":
             texts = [f"sentence {i} about the weather in town" for i in range(3000)]
 
@@ -191,9 +188,6 @@ def test_a_stage_process_killed_ends_the_job(tmp_path, tiny_pretrained, moment):
             response = out["response"]
             if isinstance(response, httpx.Response):  # answered with the failure, not left hanging
                 assert response.status_code >= 500, response.text
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
     text = log.read_text()
     # process 0 says in one line that it could not release the dead stage, with no traceback of its own
     assert "the other stage processes could not be released" in text and "[rank0]: Traceback" not in text, text[-3000:]
@@ -205,10 +199,10 @@ def test_a_stopped_stage_process_ends_the_server(tmp_path, tiny_pretrained, mome
     silent heartbeat turns /health to 503; at a request, the request fails after --stage-timeout (a 500, not a hang).
     Either way process 0 drains and exits with code 1."""
     folder = tiny_pretrained("BertForSequenceClassification")
-    process, url, log = start_stage_server(tmp_path, folder, [1, 3], "text-classification", "--stage-timeout", "3")
-    stopped, leader = _rank(process, 1), _rank(process, 0)
-    try:
-        stopped.suspend()
+    flags = ("--stage-timeout", "3")
+    with stage_server(tmp_path, folder, [1, 3], "text-classification", *flags) as (process, url, log):
+        stopped, leader = _rank(process, 1), _rank(process, 0)
+        stopped.suspend()  # (resumed and killed on leaving)
         sent = time.monotonic()
         if moment == "idle":
             statuses: list[int] = []
@@ -225,9 +219,4 @@ def test_a_stopped_stage_process_ends_the_server(tmp_path, tiny_pretrained, mome
             with contextlib.suppress(httpx.TransportError):  # (or nothing answers: it has exited already)
                 assert httpx.get(f"{url}/health", timeout=2).status_code == 503
         _until(lambda: not leader.is_running() or leader.status() == psutil.STATUS_ZOMBIE, "process 0's exit", BOUND_S)
-    finally:
-        with contextlib.suppress(psutil.Error):
-            stopped.resume()
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
     assert "a stage process stopped answering" in log.read_text()

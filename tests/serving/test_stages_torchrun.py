@@ -9,21 +9,19 @@ import json
 import os
 import re
 import signal
-import time
 
 import httpx
 
 from optimum_ipu.pipelines import pipeline
 
-from .conftest import start_stage_server
+from .conftest import stage_server
 
 TEXTS = ["the movie was great", "a dull, long and tiring film", "fine", "not bad at all", "meh"]
 
 
 def test_serve_on_two_stages_answers_as_one_process(tmp_path, tiny_pretrained):
     folder = tiny_pretrained("BertForSequenceClassification")
-    process, url, log = start_stage_server(tmp_path, folder, [1, 3], "text-classification")
-    try:
+    with stage_server(tmp_path, folder, [1, 3], "text-classification") as (process, url, log):
         want = pipeline("text-classification", model=str(folder))(TEXTS)
         got = httpx.post(f"{url}/v1/pipeline/text-classification", json={"inputs": TEXTS}, timeout=120)
         assert got.status_code == 200, got.text
@@ -36,10 +34,6 @@ def test_serve_on_two_stages_answers_as_one_process(tmp_path, tiny_pretrained):
         server = int(re.search(r"Started server process \[(\d+)\]", log.read_text()).group(1))
         os.kill(server, signal.SIGTERM)  # process 0 drains, then releases stage 1
         assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            time.sleep(1)
     assert "Application shutdown complete" in log.read_text()
 
 
@@ -50,8 +44,7 @@ def test_completions_on_two_stages_decode_in_groups_as_one_process(tmp_path, tin
     """Four prompts of one request decode on 2 stages in 2 groups in flight (one per stage); the greedy texts, and a
     streamed request's chunks, are those of one process."""
     folder = tiny_pretrained("GPT2LMHeadModel", initializer_range=0.5)
-    process, url, _ = start_stage_server(tmp_path, folder, [2, 2], "text-generation")
-    try:
+    with stage_server(tmp_path, folder, [2, 2], "text-generation") as (_, url, _log):
         local = pipeline("text-generation", model=str(folder))
         want = [
             r[0]["generated_text"] for r in local(PROMPTS, max_new_tokens=8, do_sample=False, return_full_text=False)
@@ -65,7 +58,3 @@ def test_completions_on_two_stages_decode_in_groups_as_one_process(tmp_path, tin
             events = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: {")]
         streamed = ["".join(e["choices"][0]["text"] for e in events if e["choices"][0]["index"] == i) for i in range(4)]
         assert streamed == want
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            time.sleep(1)
