@@ -32,6 +32,7 @@ from .metrics import ServerMetrics
 logger = logging.getLogger(__name__)
 
 WAIT_SHARE = 0.1  # a batch waits for company at most this share of its key's previous compute time
+KEYS_TIMED = 256  # keys whose last compute time is kept (the most recent: keys hold every setting of a call)
 
 
 class QueueFull(Exception):
@@ -208,7 +209,10 @@ class Batcher:
         if len(results) != len(batch):  # a runner's bug: fail its jobs, never the loop that gathers the next ones
             results = [RuntimeError(f"the batch runner gave {len(results)} results for {len(batch)} jobs")] * len(batch)
         seconds = time.perf_counter() - start
+        self._last_seconds.pop(batch[0].key, None)  # (re-inserted last: the oldest key goes first when full)
         self._last_seconds[batch[0].key] = seconds
+        if len(self._last_seconds) > KEYS_TIMED:
+            del self._last_seconds[next(iter(self._last_seconds))]
         self.metrics.batch_seconds.labels(self.task).observe(seconds)
         for job, result in zip(batch, results, strict=True):
             if job.future.done():  # the client timed out or went away

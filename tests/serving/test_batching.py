@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from optimum_ipu.serving.batching import Batcher, Job
+from optimum_ipu.serving.batching import KEYS_TIMED, Batcher, Job
 from optimum_ipu.serving.metrics import ServerMetrics
 
 WAIT_S = 1.0  # the longest wait: long enough that a batch closed by it is told apart from one closed early
@@ -57,3 +57,20 @@ def test_a_batch_waits_at_most_a_share_of_its_previous_compute_time():
     assert batches == [["a", "b", "c"], ["d"], ["e", "f"]]
     assert seconds["first"] >= WAIT_S * 0.9  # the key's first batch waited the whole batch_wait_s
     assert seconds["lone"] < 0.3 + WAIT_S / 2  # its 0.3 s compute after a wait of WAIT_SHARE x 0.05 s, not WAIT_S
+
+
+async def _many_keys(keys: int) -> int:
+    batcher = Batcher(8, 0.001, 16, ServerMetrics(), "test")
+    batcher.start()
+    try:
+        for key in range(keys):
+            job = _job("x", [], 0.0)
+            job.key = key  # a call's settings (seed, max_tokens, ...) make a key: as many as clients send
+            assert await batcher.submit(job) == "X"
+    finally:
+        await batcher.stop()
+    return len(batcher._last_seconds)
+
+
+def test_the_compute_times_kept_are_bounded_however_many_keys_come():
+    assert asyncio.run(_many_keys(KEYS_TIMED + 20)) == KEYS_TIMED
