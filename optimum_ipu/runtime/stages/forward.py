@@ -210,7 +210,7 @@ class PipelinedForward(nn.Module):
         parts = split_rows(inputs, self.micro_batches, rows_per_part=per_part)
         outputs = stages.run(parts)
         if per_part is not None:  # each part a batch of one process, its loss its own mean (the class docstring)
-            items, total = [labelled_items(part, self.shifts_labels, rows=True) for part in parts], None
+            items, total = [batch_rows(part) for part in parts], None
         else:
             items = [labelled_items(part, self.shifts_labels) for part in parts]
             total = float(count) if counted else None
@@ -260,13 +260,17 @@ def forward_through_stages(
     return PipelinedForward(stage, model, micro_batches, shifts_labels=shifts_labels, everywhere=everywhere)
 
 
-def labelled_items(batch: dict[str, Any], shifts_labels: bool, rows: bool = False) -> int:
+def batch_rows(batch: dict[str, Any]) -> int:
+    """The rows of a batch: the first dimension of its first tensor that has one."""
+    return next(v.shape[0] for v in batch.values() if torch.is_tensor(v) and v.dim())
+
+
+def labelled_items(batch: dict[str, Any], shifts_labels: bool) -> int:
     """The items a micro-batch's mean loss averages: its labelled tokens (shifted for a causal LM, `shifts_labels`),
-    else its rows (a class, a regression target, answer positions); its rows with `rows`."""
+    else its rows (a class, a regression target, answer positions)."""
     labels = batch.get("labels")
-    count = next(v.shape[0] for v in batch.values() if torch.is_tensor(v) and v.dim())
-    if rows or labels is None or labels.is_floating_point():
-        return count
+    if labels is None or labels.is_floating_point():
+        return batch_rows(batch)
     labels = labels[..., 1:] if shifts_labels and labels.dim() > 1 else labels
     return int(labels.ne(-100).sum())
 
@@ -275,7 +279,7 @@ def split_rows(batch: dict[str, Any], parts: int, rows_per_part: int | None = No
     """`batch` as up to `parts` micro-batches of consecutive rows (as many as it has rows, when fewer), or, with
     `rows_per_part`, as micro-batches of that many rows (the last shorter); tensors whose first dimension is not the
     batch's rows go to every micro-batch whole."""
-    rows = next(v.shape[0] for v in batch.values() if torch.is_tensor(v) and v.dim())
+    rows = batch_rows(batch)
     if rows_per_part is not None:
         bounds = list(range(rows_per_part, rows, rows_per_part))  # where each part after the first starts
         parts = len(bounds) + 1

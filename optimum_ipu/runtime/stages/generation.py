@@ -49,10 +49,11 @@ class StageGeneration:
     Every process of the replica calls the stock model's `generate()` with the same arguments inside `generating()`.
     Each call of the model that the decoding loop makes (prefill, then one per token) runs this process's stage on
     its own KV cache (the cache object `generate()` made here; its layers of other stages hold placeholders that keep
-    its lengths, `stages.cut.hold_place`); the hidden states travel to the next stage and the last stage's logits come
-    back to every stage. The loop then sees the same logits everywhere and, with the same random state (shared from
-    the last stage as generation starts), draws the same tokens: greedy, beam search and sampling alike. Only
-    activations and logits travel; a process never holds another stage's weights or cache.
+    its lengths, `stages.cut.hold_place`); the hidden states travel to the next stage. A batch decoded as one group
+    then gets the last stage's logits on every stage: the loop sees the same logits everywhere and, with the same
+    random state (shared from the last stage as generation starts), draws the same tokens: greedy, beam search and
+    sampling alike. A batch decoded in groups in flight (`generate`, `stages.groups`) gets only the last stage's
+    chosen token ids. A process never holds another stage's weights or cache.
 
     An encoder-decoder model's `generate()` calls its encoder once, apart from the decoding loop: that call runs
     through the stages holding encoder layers (the encoder module's own forward, cut as the model is), and the

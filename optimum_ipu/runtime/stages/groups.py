@@ -64,8 +64,10 @@ class Turns:
                 return
             index = self._order.index(group)
             del self._order[index]
-            if index < self._at or self._at == len(self._order):
-                self._at = max(self._at - 1, 0) if index < self._at else 0
+            if index < self._at:  # the turn stays with the group that had it
+                self._at -= 1
+            if self._order:  # (a group leaving in its turn hands it to the next, the first after the last)
+                self._at %= len(self._order)
             self._changed.notify_all()
 
 
