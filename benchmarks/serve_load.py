@@ -36,7 +36,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,7 @@ import httpx
 import numpy as np
 
 from optimum_ipu.benchmark.serve import make_random_gpt2
+from optimum_ipu.benchmark.serve_load import SERVERS, free_port, wait_ready
 
 TASKS = ("feature-extraction", "text-classification", "text-generation")
 FAULTS = ("bad_json", "wrong_type", "empty_input", "oversized_body", "unknown_model", "unknown_task")
@@ -281,12 +281,6 @@ async def stream_text(response: httpx.Response) -> tuple[int, Any]:
 
 
 # ------------------------------------------------------------------ the server
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def rss_bytes(pid: int) -> int:
     try:
         import psutil
@@ -308,18 +302,12 @@ def start_server(args: argparse.Namespace, model: str, port: int, log: Path) -> 
     environment = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     with open(log, "w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=environment)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"the server exited with code {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
-                return process
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise SystemExit(f"the server was not healthy within 600 s:\n{log.read_text()[-3000:]}")
+    try:  # (the serving benchmark's wait: /health, a server that exits or fails its warm-up said at once)
+        wait_ready(process, f"http://127.0.0.1:{port}", SERVERS["ours"], log, timeout=600)
+    except (ValueError, RuntimeError) as err:
+        process.kill()
+        raise SystemExit(f"{err}:\n{log.read_text()[-3000:]}") from None
+    return process
 
 
 def metrics(url: str) -> dict[str, float]:
