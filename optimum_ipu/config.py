@@ -28,6 +28,7 @@ from .config_schema import (
     METADATA_KEYS,
     MODE_MANAGED_FIELDS,
     MODES,
+    OWN_FIELD_DEFAULTS,
     PARALLELIZE_KWARGS_BUILT_IN,
     PARALLELIZE_KWARGS_REALISED,
     PARALLELIZE_KWARGS_REPORTED,
@@ -83,9 +84,10 @@ class IPUConfig:
     r"""
     Execution configuration of a model on a pod of devices, stored as `ipu_config.json`.
 
-    An "IPU" is one device slot: one pipeline stage of one replica. With fewer devices than slots the
-    stages share a device and run in turn, with the same numbers. Every field of Graphcore's
-    `IPUConfig` is accepted with its meaning and default, so their published files load as they are.
+    An "IPU" is one device slot: one pipeline stage of one replica (or, with `tensor_parallel_size` > 1, one
+    tensor-parallel share of a stage). With fewer devices than slots the stages share a device and run in turn,
+    with the same numbers. Every field of Graphcore's `IPUConfig` is accepted with its meaning and default, so
+    their published files load as they are.
 
     Args:
         replication_factor (`int`, *optional*, defaults to 1):
@@ -167,6 +169,14 @@ class IPUConfig:
         n_ipu (`int`, *optional*):
             Number of devices of the pod, used only to resolve per-pod values such as
             `{"pod4": 1, "pod16": 4, "default": 1}` (key `pod{n_ipu}`, else `default`). Not stored.
+        tensor_parallel_size (`int`, *optional*, defaults to 1):
+            Devices per pipeline stage of each replica, sharing each layer's matrices through
+            `torch.distributed.tensor.parallel`. Ours, beyond Optimum Graphcore (keyword-only; written to the file
+            only when it or its twin is not 1, so the files of other layouts still load there). The tensor-parallel
+            group is the innermost axis `tp` of the device mesh, beside `dp` (replicas) and `pp` (stages): a job has
+            `ipus_per_replica x replication_factor x tensor_parallel_size` device slots.
+        inference_tensor_parallel_size (`int`, *optional*):
+            Same as `tensor_parallel_size`, for inference; defaults to `tensor_parallel_size`.
         kwargs:
             Optimum Graphcore's metadata keys `optimum_version` and `transformers_version` (kept as read and
             written back on save; no effect) and the deprecated keys of older files (one warning each).
@@ -194,7 +204,9 @@ class IPUConfig:
     projection_serialization_factor = _ModeManaged()
     serialized_projection_splits_per_ipu = _ModeManaged()
     parallelize_kwargs = _ModeManaged()
-    # Optimum Graphcore's names: there only these follow the mode (its plain names always read training values)
+    tensor_parallel_size = _ModeManaged()
+    # Optimum Graphcore's names: there only these follow the mode (its plain names always read training values); ours
+    # (`_tensor_parallel_size`) follows the same pattern
     _replication_factor = _ModeManaged("replication_factor")
     _layers_per_ipu = _ModeManaged("layers_per_ipu")
     _ipus_per_replica = _ModeManaged("ipus_per_replica")
@@ -205,6 +217,7 @@ class IPUConfig:
     _projection_serialization_factor = _ModeManaged("projection_serialization_factor")
     _serialized_projection_splits_per_ipu = _ModeManaged("serialized_projection_splits_per_ipu")
     _parallelize_kwargs = _ModeManaged("parallelize_kwargs")
+    _tensor_parallel_size = _ModeManaged("tensor_parallel_size")
 
     def __init__(
         self,
@@ -240,6 +253,9 @@ class IPUConfig:
         inference_parallelize_kwargs: dict[str, Any] | None = None,
         execute_encoder_on_cpu_for_generation: bool = False,
         n_ipu: int | None = None,
+        *,  # ours, beyond Optimum Graphcore: keyword-only, so the positions of its arguments stay as they were
+        tensor_parallel_size: int = 1,
+        inference_tensor_parallel_size: int | None = None,
         **kwargs: Any,
     ) -> None:
         pod_type = kwargs.get("pod_type")
@@ -336,8 +352,9 @@ class IPUConfig:
 
     @property
     def device_slots(self) -> int:
-        """Device slots of the current mode: `ipus_per_replica * replication_factor`."""
-        return self.ipus_per_replica * self.replication_factor
+        """Device slots of the current mode, one process each under `torchrun`:
+        `ipus_per_replica * replication_factor * tensor_parallel_size` (`inference_*` values after `eval()`)."""
+        return self.ipus_per_replica * self.replication_factor * self.tensor_parallel_size
 
     def ipu_only_fields_set(self) -> list[str]:
         """IPU compiler knobs of this config that differ from their defaults (they have no effect here)."""
@@ -349,11 +366,17 @@ class IPUConfig:
         """All fields, training and inference values alike, whatever the mode, and the metadata keys: the keys of
         Optimum Graphcore's `to_dict()`.
 
-        A serialization factor implied by per-IPU splits is written as `null`, so the file loads back. The
-        metadata is kept as read; a config made here writes the installed `transformers` version and
-        `optimum_version: null`.
+        A serialization factor implied by per-IPU splits is written as `null`, so the file loads back. Our fields
+        beyond Optimum Graphcore's (`tensor_parallel_size` and its twin) are written only when one is not 1, so the
+        file of a layout Optimum Graphcore can run loads there too (it refuses unknown keys). The metadata is kept as
+        read; a config made here writes the installed `transformers` version and `optimum_version: null`.
         """
-        d = {name: copy.deepcopy(self.__dict__[name]) for name in FIELDS}
+        at_default = all(self.__dict__[name] == value for name, value in OWN_FIELD_DEFAULTS.items())
+        d = {
+            name: copy.deepcopy(self.__dict__[name])
+            for name in FIELDS
+            if not (at_default and name in OWN_FIELD_DEFAULTS)
+        }
         for prefix in ("", "inference_"):
             for kind in ("embedding", "projection"):
                 if d[f"{prefix}serialized_{kind}_splits_per_ipu"] is not None:
@@ -369,8 +392,8 @@ class IPUConfig:
         `IPUConfig()`'s, and the metadata."""
         d = self.to_dict()
         if use_diff:
-            default = IPUConfig().to_dict()
-            d = {k: v for k, v in d.items() if k in METADATA_KEYS or v != default[k]}
+            default = IPUConfig().to_dict()  # has no key of ours (`OWN_FIELD_DEFAULTS`): written ones are kept
+            d = {k: v for k, v in d.items() if k in METADATA_KEYS or k not in default or v != default[k]}
         return json.dumps(d, indent=2, sort_keys=True) + "\n"
 
     def to_json_file(self, json_file_path: str | os.PathLike, use_diff: bool = False) -> None:
@@ -498,7 +521,7 @@ class IPUConfig:
         """
 
         updates = parse_update_string(update_str)
-        check = self.to_dict()
+        check = self._all_fields()  # every twin kept as it is (ours too): an update of a training value leaves it
         for key, value in updates.items():
             raw_key = f"inference_{key}" if self.mode == "inference" and key in MODE_MANAGED_FIELDS else key
             check[raw_key] = value
@@ -514,8 +537,12 @@ class IPUConfig:
         """Equal fields (the metadata of the files they came from does not count)."""
         if not isinstance(other, IPUConfig):
             return False
-        mine, theirs = self.to_dict(), other.to_dict()  # once each: a dict per field cost 6 ms a comparison
+        mine, theirs = self._all_fields(), other._all_fields()  # once each: a dict per field cost 6 ms a comparison
         return all(mine[k] == theirs[k] for k in FIELDS)
+
+    def _all_fields(self) -> dict[str, Any]:
+        """`to_dict()` with every field, ours at their default included (`to_dict()` leaves those out)."""
+        return {**{name: self.__dict__[name] for name in OWN_FIELD_DEFAULTS}, **self.to_dict()}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__} ({self.mode}) {self.to_json_string()}"

@@ -33,6 +33,7 @@ MODE_MANAGED_FIELDS = (
     "projection_serialization_factor",
     "serialized_projection_splits_per_ipu",
     "parallelize_kwargs",
+    "tensor_parallel_size",
 )
 
 OUTPUT_MODES = ("all", "sum", "final", "default")
@@ -94,7 +95,14 @@ FIELDS = (
     "parallelize_kwargs",
     "inference_parallelize_kwargs",
     "execute_encoder_on_cpu_for_generation",
+    "tensor_parallel_size",
+    "inference_tensor_parallel_size",
 )
+
+# Fields of ours, beyond Optimum Graphcore's, with the value that means "as Optimum Graphcore": `to_dict()` writes
+# them only when one differs from it, so a file saved here for a layout Optimum Graphcore can run loads there too
+# (its `IPUConfig` refuses unknown keys) and a file of theirs saves back with its own keys.
+OWN_FIELD_DEFAULTS = {"tensor_parallel_size": 1, "inference_tensor_parallel_size": 1}
 
 # Keys of `parallelize_kwargs` / `inference_parallelize_kwargs` (Optimum Graphcore passed them to the model's
 # `parallelize()`). Realised here: the inference ones become defaults of the static-cache generation
@@ -150,7 +158,8 @@ def upgrade_older_keys(config_dict: dict[str, Any]) -> dict[str, Any]:
 
 def fill_defaults(values: dict[str, Any]) -> dict[str, Any]:
     """Derive the defaults that depend on other fields, with Optimum Graphcore's rules (`IPUConfig.__init__` and
-    `_validate_ipu_config` there): the inference layout follows the training one; nothing else is inherited."""
+    `_validate_ipu_config` there): the inference layout follows the training one (and so does our
+    `inference_tensor_parallel_size`); nothing else is inherited."""
     v = dict(values)
     if v["layers_per_ipu"] is None:
         v["layers_per_ipu"] = [-1]
@@ -180,6 +189,8 @@ def fill_defaults(values: dict[str, Any]) -> dict[str, Any]:
         mp = v["matmul_proportion"]
         fits = not isinstance(mp, list) or len(mp) == v["inference_ipus_per_replica"]
         v["inference_matmul_proportion"] = copy.deepcopy(mp) if fits else DEFAULT_MATMUL_PROPORTION
+    if v["inference_tensor_parallel_size"] is None:  # ours: follows training, as `inference_ipus_per_replica` does
+        v["inference_tensor_parallel_size"] = v["tensor_parallel_size"]
     v["parallelize_kwargs"] = v["parallelize_kwargs"] or {}
     v["inference_parallelize_kwargs"] = v["inference_parallelize_kwargs"] or {}
     return v

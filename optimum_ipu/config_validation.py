@@ -36,6 +36,8 @@ _POSITIVE_INTS = (
     "inference_projection_serialization_factor",
     "device_iterations",
     "inference_device_iterations",
+    "tensor_parallel_size",
+    "inference_tensor_parallel_size",
 )
 _BOOLS = (
     "optimizer_state_offchip",
@@ -46,10 +48,16 @@ _BOOLS = (
     "explicit_ir_inference",
     "execute_encoder_on_cpu_for_generation",
 )
+# what a count means, where "an integer >= 1" alone does not say which number to give
+_COUNT_MEANING = dict.fromkeys(
+    ("tensor_parallel_size", "inference_tensor_parallel_size"),
+    " (the devices that share each pipeline stage's matrices; 1 for none)",
+)
 _POD_KEY = re.compile(r"^(pod\d+|default)$")
 MAX_SEED = 2**32 - 1
 # Upper bounds of counts: far above any pod, low enough that nothing built from them (a list per device slot,
-# a loop per micro-batch) can exhaust memory. `{"ipus_per_replica": 1000000000}` built an 8 GB list.
+# a loop per micro-batch) can exhaust memory. `{"ipus_per_replica": 1000000000}` built an 8 GB list. The devices that
+# share a stage (`tensor_parallel_size`) have the same bound as the stages of a replica.
 MAX_IPUS_PER_REPLICA = 1024
 MAX_COUNT = 2**20
 MAX_LAYERS = 2**16
@@ -62,7 +70,7 @@ def _fail(field: str, value: Any, allowed: str) -> IncompatibleIPUConfigError:
 
 
 def _count_limit(field: str) -> int:
-    return MAX_IPUS_PER_REPLICA if field.endswith("ipus_per_replica") else MAX_COUNT
+    return MAX_IPUS_PER_REPLICA if field.endswith(("ipus_per_replica", "tensor_parallel_size")) else MAX_COUNT
 
 
 def _is_int(value: Any) -> bool:
@@ -184,7 +192,7 @@ def check_field_types(values: dict[str, Any], allow_none: bool = False) -> None:
             raise _fail(field, layers, "every entry must be >= -1 (-1 is the wildcard)")
     for field in _POSITIVE_INTS:
         if given(field) and (not _is_int(values[field]) or values[field] < 1):
-            raise _fail(field, values[field], "expected an integer >= 1")
+            raise _fail(field, values[field], "expected an integer >= 1" + _COUNT_MEANING.get(field, ""))
         if given(field) and values[field] > _count_limit(field):
             raise _fail(field, values[field], f"expected at most {_count_limit(field)}, far above any pod")
     for field in _BOOLS:

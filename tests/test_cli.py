@@ -49,6 +49,21 @@ def test_config_check_resolves_wildcards(tmp_path, minilm_dir):
     assert "  ipu0: embeddings + layers 0-5 + heads" in out  # inference layout
 
 
+def test_config_check_counts_tensor_parallel_devices(tmp_path):
+    (tmp_path / "ipu_config.json").write_text(
+        json.dumps({"layers_per_ipu": [-1, -1], "gradient_accumulation_steps": 2, "tensor_parallel_size": 2})
+    )
+    result = run_cli("config", "check", str(tmp_path), "--nproc-per-node", "4")
+    assert result.returncode == 0, result.stderr
+    assert "training: 2 IPUs per replica x 1 replicas x 2 tensor-parallel = 4 device slots;" in result.stdout
+    assert "inference: 2 IPUs per replica x 1 replicas x 2 tensor-parallel = 4 device slots;" in result.stdout
+    result = run_cli("config", "check", str(tmp_path), "--nproc-per-node", "2")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    error = result.stderr.strip()
+    assert error.startswith("optimum-ipu: error: 2 processes, but") and len(error.splitlines()) == 1
+    assert "`tensor_parallel_size` (2)" in error and "torchrun --nproc_per_node 4" in error
+
+
 def test_bad_config_exits_2_with_one_line(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"layers_per_ipu": [1, 2], "ipus_per_replca": 3}')

@@ -11,7 +11,7 @@ import pytest
 from optimum_ipu import IncompatibleIPUConfigError, IPUConfig, bundled_config_ids
 from optimum_ipu import config as config_module
 from optimum_ipu.config import FIELDS, MODE_MANAGED_FIELDS
-from optimum_ipu.config_schema import METADATA_KEYS
+from optimum_ipu.config_schema import METADATA_KEYS, OWN_FIELD_DEFAULTS
 from optimum_ipu.models.layout import layers_per_stage
 
 from .conftest import PYTHON
@@ -88,7 +88,7 @@ def test_from_json_file_and_save_round_trip(tmp_path):
     assert path.name == "ipu_config.json" and json.loads(path.read_text()) == c.to_dict()
     assert IPUConfig.from_pretrained(path) == c and IPUConfig.from_pretrained(tmp_path / "out") == c
     assert json.loads(c.to_json_string()) == c.to_dict()
-    assert set(c.to_dict()) == {*FIELDS, *METADATA_KEYS}
+    assert set(c.to_dict()) == {*FIELDS, *METADATA_KEYS} - set(OWN_FIELD_DEFAULTS), "ours only when not 1"
     assert not list((tmp_path / "out").glob(".*tmp*")), "atomic write left its temporary file"
 
 
@@ -135,6 +135,8 @@ def test_modes_switch_every_twin():
         "inference_projection_serialization_factor": 5,
         "parallelize_kwargs": {"a": 1},
         "inference_parallelize_kwargs": {"b": 2},
+        "tensor_parallel_size": 2,
+        "inference_tensor_parallel_size": 1,
     }
     c = IPUConfig(**kwargs)
     assert c.eval() is c and c.mode == "inference"
@@ -148,6 +150,7 @@ def test_modes_switch_every_twin():
     assert c.eval().batch_size_factor() == 2 * 4, "training's factor unless for_inference, as in Optimum Graphcore"
     assert c.batch_size_factor(for_inference=True) == 15
     assert c.device_slots == 3
+    assert c.train().device_slots == 2 * 2 * 2 and c.eval().mode == "inference"
     c.device_iterations = 9  # in inference mode, writes reach the twin
     assert c.inference_device_iterations == 9 and c.train().device_iterations == 4
     assert c.to_dict()["inference_device_iterations"] == 9
@@ -202,6 +205,44 @@ def test_update_from_string():
         c.update_from_string("seed")
 
 
+def test_tensor_parallel_size_saves_loads_and_follows_the_mode(tmp_path):
+    """Ours, beyond Optimum Graphcore: a mode-managed pair; its twin follows training unless given."""
+    c = IPUConfig(layers_per_ipu=[2, 2], tensor_parallel_size=2)
+    assert c.tensor_parallel_size == 2 and c.inference_tensor_parallel_size == 2, "the twin follows training"
+    assert c.eval().tensor_parallel_size == 2 and c._tensor_parallel_size == 2 and c.device_slots == 4
+    saved = json.loads(c.train().save_pretrained(tmp_path / "tp").read_text())
+    assert saved["tensor_parallel_size"] == 2 and saved["inference_tensor_parallel_size"] == 2
+    assert IPUConfig.from_pretrained(tmp_path / "tp") == c
+    assert IPUConfig.from_dict(json.loads(c.to_json_string(use_diff=True))) == c
+
+    own = IPUConfig(ipus_per_replica=2, tensor_parallel_size=4, inference_tensor_parallel_size=1)
+    assert own.tensor_parallel_size == 4 and own.eval().tensor_parallel_size == 1 and own.device_slots == 2
+    assert own.train().device_slots == 8 and own.value("tensor_parallel_size", inference=True) == 1
+    loaded = IPUConfig.from_dict(own.to_dict())
+    assert loaded == own and loaded.inference_tensor_parallel_size == 1, "a twin of 1 is written when training's is not"
+    assert IPUConfig(inference_tensor_parallel_size=2).to_dict()["tensor_parallel_size"] == 1
+    assert IPUConfig(tensor_parallel_size=2) != IPUConfig()
+
+    # at 1 (both) neither key is written: Optimum Graphcore, which refuses unknown keys, loads the file
+    assert not set(OWN_FIELD_DEFAULTS) & set(IPUConfig(layers_per_ipu=[2, 2]).to_dict())
+
+    # writes in inference mode reach the twin; an update of the training value leaves the twin, as for any pair
+    c = IPUConfig(layers_per_ipu=[2, 2])
+    c.eval().tensor_parallel_size = 2
+    assert c.inference_tensor_parallel_size == 2 and c.train().tensor_parallel_size == 1
+    c.update_from_string("tensor_parallel_size=4")
+    assert c.tensor_parallel_size == 4 and c.inference_tensor_parallel_size == 2
+    c.eval()._tensor_parallel_size = 1
+    assert c.inference_tensor_parallel_size == 1 and c.device_slots == 2
+
+    # keyword-only: the positions of Optimum Graphcore's arguments are unchanged
+    import inspect
+
+    params = inspect.signature(IPUConfig.__init__).parameters
+    assert params["tensor_parallel_size"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert params["inference_tensor_parallel_size"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
 BAD_CONFIGS = [
     ({"replication_factor": 0}, r"`replication_factor`: got 0; expected an integer >= 1"),
     ({"gradient_accumulation_steps": "4"}, r"`gradient_accumulation_steps`: got '4'; expected an integer"),
@@ -219,6 +260,14 @@ BAD_CONFIGS = [
     ({"embedding_serialization_factor": 2, "serialized_embedding_splits_per_ipu": [2]}, r"both given"),
     ({"parallelize_kwargs": [1]}, r"`parallelize_kwargs`: got \[1\]"),
     ({"executable_cache_dir": 3}, r"`executable_cache_dir`: got 3"),
+    (
+        {"tensor_parallel_size": 0},
+        r"^IPUConfig field `tensor_parallel_size`: got 0; expected an integer >= 1 \(the devices that share each "
+        r"pipeline stage's matrices; 1 for none\)\.$",
+    ),
+    ({"inference_tensor_parallel_size": "2"}, r"`inference_tensor_parallel_size`: got '2'; expected an integer >= 1"),
+    ({"tensor_parallel_size": 4096}, r"`tensor_parallel_size`: got 4096; expected at most 1024"),
+    ({"tensor_parallel_size": True}, r"`tensor_parallel_size`: got True; expected an integer >= 1"),
     ({"layers_per_ipus": [1]}, r"no field `layers_per_ipus`; did you mean `layers_per_ipu`"),
     ({"frobnicate": 1}, r"no field `frobnicate`; see docs/ipu-config.md"),
 ]

@@ -75,7 +75,9 @@ def field_reference() -> str:
 
     described = docstring_args(inspect.getdoc(IPUConfig) or "")
     signature = inspect.signature(IPUConfig.__init__).parameters
-    defaults = IPUConfig().to_dict()
+    default = IPUConfig()
+    # every field: `to_dict()` leaves out ours (`tensor_parallel_size`, ...) while they keep their default
+    defaults = {**{name: default.value(name) for name in schema.FIELDS}, **default.to_dict()}
     missing = [name for name in schema.FIELDS if name not in described]
     if missing:
         raise ValueError(f"IPUConfig's docstring describes no {', '.join(missing)}: add them to its Args section")

@@ -36,7 +36,7 @@ def _cmd_env(args: argparse.Namespace) -> int:
         slots = config.device_slots
         print(
             f"IPUs (device slots) for {mode}: {slots} = {config.ipus_per_replica} per replica x "
-            f"{config.replication_factor} replicas"
+            f"{config.replication_factor} replicas{_tensor_parallel(config)}"
         )
         per_process = slots / info.world_size
         if per_process > 1:
@@ -66,8 +66,9 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
     for mode in ("training", "inference"):
         config.train(mode == "training")
         print(
-            f"{mode}: {config.ipus_per_replica} IPUs per replica x {config.replication_factor} replicas = "
-            f"{config.device_slots} device slots; samples per host call = micro-batch x {config.batch_size_factor()}"
+            f"{mode}: {config.ipus_per_replica} IPUs per replica x {config.replication_factor} replicas"
+            f"{_tensor_parallel(config)} = {config.device_slots} device slots; samples per host call = micro-batch x "
+            f"{config.batch_size_factor()}"
         )
         if num_layers is None:
             print(f"  layers_per_ipu: {config.layers_per_ipu} (pass --model to resolve wildcards)")
@@ -75,6 +76,12 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
             print(f"  stage layout for {name} ({num_layers} layers):")
             print(format_layout(stage_layout(config, num_layers)))
     return 0
+
+
+def _tensor_parallel(config: IPUConfig) -> str:
+    """The tensor-parallel factor of the device slots in the current mode, said only when it is more than 1."""
+    tp = config.tensor_parallel_size
+    return f" x {tp} tensor-parallel" if tp > 1 else ""
 
 
 def _model_layers(name_or_dir: str) -> tuple[int, str]:
@@ -292,7 +299,7 @@ def _add_config(sub: Any) -> None:
         "--n-ipu",
         type=_at_least(1),
         help="devices of the pod, as --n_ipu of the training scripts: resolves per-pod values "
-        "(pod4, pod16, ...) and sets replication_factor = n_ipu / ipus_per_replica",
+        "(pod4, pod16, ...) and sets replication_factor = n_ipu / (ipus_per_replica x tensor_parallel_size)",
     )
     check.add_argument(
         "--nproc-per-node",
