@@ -19,6 +19,19 @@ from typing import Any
 
 INPUT_KINDS = ("tokens", "pixels", "audio")
 VOCABULARY_LOSS_KINDS = ("masked", "causal")
+# the config fields of attention head counts across families (those a config lacks are not checked)
+TENSOR_PARALLEL_COUNTS = (
+    "num_attention_heads",
+    "num_key_value_heads",
+    "num_heads",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "intermediate_size",
+    "d_ff",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+)
+TENSOR_PARALLEL_STYLES = ("colwise", "rowwise")
 
 
 def no_position_offset(config: Any) -> int:
@@ -93,6 +106,19 @@ class StagePlan:
             the `transformers` attribute that does the job (Whisper's `WhisperProcessorTorch`).
         graphcore_submodules (`tuple[str, ...]`, *optional*): Optimum Graphcore's submodules of the family's path,
             besides `modeling_<family>`, that held such names (Whisper's `processing_whisper`); each serves them.
+        tensor_parallel (`Mapping[str, str]`, *optional*): how `tensor_parallel_size` splits each layer: paths
+            relative to a layer (`*` matches one level: T5's `"layer.*.SelfAttention.q"`) -> `"colwise"` (the
+            projections that open a block: query/key/value, up/gate, fc1) or `"rowwise"` (those that close it:
+            attention output, down, fc2); `"colwise"` on an `nn.Embedding` splits its features (T5's position bias,
+            one feature a head). The vocabulary embedding and output projection are split by vocabulary rows in every
+            plan that has this.
+            Empty: the family runs without tensor parallelism (said once, `tensor_parallel_refusal`).
+        tensor_parallel_divided (`tuple[str, ...]`, *optional*): `"path.attribute"` relative to a layer: integer
+            attributes a layer reads as its count of heads or features when it builds a tensor of that size itself
+            (T5's `n_heads`), divided by the size on each device.
+        tensor_parallel_counts (`tuple[str, ...]`, *optional*, defaults to the attention head counts): config fields
+            whose values must divide by `tensor_parallel_size` (a one-line error names the one that does not).
+        tensor_parallel_reason (`str`, *optional*): why the family has no tensor-parallel plan, when it has none.
     """
 
     family: str
@@ -119,6 +145,10 @@ class StagePlan:
     graphcore_aliases: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     graphcore_extras: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     graphcore_submodules: tuple[str, ...] = ()
+    tensor_parallel: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    tensor_parallel_divided: tuple[str, ...] = ()
+    tensor_parallel_counts: tuple[str, ...] = TENSOR_PARALLEL_COUNTS
+    tensor_parallel_reason: str = ""
 
     def __post_init__(self) -> None:
         if self.input_kind not in INPUT_KINDS:
@@ -130,7 +160,10 @@ class StagePlan:
         unknown = {k: v for k, v in self.vocabulary_loss.items() if v not in VOCABULARY_LOSS_KINDS}
         if unknown:
             raise ValueError(f"StagePlan {self.family}: vocabulary_loss {unknown}; kinds are {VOCABULARY_LOSS_KINDS}")
-        for name in ("vocabulary_loss", "graphcore_aliases", "graphcore_extras"):
+        bad = {k: v for k, v in self.tensor_parallel.items() if v not in TENSOR_PARALLEL_STYLES}
+        if bad:
+            raise ValueError(f"StagePlan {self.family}: tensor_parallel {bad}; styles are {TENSOR_PARALLEL_STYLES}")
+        for name in ("vocabulary_loss", "graphcore_aliases", "graphcore_extras", "tensor_parallel"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     def num_layers(self, config: Any) -> int:
@@ -168,6 +201,13 @@ class StagePlan:
         if not self.process_stages:
             return self.process_stages_reason or f"the {self.family} plan runs its stages in one process"
         return ""
+
+    def tensor_parallel_refusal(self) -> str:
+        """Why a model of this plan cannot split its layers over devices (`tensor_parallel_size` > 1); `""` when it
+        can."""
+        if self.tensor_parallel:
+            return ""
+        return self.tensor_parallel_reason or f"the {self.family} plan has no tensor-parallel split yet"
 
     def default_task(self) -> str:
         """The head a model of this family is measured with when none is named (`optimum-ipu config balance`):

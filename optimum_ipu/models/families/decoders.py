@@ -9,6 +9,18 @@ from __future__ import annotations
 from ..stage_plan import StagePlan
 
 _OPEN_DECODER_TASKS = ("ForCausalLM", "ForSequenceClassification")
+# Megatron's split of a Llama-like layer (torchtitan's and transformers' own `base_model_tp_plan`): query, key, value,
+# gate and up column-wise, the attention output and down row-wise. Attention views its projections as (-1, head_dim),
+# so each device runs its share of the heads as they are; grouped-query attention keeps its ratio of heads.
+_OPEN_DECODER_TP = {
+    "self_attn.q_proj": "colwise",
+    "self_attn.k_proj": "colwise",
+    "self_attn.v_proj": "colwise",
+    "self_attn.o_proj": "rowwise",
+    "mlp.gate_proj": "colwise",
+    "mlp.up_proj": "colwise",
+    "mlp.down_proj": "rowwise",
+}
 
 
 def _open_decoder(family: str, prefix: str) -> StagePlan:
@@ -18,6 +30,7 @@ def _open_decoder(family: str, prefix: str) -> StagePlan:
         embeddings=("embed_tokens", "rotary_emb"),
         layers=("layers",),
         vocabulary_loss={f"{prefix}ForCausalLM": "causal"},
+        tensor_parallel=_OPEN_DECODER_TP,
     )
 
 
@@ -30,6 +43,10 @@ PLANS: tuple[StagePlan, ...] = (
         layer_count_fields=("n_layer",),
         vocabulary_loss={"GPT2LMHeadModel": "causal"},
         attention_dropout_field="attn_pdrop",
+        tensor_parallel_reason=(
+            "GPT-2 projects query, key and value with one fused Conv1D (`c_attn`) that its attention splits by "
+            "width, so a column split would hand each device parts of all three"
+        ),
     ),
     _open_decoder("llama", "Llama"),
     _open_decoder("mistral", "Mistral"),

@@ -40,6 +40,17 @@ def _distilbert_head(model: Any, first: torch.Tensor) -> torch.Tensor:
     return model.classifier(model.dropout(torch.relu(model.pre_classifier(first[:, 0]))))
 
 
+# BERT's layer (RoBERTa's is the same): query, key, value and the intermediate dense column-wise, the attention
+# output's and the layer output's dense row-wise (their dropout and layer norm then see whole, summed activations).
+_BERT_TP = {
+    "attention.self.query": "colwise",
+    "attention.self.key": "colwise",
+    "attention.self.value": "colwise",
+    "attention.output.dense": "rowwise",
+    "intermediate.dense": "colwise",
+    "output.dense": "rowwise",
+}
+
 PLANS: tuple[StagePlan, ...] = (
     StagePlan(
         family="bert",
@@ -50,6 +61,7 @@ PLANS: tuple[StagePlan, ...] = (
         packing=True,
         attention_dropout_field="attention_probs_dropout_prob",
         sequence_head=_bert_head,
+        tensor_parallel=_BERT_TP,
     ),
     StagePlan(
         family="roberta",
@@ -62,6 +74,7 @@ PLANS: tuple[StagePlan, ...] = (
         attention_dropout_field="attention_probs_dropout_prob",
         sequence_head=_roberta_head,
         onnx_fusion_model_type="bert",  # BERT's encoder: ONNX Runtime's BERT fusions apply
+        tensor_parallel=_BERT_TP,
     ),
     StagePlan(
         family="distilbert",

@@ -65,6 +65,21 @@ _T5_CLASSES = (
 )
 
 
+# T5's block: attention's q, k, v (self and cross) and the feed-forward's wi (wi_0, wi_1 gated) column-wise, o and wo
+# row-wise; the first block's relative position bias (one feature a head) split by its features, and `n_heads`
+# divided where a block builds a zero bias of its own (the decoder's cross attention). `*`: the block's sub-layer.
+_T5_TP = {
+    **{f"layer.*.{attn}.{name}": "colwise" for attn in ("SelfAttention", "EncDecAttention") for name in "qkv"},
+    "layer.*.SelfAttention.o": "rowwise",
+    "layer.*.EncDecAttention.o": "rowwise",
+    "layer.*.SelfAttention.relative_attention_bias": "colwise",
+    "layer.*.DenseReluDense.wi": "colwise",
+    "layer.*.DenseReluDense.wi_0": "colwise",
+    "layer.*.DenseReluDense.wi_1": "colwise",
+    "layer.*.DenseReluDense.wo": "rowwise",
+}
+
+
 def _t5_plan(prefix: str) -> StagePlan:
     """The plan of T5 (`prefix="T5"`) or of MT5 (`"MT5"`): MT5's modeling code is T5's under its own names."""
     return StagePlan(
@@ -77,6 +92,8 @@ def _t5_plan(prefix: str) -> StagePlan:
         vocabulary_loss={f"{prefix}ForConditionalGeneration": "masked"},
         attention_dropout_field="dropout_rate",
         layer_stand_in=T5BlockStandIn,
+        tensor_parallel=_T5_TP,
+        tensor_parallel_divided=("layer.*.SelfAttention.n_heads", "layer.*.EncDecAttention.n_heads"),
     )
 
 

@@ -42,6 +42,17 @@ _WAV2VEC2_LIKE = {
     "embeddings_feed_hidden_states_only": False,  # the output carries the feature encoder's (extract_features)
 }
 
+# Whisper's encoder and decoder layers: attention's (self and cross) q, k, v and fc1 column-wise, out_proj and fc2
+# row-wise; `num_heads` divided, read where cross attention views its keys as (batch, -1, heads, head_dim).
+_WHISPER_TP = {
+    **{f"{attention}.{name}_proj": "colwise" for attention in ("self_attn", "encoder_attn") for name in "qkv"},
+    "self_attn.out_proj": "rowwise",
+    "encoder_attn.out_proj": "rowwise",
+    "fc1": "colwise",
+    "fc2": "rowwise",
+}
+_WHISPER_TP_DIVIDED = ("self_attn.num_heads", "encoder_attn.num_heads")
+
 PLANS: tuple[StagePlan, ...] = (
     StagePlan(
         family="wav2vec2",
@@ -82,6 +93,8 @@ PLANS: tuple[StagePlan, ...] = (
             "WhisperFeatureExtractorTorch": "WhisperFeatureExtractor",
         },
         graphcore_submodules=("feature_extraction_whisper", "processing_whisper"),
+        tensor_parallel=_WHISPER_TP,
+        tensor_parallel_divided=_WHISPER_TP_DIVIDED,
     ),
     StagePlan(
         family="whisper",
@@ -90,5 +103,7 @@ PLANS: tuple[StagePlan, ...] = (
         layers=("encoder.layers",),
         layer_count_fields=("encoder_layers",),
         input_kind="audio",
+        tensor_parallel=_WHISPER_TP,
+        tensor_parallel_divided=_WHISPER_TP_DIVIDED,
     ),
 )

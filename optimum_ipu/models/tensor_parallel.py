@@ -1,0 +1,92 @@
+"""The tensor-parallel plan of one model: its family's `StagePlan.tensor_parallel` resolved to module paths of that
+model (each pipeline layer's, the vocabulary embedding's and the output projection's), for
+`optimum_ipu.runtime.tensor_parallel.parallelize`."""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+from torch import nn
+
+from ..errors import IncompatibleIPUConfigError
+from ..runtime.tensor_parallel import TensorParallelPlan
+from .pipelined import PipelinedModel
+
+
+def _matches(root: nn.Module, prefix: str, pattern: str) -> list[str]:
+    """Paths under `prefix` whose remainder matches `pattern` level by level (`*`: any one level)."""
+    levels = pattern.split(".")
+    found = []
+    for name, _ in root.get_submodule(prefix).named_modules():
+        parts = name.split(".")
+        if name and len(parts) == len(levels) and all(map(fnmatchcase, parts, levels)):
+            found.append(f"{prefix}.{name}")
+    return found
+
+
+def _vocabulary_styles(model: nn.Module) -> dict[str, str]:
+    """The vocabulary embedding (with every embedding module that shares its table: T5's encoder and decoder
+    `embed_tokens` beside `shared`) and the output projection (a linear over the same vocabulary), by path."""
+    embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if not isinstance(embedding, nn.Embedding):
+        return {}
+    styles = {
+        name: "vocabulary_embedding"
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Embedding) and module.weight is embedding.weight
+    }
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if isinstance(head, nn.Linear) and head.out_features == embedding.num_embeddings:
+        styles[next(name for name, module in model.named_modules() if module is head)] = "vocabulary_head"
+    return styles
+
+
+def tensor_parallel_plan(pipelined: PipelinedModel, size: int) -> TensorParallelPlan:
+    """What `tensor_parallel_size` `size` splits in `pipelined.model`, from its family's `StagePlan`.
+
+    Args:
+        pipelined (`PipelinedModel`): the model and its plan.
+        size (`int`): the tensor-parallel size (its counts are checked by `parallelize`).
+
+    Returns:
+        `TensorParallelPlan`: full module paths of `pipelined.model` and their styles.
+
+    Raises:
+        IncompatibleIPUConfigError: the family has no tensor-parallel split, or a plan entry matches no module of
+            the model (a `transformers` version that renamed it).
+    """
+    plan, model = pipelined.plan, pipelined.model
+    name = type(model).__name__
+    refusal = plan.tensor_parallel_refusal()
+    if refusal:
+        raise IncompatibleIPUConfigError(
+            f"`tensor_parallel_size` {size}: {name} cannot split its layers over devices: {refusal}; use "
+            "tensor_parallel_size 1 (pipeline stages and replicas still apply)"
+        )
+    styles: dict[str, str] = {}
+    for layer in pipelined.layer_paths():
+        # entries may be absent in some layers (cross attention in an encoder's, T5's position bias past block 0,
+        # `wi` or `wi_0`/`wi_1`); a layer that matches none was renamed under the plan
+        found = {
+            path: style for pattern, style in plan.tensor_parallel.items() for path in _matches(model, layer, pattern)
+        }
+        if not found:
+            raise IncompatibleIPUConfigError(
+                f"{name}: no module of layer {layer} is named in its tensor-parallel plan "
+                f"({', '.join(plan.tensor_parallel)}); this transformers version may have renamed them"
+            )
+        styles.update(found)
+    divided = tuple(
+        f"{path}.{attribute}"
+        for layer in pipelined.layer_paths()
+        for entry in plan.tensor_parallel_divided
+        for path in _matches(model, layer, entry.rsplit(".", 1)[0])
+        for attribute in [entry.rsplit(".", 1)[1]]
+    )
+    vocabulary = _vocabulary_styles(model)
+    styles.update(vocabulary)
+    counts = {field: getattr(model.config, field, None) for field in plan.tensor_parallel_counts}
+    counts = {field: value for field, value in counts.items() if isinstance(value, int) and value > 0}
+    if vocabulary:
+        counts["vocab_size"] = model.get_input_embeddings().num_embeddings
+    return TensorParallelPlan(styles=styles, divided=divided, counts=counts, model_name=name)

@@ -1,0 +1,148 @@
+"""Tensor parallelism: each layer's matrices split over the devices of one stage (`tensor_parallel_size`, the mesh's
+innermost axis `tp`), through `torch.distributed.tensor.parallel`, on the unmodified `transformers` model.
+
+The split is Megatron's, as torchtitan applies it: in each layer the projections that open a block (attention's
+query/key/value, the MLP's up and gate) are column-wise (each device computes its share of the heads or of the
+intermediate features, nothing exchanged), the ones that close it (attention's output, the MLP's down) row-wise (each
+device's partial product, summed by one all-reduce). Two all-reduces a layer in the forward, two in the backward;
+every other parameter (norms, position embeddings, a classifier) is replicated and sees the same activations on every
+device. The vocabulary embedding is split by rows (each device looks up the ids of its share of the vocabulary, one
+all-reduce) and the output projection by its vocabulary rows too, its logits gathered whole for the model's own loss:
+the split fields of Optimum Graphcore (`serialized_embedding_splits_per_ipu`, `serialized_projection_splits_per_ipu`)
+made real over devices.
+
+What is split is a `TensorParallelPlan`: module paths of the model and their style, resolved by `optimum_ipu.models`
+from the family's `StagePlan` (this package never reads a plan).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
+
+from ..errors import IncompatibleIPUConfigError
+
+logger = logging.getLogger(__name__)
+
+STYLES = ("colwise", "rowwise", "vocabulary_embedding", "vocabulary_head")
+
+
+@dataclass(frozen=True)
+class TensorParallelPlan:
+    """What tensor parallelism splits in one model, as full module paths of that model.
+
+    Args:
+        styles (`Mapping[str, str]`): module paths -> `"colwise"` (output features split), `"rowwise"` (input
+            features split, outputs summed), `"vocabulary_embedding"` (an `nn.Embedding` split by rows) or
+            `"vocabulary_head"` (the output projection split by vocabulary rows, its logits gathered whole).
+        divided (`tuple[str, ...]`): `"module_path.attribute"`: integer attributes that count what each device
+            now holds a share of (T5's `n_heads`, read where the module builds a tensor per head), divided by the size.
+        counts (`Mapping[str, int]`): what must divide by the size, by the config field that holds it
+            (`num_attention_heads`, `vocab_size`, ...), for one-line errors before anything is split.
+        model_name (`str`): the model's class name, as errors name it.
+    """
+
+    styles: Mapping[str, str]
+    divided: tuple[str, ...] = ()
+    counts: Mapping[str, int] = field(default_factory=dict)
+    model_name: str = "the model"
+
+    def __post_init__(self) -> None:
+        unknown = {k: v for k, v in self.styles.items() if v not in STYLES}
+        if unknown:
+            raise ValueError(f"TensorParallelPlan: styles {unknown}; expected one of {STYLES}")
+
+
+def check_divisible(plan: TensorParallelPlan, size: int) -> None:
+    """Refuse, in one line, a `tensor_parallel_size` that does not divide a count the split shares out.
+
+    Raises:
+        IncompatibleIPUConfigError: naming the config field, its value and the sizes that would fit.
+    """
+    for name, count in plan.counts.items():
+        if count % size:
+            fits = [d for d in range(1, count + 1) if count % d == 0 and d <= 64]
+            raise IncompatibleIPUConfigError(
+                f"`tensor_parallel_size` {size}: {plan.model_name} has {name}={count}, which does not split evenly "
+                f"over {size} devices; use a size among {fits}"
+            )
+
+
+def _style(kind: str) -> ParallelStyle:
+    if kind == "colwise":
+        return ColwiseParallel()
+    if kind == "rowwise":
+        return RowwiseParallel()
+    if kind == "vocabulary_embedding":  # rows of the table split; each device's lookups summed (Partial -> whole)
+        return RowwiseParallel(input_layouts=Replicate())
+    return ColwiseParallel(output_layouts=Replicate())  # vocabulary_head: logits gathered for the model's own loss
+
+
+def parallelize(model: nn.Module, plan: TensorParallelPlan, mesh: Any) -> nn.Module:
+    """Split `model`'s matrices over the 1-D mesh `mesh` (the job's `mesh["tp"]`) in place, as `plan` says.
+
+    Every process of the mesh must hold the same weights (the same checkpoint or seed): each keeps its share of them.
+    The model's forward, loss and `generate()` are unchanged for the caller: activations come back whole.
+
+    Args:
+        model (`nn.Module`): the stock model, on this process's device.
+        plan (`TensorParallelPlan`): what to split (`optimum_ipu.models.tensor_parallel_plan`).
+        mesh (`DeviceMesh`): the tensor-parallel devices of this stage.
+
+    Returns:
+        `nn.Module`: the same model, its split parameters now `DTensor`s.
+
+    Raises:
+        IncompatibleIPUConfigError: a count of the model does not divide by the size.
+    """
+    size = mesh.size()
+    check_divisible(plan, size)
+    aliases = _aliases(model)
+    for path, kind in plan.styles.items():
+        parallelize_module(model.get_submodule(path), mesh, _style(kind))
+    for entry in plan.divided:
+        path, attribute = entry.rsplit(".", 1)
+        module = model.get_submodule(path)
+        setattr(module, attribute, getattr(module, attribute) // size)  # this device's share (heads, features)
+    _retie(model, aliases)
+    logger.info("tensor parallelism over %d devices: %d modules split", size, len(plan.styles))
+    return model
+
+
+def _aliases(model: nn.Module) -> list[list[tuple[str, str]]]:
+    """The parameters held under several names (a tied embedding and output projection, BERT's decoder bias and
+    its head's `bias`), as `(module path, attribute)` lists."""
+    names: dict[int, list[tuple[str, str]]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        module, _, attribute = name.rpartition(".")
+        names.setdefault(id(param), []).append((module, attribute))
+    return [group for group in names.values() if len(group) > 1]
+
+
+def _retie(model: nn.Module, aliases: list[list[tuple[str, str]]]) -> None:
+    """Splitting gave each split module a new parameter: where one of a tied group's names now holds a split one
+    (the first, when both sides were split alike: a tied embedding and head are both split by vocabulary rows), every
+    other name of the group holds it too, so that one tensor is trained, as in the stock model."""
+    for group in aliases:
+        held = [getattr(model.get_submodule(m), a) for m, a in group]
+        split = next((p for p in held if isinstance(p, DTensor)), None)
+        if split is not None:
+            for module, attribute in group:
+                setattr(model.get_submodule(module), attribute, split)
+
+
+def is_tensor_parallel(model: nn.Module) -> bool:
+    """Whether some parameter of `model` is split by tensor parallelism (a `DTensor` over a `tp` mesh)."""
+    return any(isinstance(p, DTensor) and "tp" in (p.device_mesh.mesh_dim_names or ()) for p in model.parameters())
+
+
+def whole(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole value of a possibly split tensor (a collective for a `DTensor`: every process of its mesh calls it)."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor

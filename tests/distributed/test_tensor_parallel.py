@@ -1,0 +1,87 @@
+"""Tensor parallelism (`tensor_parallel_size`): each family of the issue split over 2 gloo processes gives the whole
+model's loss and gradients (1e-5) and greedy tokens, each process holding about half the parameters; the plans
+resolve to the model's modules; what cannot split says so in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import transformers
+
+from optimum_ipu import IPUConfig
+from optimum_ipu.errors import IncompatibleIPUConfigError
+from optimum_ipu.models.pipelined import PipelinedModel
+from optimum_ipu.models.stage_plan import StagePlan
+from optimum_ipu.models.tensor_parallel import tensor_parallel_plan
+from optimum_ipu.runtime.tensor_parallel import check_divisible
+
+from ..conftest import REPO_ROOT
+from ..helpers import TORCHRUN, free_port, launch
+from .tensor_parallel_worker import tiny
+
+WORKER = str(REPO_ROOT / "tests" / "distributed" / "tensor_parallel_worker.py")
+FAMILIES = ("llama", "mistral", "qwen2", "bert", "roberta", "t5", "whisper")
+
+
+@pytest.fixture(scope="module")
+def split_runs(tmp_path_factory) -> dict[str, dict]:
+    out = tmp_path_factory.mktemp("tensor_parallel")
+    run = launch(*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", WORKER, str(out), *FAMILIES)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return {family: json.loads((out / f"{family}.json").read_text()) for family in FAMILIES}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_split_model_gives_the_whole_models_loss_and_gradients(split_runs, family):
+    result = split_runs[family]
+    assert result["split_parameters"] > 0
+    assert result["loss_difference"] <= 1e-5, result
+    assert result["gradient_difference"] <= 1e-5, result
+    # every split matrix is halved; only norms, biases of row-wise layers and position tables stay whole
+    assert all(held == result["held_bytes"] for held in result["held_bytes_by_rank"])
+    assert result["held_bytes"] < 0.6 * result["whole_bytes"]
+    if "generated_equal" in result:
+        assert result["generated_equal"], result["generated"]
+
+
+def test_plan_resolves_each_layer_and_the_tied_vocabulary():
+    model, _ = tiny("t5")
+    plan = tensor_parallel_plan(PipelinedModel(model, IPUConfig()), 2)
+    # the position bias lives in each stack's first block only; cross attention in the decoder's blocks only
+    biases = [path for path in plan.styles if path.endswith("relative_attention_bias")]
+    assert biases == ["encoder.block.0.layer.0.SelfAttention.relative_attention_bias",
+                      "decoder.block.0.layer.0.SelfAttention.relative_attention_bias"]  # fmt: skip
+    assert "decoder.block.1.layer.1.EncDecAttention.q" in plan.styles
+    assert not any(path.startswith("encoder") and "EncDecAttention" in path for path in plan.styles)
+    # the shared table and both stacks' embed_tokens (one weight) split by vocabulary rows, the head too
+    vocabulary = {path: style for path, style in plan.styles.items() if style.startswith("vocabulary")}
+    assert vocabulary == {
+        "shared": "vocabulary_embedding",
+        "encoder.embed_tokens": "vocabulary_embedding",
+        "decoder.embed_tokens": "vocabulary_embedding",
+        "lm_head": "vocabulary_head",
+    }
+    assert "decoder.block.1.layer.1.EncDecAttention.n_heads" in plan.divided
+    assert plan.counts["num_heads"] == 4 and plan.counts["vocab_size"] == 128
+
+
+def test_a_size_that_does_not_divide_the_heads_is_one_line():
+    model, _ = tiny("llama")
+    plan = tensor_parallel_plan(PipelinedModel(model, IPUConfig()), 3)
+    with pytest.raises(IncompatibleIPUConfigError) as error:
+        check_divisible(plan, 3)
+    message = str(error.value)
+    assert "\n" not in message
+    assert "`tensor_parallel_size` 3" in message and "num_attention_heads=4" in message and "[1, 2, 4]" in message
+
+
+def test_gpt2_says_why_it_has_no_split():
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64))
+    with pytest.raises(IncompatibleIPUConfigError, match=r"GPT2LMHeadModel cannot split its layers.*fused Conv1D"):
+        tensor_parallel_plan(PipelinedModel(model, IPUConfig()), 2)
+
+
+def test_a_plan_with_an_unknown_style_is_refused():
+    with pytest.raises(ValueError, match="tensor_parallel"):
+        StagePlan(family="x", classes=("X",), embeddings=(), layers=("layers",), tensor_parallel={"fc1": "diagonal"})
