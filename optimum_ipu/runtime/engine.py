@@ -21,10 +21,10 @@ from torch import nn
 
 from ..config import IPUConfig
 from .devices import default_device
-from .fsdp import unsharded_norm
 from .precision import PRECISIONS, LossScaler, autocast
 from .process_flags import configure_compile_cache, set_half_partials
 from .step import ComputeLoss, StepResult, split_batch
+from .tensor_parallel import clip_gradients
 
 logger = logging.getLogger(__name__)
 
@@ -150,8 +150,8 @@ class Engine:
         params = [p for p in self.model.parameters() if p.grad is not None]
         self.loss_scaler.unscale_(params)
         # One norm for clipping and for overflow detection: a single host sync per step.
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm or math.inf)
-        self.last_grad_norm = float(unsharded_norm(grad_norm))  # FSDP: a norm over every process's shards
+        # FSDP's shards and tensor-parallel splits are DTensors: their norm is made whole over every process's parts
+        self.last_grad_norm = float(clip_gradients(params, self.max_grad_norm or math.inf))
         self.last_step_skipped = not math.isfinite(self.last_grad_norm)
         self.loss_scaler.update(self.last_step_skipped, step=self.optimizer_steps)
         if self.last_step_skipped:

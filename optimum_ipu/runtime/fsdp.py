@@ -162,11 +162,6 @@ def local_parameter_bytes(parameters: Iterable[torch.Tensor]) -> int:
     return total
 
 
-def unsharded_norm(norm: torch.Tensor) -> torch.Tensor:
-    """A gradient norm computed over `DTensor` shards, as a plain tensor (the norm over every shard)."""
-    return norm.full_tensor() if isinstance(norm, DTensor) else norm
-
-
 # ------------------------------------------------------------------ stages on processes x sharded replicas
 # A 2-D mesh (replicas x stages, dims "dp" x "pp"; rank = replica x stages + stage), composed in torchtitan's order:
 # the pipeline split first (each process keeps only its stage's layers), then FSDP over the stage's replicas.

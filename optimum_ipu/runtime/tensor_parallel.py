@@ -143,6 +143,26 @@ def is_tensor_parallel(model: nn.Module) -> bool:
     return any(isinstance(p, DTensor) and "tp" in (p.device_mesh.mesh_dim_names or ()) for p in model.parameters())
 
 
+def clip_gradients(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """`torch.nn.utils.clip_grad_norm_` over parameters that mix plain tensors (a split model's norms) and `DTensor`s
+    of one or more meshes (its split matrices; FSDP's shards), which torch's `_foreach` kernels refuse to mix: the
+    norm of each kind (a `DTensor` norm made whole over its mesh), combined, then each kind clipped by it.
+
+    Returns:
+        `torch.Tensor`: the total norm before clipping, a plain tensor.
+    """
+    kinds: dict[Any, list[torch.Tensor]] = {}
+    for p in params:
+        kinds.setdefault((p.device_mesh, p.placements) if isinstance(p, DTensor) else None, []).append(p)
+    if len(kinds) == 1:  # one kind: torch's own, as ever
+        return whole(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    norms = [whole(torch.nn.utils.get_total_norm([p.grad for p in group])) for group in kinds.values()]
+    total = torch.linalg.vector_norm(torch.stack(norms))
+    for group in kinds.values():
+        torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
+    return total
+
+
 def whole(tensor: torch.Tensor) -> torch.Tensor:
     """The whole value of a possibly split tensor (a collective for a `DTensor`: every process of its mesh calls it)."""
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor

@@ -36,6 +36,7 @@ from ..errors import SkippedStepsError
 from ..files import write_text_atomic
 from ..models.layout import layers_per_stage
 from ..models.pipelined import to_pipelined
+from ..models.tensor_parallel import tensor_parallel_plan
 from ..runtime.devices import default_device
 from ..runtime.distributed import check_ranks_agree, release_process_group_at_exit, replicas_per_process, world_size
 from ..runtime.engine import Engine
@@ -172,6 +173,7 @@ class IPUTrainer(TrainerPrivateHooks):
             required_inputs=tuple(plan.process_stage_inputs),
             custom_loss=getattr(self, "compute_loss_func", None) is not None,
             loss_shifts_labels=self._loss_shifts_labels_here,
+            tensor_parallel_plan=functools.partial(tensor_parallel_plan, pipelined),
         )
 
     def _shifts_labels(self, model: nn.Module) -> bool:

@@ -1,10 +1,12 @@
 """A tiny Llama trained by IPUTrainer, launched by tests/distributed/test_fsdp.py (torchrun or one process).
 
-    python fsdp_worker.py OUT_DIR REPLICAS MAX_STEPS [--fsdp] [--stages] [--stage-local] [--evaluate] [--push] [--best]
+    python fsdp_worker.py OUT_DIR REPLICAS MAX_STEPS [--fsdp] [--stages] [--tp] [--stage-local] [--evaluate] [--push]
+        [--best]
 
 Every rank writes OUT_DIR/rank{RANK}.json (its parameter bytes); rank 0 also the logged losses. A checkpoint is
 written at step 3 and the model saved whole to OUT_DIR/final (stock layout), gathered from the shards under
---fsdp. `--stages` cuts the model into 2 pipeline stages. With the environment variable RESUME_FROM, training
+--fsdp. `--stages` cuts the model into 2 pipeline stages; `--tp` splits each layer over 2 processes
+(`tensor_parallel_size=2`). With the environment variable RESUME_FROM, training
 resumes from that checkpoint. `--stage-local` loads the model saved in the folder PRETRAINED (environment) with
 `optimum_ipu.AutoModelForCausalLM`, each process reading only its stage; `--evaluate` evaluates after training (the
 metrics go to rank{RANK}.json); `--push` pushes every save and the final model to the fake Hub in the folder
@@ -130,6 +132,8 @@ def main() -> None:
         **keep_the_best(),
     )
     stages = {"layers_per_ipu": [2, 2], "ipus_per_replica": 2} if "--stages" in sys.argv[4:] else {}
+    if "--tp" in sys.argv[4:]:  # each replica's layers split over 2 processes
+        stages["tensor_parallel_size"] = 2
     config = IPUConfig(replication_factor=replicas, gradient_accumulation_steps=2, **stages)
     model = tiny_llama()
     whole = local_parameter_bytes(model.parameters())

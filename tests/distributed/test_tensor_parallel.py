@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 import transformers
+from safetensors.torch import load_file
 
 from optimum_ipu import IPUConfig
 from optimum_ipu.errors import IncompatibleIPUConfigError
@@ -16,7 +18,7 @@ from optimum_ipu.models.stage_plan import StagePlan
 from optimum_ipu.models.tensor_parallel import tensor_parallel_plan
 from optimum_ipu.runtime.tensor_parallel import check_divisible
 
-from ..conftest import REPO_ROOT
+from ..conftest import PYTHON, REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch
 from .tensor_parallel_worker import tiny
 
@@ -85,3 +87,67 @@ def test_gpt2_says_why_it_has_no_split():
 def test_a_plan_with_an_unknown_style_is_refused():
     with pytest.raises(ValueError, match="tensor_parallel"):
         StagePlan(family="x", classes=("X",), embeddings=(), layers=("layers",), tensor_parallel={"fc1": "diagonal"})
+
+
+# ---------------------------------------------------------------------------------------------- IPUTrainer
+TRAINER_WORKER = str(REPO_ROOT / "tests" / "distributed" / "fsdp_worker.py")
+
+
+def train(out, processes: int, replicas: int, *flags: str, resume_from=None) -> list[dict]:
+    """fsdp_worker.py's tiny Llama trained 4 steps with `tensor_parallel_size=2` (checkpoint at step 3)."""
+    command = (
+        (PYTHON,) if processes == 1 else (*TORCHRUN, f"--nproc_per_node={processes}", f"--master_port={free_port()}")
+    )
+    args = (TRAINER_WORKER, str(out), str(replicas), "4", "--tp", *flags)
+    run = launch(*command, *args, extra_env={"RESUME_FROM": str(resume_from or "")})
+    assert run.returncode == 0, run.stderr[-3000:]
+    if processes == 1:  # one process runs the shares in turn: the whole model, said once
+        assert run.stderr.count("tensor_parallel_size 2 in one process") == 1
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(processes)]
+
+
+def assert_same_weights(got_folder, want_folder, atol: float) -> None:
+    got, want = load_file(got_folder / "model.safetensors"), load_file(want_folder / "model.safetensors")
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        torch.testing.assert_close(got[key], value, atol=atol, rtol=0, msg=key)
+
+
+@pytest.fixture(scope="module")
+def one_process_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("one")
+    return out, train(out, 1, 1, "--evaluate")[0]
+
+
+def test_trainer_splits_each_layer_over_two_processes(tmp_path, one_process_run):
+    reference, want = one_process_run
+    got = train(tmp_path, 2, 1, "--evaluate")
+    assert all(r["mesh"] == [["dp", "pp", "tp"], [1, 1, 2]] for r in got)
+    torch.testing.assert_close(got[0]["losses"], want["losses"], atol=1e-5, rtol=0)
+    assert len(want["losses"]) == 4
+    for rank in got:  # every process evaluates the replica's batches and reports the model's loss
+        assert abs(rank["eval"]["eval_loss"] - want["eval"]["eval_loss"]) < 1e-5
+    predictions = torch.load(tmp_path / "predictions_before.pt")
+    torch.testing.assert_close(predictions, torch.load(reference / "predictions_before.pt"), atol=1e-5, rtol=0)
+    assert all(r["parameter_bytes"] < 0.55 * want["parameter_bytes"] for r in got)  # norms alone stay whole
+    # saved whole, in the one-process layout (Adam's first steps magnify 1e-7 differences of the gradients)
+    for saved in ("final", "checkpoint-3"):
+        assert_same_weights(tmp_path / saved, reference / saved, atol=2e-5)
+
+
+def test_trainer_resumes_a_one_process_checkpoint_split(tmp_path, one_process_run):
+    reference, want = one_process_run
+    got = train(tmp_path, 2, 1, resume_from=reference / "checkpoint-3")
+    assert got[0]["global_step"] == 4
+    torch.testing.assert_close(got[0]["losses"][-1], want["losses"][-1], atol=1e-5, rtol=0)
+    assert_same_weights(tmp_path / "final", reference / "final", atol=1e-5)
+
+
+def test_replicas_of_split_layers_are_sharded_over_the_replicas(tmp_path_factory):
+    reference, split = tmp_path_factory.mktemp("one2"), tmp_path_factory.mktemp("dp2tp2")
+    (want,), got = train(reference, 1, 2), train(split, 4, 2)
+    assert all(r["mesh"] == [["dp", "pp", "tp"], [2, 1, 2]] for r in got)
+    torch.testing.assert_close(got[0]["losses"], want["losses"], atol=1e-5, rtol=0)
+    # split in two by tensor parallelism, then in two by FSDP2 over the replicas: a quarter each
+    assert all(r["parameter_bytes"] < 0.3 * want["parameter_bytes"] for r in got)
+    assert_same_weights(split / "final", reference / "final", atol=5e-5)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import logging
 
 from ...config import IPUConfig
+from ...errors import IncompatibleIPUConfigError
 from ..distributed import world_size
 from .base import EvaluationScope, ModelParts, ReplicasLayout, SaveHooks
 from .sharded import ShardedReplicasLayout
 from .stages import ProcessStagesLayout, StagesContainer
+from .tensor import TensorParallelLayout
 
 logger = logging.getLogger(__name__)
 
@@ -21,13 +23,15 @@ __all__ = [
     "SaveHooks",
     "ShardedReplicasLayout",
     "StagesContainer",
+    "TensorParallelLayout",
     "choose_layout",
 ]
 
 
 def choose_layout(ipu_config: IPUConfig, *, fsdp: bool = False, schedule: str = "1F1B") -> ReplicasLayout:
-    """The layout of a training job: stages on separate processes when there are several processes and several
-    stages a replica, else replicas (FSDP2-sharded with `fsdp`). Nothing is built yet: `Layout.apply` does it, once the
+    """The layout of a training job: each layer split over processes with `tensor_parallel_size` > 1, stages on
+    separate processes when there are several processes and several stages a replica, else replicas (FSDP2-sharded
+    with `fsdp`). Nothing is built yet: `Layout.apply` does it, once the
     processes have agreed on the run.
 
     Args:
@@ -36,7 +40,21 @@ def choose_layout(ipu_config: IPUConfig, *, fsdp: bool = False, schedule: str = 
             replicas (`--fsdp`).
         schedule (`str`, *optional*, defaults to `"1F1B"`): the pipeline schedule of stages on processes.
     """
-    processes = world_size()
+    processes, tensor_parallel = world_size(), ipu_config.value("tensor_parallel_size")
+    if tensor_parallel > 1 and processes == 1:
+        logger.warning(
+            "tensor_parallel_size %d in one process: its devices' shares run in turn here (the whole model, the same "
+            "numbers); launch torchrun to split the layers over processes",
+            tensor_parallel,
+        )
+    elif tensor_parallel > 1:
+        if ipu_config.value("ipus_per_replica") > 1:
+            raise IncompatibleIPUConfigError(
+                f"tensor_parallel_size {tensor_parallel} with {ipu_config.value('ipus_per_replica')} pipeline stages "
+                "on separate processes is not supported yet; use ipus_per_replica=1 (layers_per_ipu=[-1]) with "
+                "tensor parallelism, or tensor_parallel_size=1 with stages"
+            )
+        return TensorParallelLayout(ipu_config)
     if fsdp and processes == 1:
         logger.warning("--fsdp in one process: the replicas run in turn here, there is nothing to shard over")
         fsdp = False

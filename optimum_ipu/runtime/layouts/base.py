@@ -54,6 +54,8 @@ class ModelParts:
         required_inputs (`tuple[str, ...]`): tensors every batch must carry through stages on processes.
         custom_loss (`bool`): the trainer computes the loss from the outputs (`compute_loss_func`).
         loss_shifts_labels (`bool`): the loss averages `labels[..., 1:]` (a causal LM).
+        tensor_parallel_plan (`Callable`, *optional*): `(size) -> TensorParallelPlan`: what `tensor_parallel_size`
+            splits in the model (`optimum_ipu.models.tensor_parallel_plan`; it raises where the family has no split).
     """
 
     model: nn.Module
@@ -66,6 +68,25 @@ class ModelParts:
     required_inputs: tuple[str, ...] = ()
     custom_loss: bool = False
     loss_shifts_labels: bool = False
+    tensor_parallel_plan: Callable[[int], Any] | None = None
+
+
+def shard_by_replica(loader: torch.utils.data.DataLoader, replicas: int, replica: int) -> torch.utils.data.DataLoader:
+    """Shard accelerate's prepared `loader` by replica instead of by process: the processes of one replica (its
+    pipeline stages, its tensor-parallel devices) read the same batches, and an epoch has the single-process number
+    of steps."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    if not hasattr(batch_sampler, "num_processes"):
+        raise ValueError(
+            "a replica spread over several processes needs a map-style dataset (with __len__); an iterable dataset "
+            "cannot be fed identically to every process of a replica"
+        )
+    batch_sampler.num_processes, batch_sampler.process_index = replicas, replica
+    if replicas == 1:
+        # one replica: its last batch needs no padding to match another's (a padded batch's mean loss would count
+        # the padding rows, unlike one process's)
+        batch_sampler.even_batches = False
+    return loader
 
 
 @dataclass

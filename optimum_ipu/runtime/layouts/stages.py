@@ -44,7 +44,7 @@ from ..stages.hold import stage_hold
 from ..stages.optimizer import save_stage_optimizer
 from ..step import TrainingStep
 from . import checkpoints
-from .base import EvaluationScope, ModelParts, ReplicasLayout, SaveHooks
+from .base import EvaluationScope, ModelParts, ReplicasLayout, SaveHooks, shard_by_replica
 
 logger = logging.getLogger(__name__)
 
@@ -198,19 +198,8 @@ class ProcessStagesLayout(ReplicasLayout):
     # ------------------------------------------------------------------ the data
     def train_loader(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
         """Shard the prepared loader by replica instead of by process."""
-        batch_sampler = getattr(loader, "batch_sampler", None)
-        if not hasattr(batch_sampler, "num_processes"):
-            raise ValueError(
-                "pipeline stages on separate processes need a map-style training dataset (with __len__); an "
-                "iterable dataset cannot be fed identically to every stage"
-            )
-        batch_sampler.num_processes = self.ipu_config.value("replication_factor")
-        batch_sampler.process_index = self.accelerator.process_index // self.stages
-        if batch_sampler.num_processes == 1:
-            # one replica: its last batch needs no padding to match another's (a padded batch's mean loss would
-            # count the padding rows, unlike one process's)
-            batch_sampler.even_batches = False
-        return loader
+        replicas = self.ipu_config.value("replication_factor")
+        return shard_by_replica(loader, replicas, self.accelerator.process_index // self.stages)
 
     def eval_loader(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
         """Evaluation through the stages: every stage of a replica gets the same batches."""
