@@ -167,9 +167,14 @@ def local_parameter_bytes(parameters: Iterable[torch.Tensor]) -> int:
 # the pipeline split first (each process keeps only its stage's layers), then FSDP over the stage's replicas.
 
 
-def stage_mesh(replicas: int, stages: int, device: torch.device) -> DeviceMesh:
+def stage_mesh(replicas: int, stages: int, device: torch.device, tensor_parallel: int = 1) -> DeviceMesh:
     """The (replicas, stages) mesh of a process pipeline, dims named `("dp", "pp")`: `mesh["pp"]` joins the
-    stages of one replica (activations travel there), `mesh["dp"]` the replicas of one stage (gradients)."""
+    stages of one replica (activations travel there), `mesh["dp"]` the replicas of one stage (gradients). With
+    `tensor_parallel` > 1, a third, innermost dim `"tp"`: the processes that share each stage's layers (rank =
+    (replica x stages + stage) x tensor_parallel + share)."""
+    if tensor_parallel > 1:
+        shape, names = (replicas, stages, tensor_parallel), ("dp", "pp", "tp")
+        return init_device_mesh(device.type, shape, mesh_dim_names=names)
     return init_device_mesh(device.type, (replicas, stages), mesh_dim_names=("dp", "pp"))
 
 

@@ -143,10 +143,20 @@ def is_tensor_parallel(model: nn.Module) -> bool:
     return any(isinstance(p, DTensor) and "tp" in (p.device_mesh.mesh_dim_names or ()) for p in model.parameters())
 
 
+def gradient_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of `grads` that mix plain tensors and `DTensor`s of one or more meshes and placements (a split
+    model's norms and matrices, FSDP's shards), which torch's `_foreach` kernels refuse to mix: each kind's norm (a
+    `DTensor`'s made whole over its mesh, whatever its placement), combined. A plain tensor, on every process."""
+    kinds: dict[Any, list[torch.Tensor]] = {}
+    for grad in grads:
+        kinds.setdefault((grad.device_mesh, grad.placements) if isinstance(grad, DTensor) else None, []).append(grad)
+    norms = [whole(torch.nn.utils.get_total_norm(group)) for group in kinds.values()]
+    return torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros(())
+
+
 def clip_gradients(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """`torch.nn.utils.clip_grad_norm_` over parameters that mix plain tensors (a split model's norms) and `DTensor`s
-    of one or more meshes (its split matrices; FSDP's shards), which torch's `_foreach` kernels refuse to mix: the
-    norm of each kind (a `DTensor` norm made whole over its mesh), combined, then each kind clipped by it.
+    """`torch.nn.utils.clip_grad_norm_` over parameters whose gradients mix plain tensors and `DTensor`s
+    (`gradient_norm`): the norm over all of them, then each kind clipped by it.
 
     Returns:
         `torch.Tensor`: the total norm before clipping, a plain tensor.
@@ -156,8 +166,7 @@ def clip_gradients(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
         kinds.setdefault((p.device_mesh, p.placements) if isinstance(p, DTensor) else None, []).append(p)
     if len(kinds) == 1:  # one kind: torch's own, as ever
         return whole(torch.nn.utils.clip_grad_norm_(params, max_norm))
-    norms = [whole(torch.nn.utils.get_total_norm([p.grad for p in group])) for group in kinds.values()]
-    total = torch.linalg.vector_norm(torch.stack(norms))
+    total = gradient_norm([p.grad for p in params])
     for group in kinds.values():
         torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
     return total

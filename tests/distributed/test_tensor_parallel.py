@@ -151,3 +151,23 @@ def test_replicas_of_split_layers_are_sharded_over_the_replicas(tmp_path_factory
     # split in two by tensor parallelism, then in two by FSDP2 over the replicas: a quarter each
     assert all(r["parameter_bytes"] < 0.3 * want["parameter_bytes"] for r in got)
     assert_same_weights(split / "final", reference / "final", atol=5e-5)
+
+
+def test_split_stages_on_four_processes_give_one_process_numbers(tmp_path_factory):
+    """tp=2 x pp=2: two pipeline stages, each split over 2 processes (mesh (1, 2, 2))."""
+    reference, split = tmp_path_factory.mktemp("one_stages"), tmp_path_factory.mktemp("tp2pp2")
+    (want,), got = train(reference, 1, 1, "--stages", "--evaluate"), train(split, 4, 1, "--stages", "--evaluate")
+    assert all(r["mesh"] == [["dp", "pp", "tp"], [1, 2, 2]] for r in got)
+    torch.testing.assert_close(got[0]["losses"], want["losses"], atol=1e-5, rtol=0)
+    # the stages' predictions, the model's (the evaluation loss is not compared: each tensor-parallel pair evaluates
+    # its share of the rows in batches of its own, and a token-level loss's mean depends on how rows are batched)
+    predictions = torch.load(split / "predictions_before.pt")
+    torch.testing.assert_close(predictions, torch.load(reference / "predictions_before.pt"), atol=1e-5, rtol=0)
+    for saved in ("final", "checkpoint-3"):
+        assert_same_weights(split / saved, reference / saved, atol=2e-5)
+    # the gradient norm over the whole model: each split matrix's shares counted once, each stage's once
+    norms = [
+        json.loads((d / "checkpoint-3" / "trainer_state.json").read_text())["log_history"] for d in (split, reference)
+    ]
+    got_norms, want_norms = ([e["grad_norm"] for e in log if "grad_norm" in e] for log in norms)
+    torch.testing.assert_close(got_norms, want_norms, atol=1e-5, rtol=0)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 
 from ...config import IPUConfig
-from ...errors import IncompatibleIPUConfigError
 from ..distributed import world_size
 from .base import EvaluationScope, ModelParts, ReplicasLayout, SaveHooks
 from .sharded import ShardedReplicasLayout
@@ -47,13 +46,7 @@ def choose_layout(ipu_config: IPUConfig, *, fsdp: bool = False, schedule: str = 
             "numbers); launch torchrun to split the layers over processes",
             tensor_parallel,
         )
-    elif tensor_parallel > 1:
-        if ipu_config.value("ipus_per_replica") > 1:
-            raise IncompatibleIPUConfigError(
-                f"tensor_parallel_size {tensor_parallel} with {ipu_config.value('ipus_per_replica')} pipeline stages "
-                "on separate processes is not supported yet; use ipus_per_replica=1 (layers_per_ipu=[-1]) with "
-                "tensor parallelism, or tensor_parallel_size=1 with stages"
-            )
+    elif tensor_parallel > 1 and ipu_config.value("ipus_per_replica") == 1:
         return TensorParallelLayout(ipu_config)
     if fsdp and processes == 1:
         logger.warning("--fsdp in one process: the replicas run in turn here, there is nothing to shard over")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from accelerate.utils import recursively_apply
 from torch import nn
 
 from ...config import IPUConfig
@@ -87,6 +88,22 @@ def shard_by_replica(loader: torch.utils.data.DataLoader, replicas: int, replica
         # the padding rows, unlike one process's)
         batch_sampler.even_batches = False
     return loader
+
+
+def one_copy_per_group(accelerator: Any, data: Any, group_size: int, keep: int) -> Any:
+    """`Trainer`'s `gather_for_metrics` where each `group_size` consecutive processes (a replica's stages, a stage's
+    tensor-parallel shares) evaluated the same batches: of every group's gathered blocks only its member `keep` is
+    kept; the loader's remainder (counted over the groups) is dropped at the end."""
+
+    def one_per_group(t: torch.Tensor) -> torch.Tensor:
+        blocks = t.reshape(-1, group_size, t.shape[0] // accelerator.num_processes, *t.shape[1:])
+        return blocks[:, keep].reshape(-1, *t.shape[1:])
+
+    data = recursively_apply(one_per_group, accelerator.gather(data))
+    state = accelerator.gradient_state
+    if state.end_of_dataloader and state.remainder > 0:
+        data = recursively_apply(lambda t: t[: state.remainder], data)
+    return data
 
 
 @dataclass

@@ -24,13 +24,15 @@ each stage only. This layout does that:
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from accelerate.utils import recursively_apply
 from torch import nn
+from transformers.trainer import OPTIMIZER_NAME
 
 from ...config import IPUConfig
 from ...errors import IncompatibleIPUConfigError
@@ -43,8 +45,9 @@ from ..stages.forward import MICRO_BATCHES_PER_STAGE, PipelinedForward, forward_
 from ..stages.hold import stage_hold
 from ..stages.optimizer import save_stage_optimizer
 from ..step import TrainingStep
+from ..tensor_parallel import parallelize
 from . import checkpoints
-from .base import EvaluationScope, ModelParts, ReplicasLayout, SaveHooks, shard_by_replica
+from .base import EvaluationScope, ModelParts, ReplicasLayout, SaveHooks, one_copy_per_group, shard_by_replica
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +78,7 @@ class ProcessStagesLayout(ReplicasLayout):
     def __init__(self, ipu_config: IPUConfig, schedule: str, sharded: bool = False) -> None:
         super().__init__(ipu_config)
         self.schedule, self.sharded = schedule, sharded
+        self.split = ipu_config.value("tensor_parallel_size")  # processes sharing each stage's layers (tp)
         self.stages = 0  # processes of one pipeline, known once checked
         self._forward: PipelinedForward | None = None
         self._synchronized_at = 0  # the engine's steps when every process last got every stage's weights
@@ -90,7 +94,7 @@ class ProcessStagesLayout(ReplicasLayout):
         return (
             hold.mesh
             if hold is not None
-            else fsdp.stage_mesh(self.ipu_config.value("replication_factor"), self.stages, device)
+            else fsdp.stage_mesh(self.ipu_config.value("replication_factor"), self.stages, device, self.split)
         )
 
     def check(self, parts: ModelParts) -> int:
@@ -110,6 +114,12 @@ class ProcessStagesLayout(ReplicasLayout):
                 f"{parts.name} cannot run its pipeline stages on separate processes: "
                 f"{parts.process_stages_refusal}; run one process (the stages run in turn), or set "
                 "layers_per_ipu=[-1] and ipus_per_replica=1 for data parallelism over the processes"
+            )
+        if self.split > 1 and (self.sharded or stage_hold(parts.model) is not None):
+            raise IncompatibleIPUConfigError(
+                f"tensor_parallel_size {self.split} with pipeline stages on separate processes runs with each process "
+                "holding the model it splits: not yet with --fsdp or a model loaded stage by stage; drop --fsdp (or "
+                "load the model whole), or use ipus_per_replica=1"
             )
         if parts.custom_loss:
             # The last stage returns the model's own loss from inside the schedule; a loss computed from the
@@ -131,6 +141,8 @@ class ProcessStagesLayout(ReplicasLayout):
             self.schedule,
         )
         super().apply(parts, engine, accelerator)
+        if self.split > 1:  # torchtitan's order: tensor parallelism, then the pipeline split
+            parallelize(parts.model, parts.tensor_parallel_plan(self.split), self.mesh["tp"])
         if self.sharded:  # the pipeline split first, then FSDP2 over each stage's replicas (torchtitan's order)
             fsdp.shard_pipeline(parts.model, parts.stage_cut(), parts.counts, self.ipu_config, engine.device, self.mesh)
         self.engine = PipelineEngine(
@@ -199,10 +211,13 @@ class ProcessStagesLayout(ReplicasLayout):
     def train_loader(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
         """Shard the prepared loader by replica instead of by process."""
         replicas = self.ipu_config.value("replication_factor")
-        return shard_by_replica(loader, replicas, self.accelerator.process_index // self.stages)
+        # rank = (replica x stages + stage) x tensor_parallel_size + share
+        return shard_by_replica(loader, replicas, self.accelerator.process_index // (self.stages * self.split))
 
     def eval_loader(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
         """Evaluation through the stages: every stage of a replica gets the same batches."""
+        if self.split > 1 and not self.holds_part_only:  # the shares of a stage's split see the same batches
+            return shard_by_replica(loader, world_size() // self.split, self.accelerator.process_index // self.split)
         return self.train_loader(loader) if self.holds_part_only else loader
 
     def same_batches(self, batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -212,12 +227,16 @@ class ProcessStagesLayout(ReplicasLayout):
         return self.engine.same_batches(batches) if batches else batches
 
     def samples_per_step(self, total: int) -> int:
-        return total // self.stages  # the stages of a replica share its samples: only replicas multiply the batch
+        # the stages of a replica (and the shares of each) read its samples: only replicas multiply the batch
+        return total // (self.stages * self.split)
 
     # ------------------------------------------------------------------ evaluation
     def evaluation_scope(self, batch_rows: int) -> EvaluationScope:
         if not self.holds_part_only:
             self.synchronize()  # every process evaluates the whole model on its shard
+            if self.split > 1:  # ... its split, with the other shares of its stage: one copy of their outputs kept
+                gather = functools.partial(one_copy_per_group, self.accelerator, group_size=self.split, keep=0)
+                return EvaluationScope(gather=gather, args={"average_tokens_across_devices": False})
             return EvaluationScope()
         # The stages of a replica see the same batch: Trainer's token count over every process (and its loss scaled by
         # the process count) would count each batch once per stage. Each process's own count is its replica's: the
@@ -231,19 +250,8 @@ class ProcessStagesLayout(ReplicasLayout):
 
     def gather(self, data: Any) -> Any:
         """`Trainer`'s `gather_for_metrics` with one copy per replica: the stages of a replica return the same
-        predictions, so of every process's gathered block only the last stage's is kept; the loader's remainder
-        (counted over the replicas, `train_loader`) is dropped at the end."""
-        replicas = self.ipu_config.value("replication_factor")
-
-        def last_stage(t: torch.Tensor) -> torch.Tensor:
-            blocks = t.reshape(replicas, self.stages, -1, *t.shape[1:])  # rank = replica x stages + stage
-            return blocks[:, -1].reshape(-1, *t.shape[1:])
-
-        data = recursively_apply(last_stage, self.accelerator.gather(data))
-        state = self.accelerator.gradient_state
-        if state.end_of_dataloader and state.remainder > 0:
-            data = recursively_apply(lambda t: t[: state.remainder], data)
-        return data
+        predictions, so of every process's gathered block only the last stage's is kept."""
+        return one_copy_per_group(self.accelerator, data, self.stages, keep=-1)  # rank = replica x stages + stage
 
     def synchronize(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Every stage's current weights (and optimizer state, when given) on every process of the pipeline."""
@@ -260,7 +268,11 @@ class ProcessStagesLayout(ReplicasLayout):
         self.synchronize()  # called by every process, as in the example scripts
         model = self.parts.model
         hold = stage_hold(model)
-        if hold is None:
+        if hold is None and self.split > 1:  # the shares gathered whole (every process), written by one
+            state_dict = fsdp.full_state_dict(model)
+            if hooks.should_save:
+                hooks.write_state_dict(state_dict)
+        elif hold is None:
             hooks.stock()
         elif checkpoints.has_adapters(model):  # peft's adapter files, as in one process
             state_dict = checkpoints.gather_stage_adapters(model, hold)
@@ -274,6 +286,11 @@ class ProcessStagesLayout(ReplicasLayout):
     def save_optimizer(
         self, optimizer: torch.optim.Optimizer, scheduler: Any, folder: str, should_save: bool, stock: Callable
     ) -> None:
+        if self.split > 1:  # every stage's state on every process (`before_checkpoint`), gathered whole over the shares
+            state = fsdp.full_optimizer_state_dict(self.parts.model, getattr(optimizer, "optimizer", optimizer))
+            if should_save:
+                torch.save(state, os.path.join(folder, OPTIMIZER_NAME))
+            return checkpoints.save_scheduler(scheduler, folder, should_save)
         if not self.holds_part_only:
             return stock()
         # each stage writes its part: nothing gathered
@@ -281,9 +298,13 @@ class ProcessStagesLayout(ReplicasLayout):
         checkpoints.save_scheduler(scheduler, folder, should_save)
 
     def load_model(self, folder: str, stock: Callable[[], None]) -> None:
-        if not self.holds_part_only:
+        if not self.holds_part_only and self.split == 1:
             return stock()
         checkpoints.load_held_model(self.parts.model, folder)
 
     def load_best_model(self, folder: str, stock: Callable[[], None]) -> None:
         self.load_model(folder, stock)
+
+    def load_optimizer(self, optimizer: Any, scheduler: Any, folder: str | None, stock: Callable[[], None]) -> None:
+        held = self.holds_part_only or self.split > 1  # split layers take the whole state as shares
+        checkpoints.load_optimizer_state(self.parts.model, optimizer, scheduler, folder, held, stock)

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from accelerate.utils import recursively_apply
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
@@ -27,7 +26,7 @@ from ..distributed import batches_of, world_size
 from ..fsdp import ShardedModel
 from ..step import TrainingStep
 from ..tensor_parallel import parallelize
-from .base import EvaluationScope, ModelParts, shard_by_replica
+from .base import EvaluationScope, ModelParts, one_copy_per_group, shard_by_replica
 from .sharded import ShardedReplicasLayout
 
 logger = logging.getLogger(__name__)
@@ -97,13 +96,4 @@ class TensorParallelLayout(ShardedReplicasLayout):
 
     def gather(self, data: Any) -> Any:
         """`Trainer`'s `gather_for_metrics` with one copy per replica (its processes return the same outputs)."""
-
-        def first_share(t: torch.Tensor) -> torch.Tensor:
-            blocks = t.reshape(self.replicas, self.size, -1, *t.shape[1:])  # rank = replica x tp + share
-            return blocks[:, 0].reshape(-1, *t.shape[1:])
-
-        data = recursively_apply(first_share, self.accelerator.gather(data))
-        state = self.accelerator.gradient_state
-        if state.end_of_dataloader and state.remainder > 0:
-            data = recursively_apply(lambda t: t[: state.remainder], data)
-        return data
+        return one_copy_per_group(self.accelerator, data, self.size, keep=0)  # rank = replica x tp + share

@@ -37,6 +37,7 @@ from ..distributed import batches_of
 from ..fsdp import shard_stages, stage_mesh
 from ..precision import LossScaler, autocast
 from ..step import ComputeLoss, StepResult
+from ..tensor_parallel import gradient_norm
 from .cut import StageCut, StageModule, stage_ranges
 from .hold import StageHold, stage_hold
 
@@ -146,6 +147,8 @@ class PipelineEngine:
         elif mesh is None:
             mesh = stage_mesh(replicas, ranks, self.device)
         self.stage_group, self.replica_group = mesh.get_group("pp"), mesh.get_group("dp")
+        # tensor parallelism inside each stage (`tensor_parallel_size`): the processes that share its layers
+        self.split_group = mesh.get_group("tp") if "tp" in (mesh.mesh_dim_names or ()) else None
         # `stage`: this process's rank in its pipeline (its first stage); `local_stages`: every stage it runs
         self.stage, self.replicas, self.num_stages, self.ranks = mesh.get_local_rank("pp"), replicas, stages, ranks
         self.local_stages = list(range(self.stage, stages, ranks))
@@ -220,7 +223,10 @@ class PipelineEngine:
         return dist.get_global_rank(self.stage_group, stage)
 
     def same_batches(self, batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The replica's last stage's `batches` on every stage of the replica (`distributed.batches_of`)."""
+        """The replica's last stage's `batches` on every stage of the replica (`distributed.batches_of`); with
+        tensor parallelism, those of the first process of that stage's split."""
+        if self.split_group is not None:
+            batches = batches_of(dist.get_global_rank(self.split_group, 0), self.split_group, batches, self.device)
         return batches_of(self._stage_rank(self.ranks - 1), self.stage_group, batches, self.device)
 
     # ------------------------------------------------------------- step protocol
@@ -334,7 +340,7 @@ class PipelineEngine:
         # Ours, not DDP's: each process keeps the whole model here, so DDP would bucket every stage's parameters (a
         # second copy of the whole model's gradients) and search the graph for the unused ones each step, to do what
         # this does: one flat all-reduce of this stage's gradients per step. Sharded, FSDP's reduce-scatter does it.
-        grads = [p.grad for p in params if p.grad is not None]
+        grads = [_local(p.grad) for p in params if p.grad is not None]
         flat = _flatten_dense_tensors(grads).div_(self.replicas)
         dist.all_reduce(flat, group=self.replica_group)
         for grad, synced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
@@ -347,6 +353,9 @@ class PipelineEngine:
         counted = [i not in shared or self._owner[i] == self.stage for i in range(len(params))]
         grads = [p.grad for p, counts in zip(params, counted, strict=True) if counts and p.grad is not None]
         squares = torch.zeros((), device=self.device)
+        if self.split_group is not None:  # the split matrices' norm made whole over the stage's shares (a collective)
+            squares += gradient_norm([g for g in grads if isinstance(g, DTensor)]).to(self.device).pow(2)
+            grads = [g for g in grads if not isinstance(g, DTensor)]  # whole on each share: counted once
         for grad in grads:
             squares += _local(grad).detach().float().pow(2).sum()
         # sharded, each process holds a shard of its stage's gradients: the norm is over every process
@@ -381,7 +390,8 @@ class PipelineEngine:
             return
         with torch.no_grad():
             for param, owner in zip(self.params, self._owner, strict=True):
-                dist.broadcast(param.data, src=self._stage_rank(owner), group=self.stage_group)
+                # a split parameter: each process's share, from the owner stage's process of the same share
+                dist.broadcast(_local(param.data), src=self._stage_rank(owner), group=self.stage_group)
         if optimizer is None:
             return
         params = self.params
@@ -390,7 +400,10 @@ class PipelineEngine:
         own = {
             i: optimizer.state[p] for i, p in enumerate(params) if self._owner[i] == self.stage and p in optimizer.state
         }
-        own = {i: {k: v.cpu() if torch.is_tensor(v) else v for k, v in state.items()} for i, state in own.items()}
+        # a split parameter's state travels as this share's tensors (a DTensor names its own process's groups)
+        own = {
+            i: {k: _local(v).cpu() if torch.is_tensor(v) else v for k, v in state.items()} for i, state in own.items()
+        }
         gathered: list[Any] = [None] * self.ranks
         dist.all_gather_object(gathered, own, group=self.stage_group)
         for stage, states in enumerate(gathered):
@@ -398,15 +411,22 @@ class PipelineEngine:
                 continue
             for i, state in states.items():
                 param = params[i]
-                optimizer.state[param] = {
-                    k: v.to(param.device) if torch.is_tensor(v) and v.dim() else v for k, v in state.items()
-                }
+                optimizer.state[param] = {k: _like(v, param) for k, v in state.items()}
 
 
 def _weighted_loss(output: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """The last stage's loss of one micro-batch: its mean loss times its weight (a micro-batch with no labelled item
     has weight 0 and a NaN mean: it adds nothing, as in `Engine.micro_batch`)."""
     return torch.where(weight > 0, output * weight, torch.zeros_like(output)).sum()
+
+
+def _like(value: Any, param: torch.Tensor) -> Any:
+    """An optimizer state value received from another stage, placed as `param` is: on its device, and a split
+    parameter's share of a moment made a `DTensor` of this process's split again (steps, scalars as they came)."""
+    if not torch.is_tensor(value) or not value.dim():
+        return value
+    value = value.to(param.device)
+    return DTensor.from_local(value, param.device_mesh, param.placements) if isinstance(param, DTensor) else value
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
