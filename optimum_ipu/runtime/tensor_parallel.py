@@ -112,8 +112,19 @@ def parallelize(model: nn.Module, plan: TensorParallelPlan, mesh: Any) -> nn.Mod
         module = model.get_submodule(path)
         setattr(module, attribute, getattr(module, attribute) // size)  # this device's share (heads, features)
     _retie(model, aliases)
+    for param in model.parameters():
+        if isinstance(param, DTensor):
+            param.register_post_accumulate_grad_hook(_gradient_placed_as_parameter)
     logger.info("tensor parallelism over %d devices: %d modules split", size, len(plan.styles))
     return model
+
+
+def _gradient_placed_as_parameter(param: torch.Tensor) -> None:
+    """Keep a split parameter's gradient split as the parameter is. The vocabulary embedding's backward returns its
+    gradient replicated (the whole table's gradient on every process: 262 MB a process for 32,000 x 2,048 in fp32);
+    its share is a slice of it, taken without communication."""
+    if param.grad is not None and param.grad.placements != param.placements:
+        param.grad = param.grad.redistribute(placements=param.placements)
 
 
 def _aliases(model: nn.Module) -> list[list[tuple[str, str]]]:
