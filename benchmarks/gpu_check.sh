@@ -26,10 +26,13 @@
 #   t5_balance          the same for t5-small-config (encoder-decoder) on 2 stages             20
 #   pipeline_bubbles    benchmarks/pipeline_schedules.py on 2 CPU processes (the host's idle     60
 #                       cores): GPipe, 1F1B, Interleaved1F1B, ZeroBubble, bubble vs theory
+#   tensor_parallel     benchmarks/tensor_parallel.py --mode steps on 2 GPUs: one process vs     60  (skipped, said
+#                       tensor_parallel_size=2 vs 2 pipeline stages, 160 M Llama, s/step          and recorded, with
+#                                                                                                 fewer than 2 GPUs)
 #   bert_qa_compiled    bert_qa_eager under torch.compile, 30 steps (8 warm-up)            250  (~1,500 samples/s;
 #                       compilation 60-120 s per compiled runner, the later ones partly from the caches)
 #   summary             summary.json, summary.png, results.tar.gz                            5
-#   total                                                                                715  (hard stop: below)
+#   total                                                                                715  (775 with 2 GPUs; hard stop: below)
 #
 # Budget: GPU_CHECK_BUDGET_S (default 520 s: the device tool allows 600 s a command and 15 minutes a session,
 # machine start included; the compiled run, last, gets what is left) bounds the whole check: each run has a time limit (`timeout`) of at
@@ -69,7 +72,7 @@ export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 
 runs=(bert_qa_eager bert_qa_pipeline2 gpt2_clm bert_qa_inference bert_qa_packed bert_qa_latency bert_qa_throughput
-  gpt2_balance t5_balance pipeline_bubbles bert_qa_compiled)
+  gpt2_balance t5_balance pipeline_bubbles tensor_parallel bert_qa_compiled)
 dry=${GPU_CHECK_DRY_RUN:-0}
 if [[ -n ${GPU_CHECK_RUNS:-} ]]; then
   IFS=, read -r -a chosen <<<"$GPU_CHECK_RUNS"
@@ -90,6 +93,7 @@ if [[ $tiny == 1 ]]; then
   bert=tiny-bert-config gpt2=tiny-gpt2-config t5=tiny-t5-config
   balance_gpt2=(--n-ipu 2 --seq-len 32 --repeats 1 --warmup 1) balance_t5=(--n-ipu 2 --seq-len 32 --repeats 1 --warmup 1)
   bubbles=(--layers 4 --seq-len 32 --steps 2)
+  tensor_parallel=(--model llama-tiny --steps 3) # 2 gloo CPU processes
   bert_train=(--seq-len 32 --batch-size 8 --steps 4 --warmup 1)
   gpt2_train=(--seq-len 32 --batch-size 4 --steps 4 --warmup 1)
   bert_infer=(--seq-len 32 --batch-size 8 --steps 4 --warmup 1)
@@ -112,6 +116,7 @@ else
   balance_gpt2=(--n-ipu 4 --seq-len 1024 --batch-size 8 --micro-batches 16)
   balance_t5=(--n-ipu 2 --seq-len 512 --batch-size 8 --micro-batches 8)
   bubbles=(--layers 8 --seq-len 128 --steps 5)
+  tensor_parallel=(--model llama-8x1024 --steps 8)
   bert_train=(--seq-len 384 --batch-size 64 --steps 30 --warmup 5)
   gpt2_train=(--seq-len 1024 --batch-size 16 --steps 20 --warmup 5)
   bert_infer=(--seq-len 384 --batch-size 128 --steps 30 --warmup 5)
@@ -212,8 +217,25 @@ all_runs() { # every run, in order; run_one leaves out those not selected (GPU_C
     --json "$work/t5_balance/benchmark.json"
   run_one pipeline_bubbles 60 150 "CPU processes" "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 \
     "$here/pipeline_schedules.py" "${bubbles[@]}" --json "$work/pipeline_bubbles/benchmark.json"
+  tensor_parallel_run
   bench bert_qa_compiled 250 400 "$compile_note" --model "$bert" --task question-answering "${bert_train[@]}" \
     "${compiled[@]}"
+}
+
+tensor_parallel_run() { # one process vs tensor_parallel_size=2 vs 2 stages (benchmarks/tensor_parallel.py): 2 GPUs
+  # or more (NCCL); with fewer, recorded as skipped and said (tiny mode: 2 gloo CPU processes)
+  local gpus
+  gpus=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+  if [[ $tiny != 1 && $dry != 1 && ${gpus:-0} -lt 2 ]]; then
+    [[ " ${runs[*]} " == *" tensor_parallel "* ]] || return 0
+    echo "=== tensor_parallel: SKIPPED, tensor parallelism needs 2 GPUs or more; this machine has ${gpus:-0}"
+    record tensor_parallel 0 "$(date +%s.%N)" "$(date +%s.%N)" 60 \
+      "not applicable: tensor parallelism needs 2 GPUs or more, this machine has ${gpus:-0}"
+    summarize >/dev/null
+    return
+  fi
+  run_one tensor_parallel 60 180 "2 processes" "$PY" "$here/tensor_parallel.py" --mode steps "${tensor_parallel[@]}" \
+    --out "$work/tensor_parallel/benchmark.json"
 }
 
 report() { # the summary, its chart and a table of the runs

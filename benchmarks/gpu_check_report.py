@@ -92,6 +92,8 @@ def _read_manifest(work: Path) -> dict[str, dict[str, Any]]:
 
 
 def _status(exit_code: int, note: str) -> str:
+    if note.startswith("not applicable"):  # this machine cannot run it (tensor parallelism on one GPU): no failure
+        return "not applicable"
     if note.startswith("skipped"):
         return "skipped"
     return {0: "ok", 124: "timed out", 137: "timed out"}.get(exit_code, "failed")
@@ -131,7 +133,7 @@ def summarize(work: Path, out: Path, runs: list[str], tiny: bool, chart: bool) -
         "seconds": round(sum(e.get("seconds", 0.0) for e in entries.values()), 1),
         "h200_estimate_s": sum(e.get("h200_estimate_s", 0) for e in entries.values()),
         "ok": [name for name, e in entries.items() if e["status"] == "ok"],
-        "not_ok": {name: e["status"] for name, e in entries.items() if e["status"] != "ok"},
+        "not_ok": {name: e["status"] for name, e in entries.items() if e["status"] not in ("ok", "not applicable")},
         "runs": entries,
     }
     if not pre and (work / "preflight.log").exists():  # the packages missing, or the import that failed

@@ -180,7 +180,8 @@ def steps(model: str, layouts: list[str], optimizer_steps: int, folder: Path) ->
     return summary
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (also what `tests/test_gpu_check.py` checks `benchmarks/gpu_check.sh`'s run against)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=["memory", "steps", "all"], default="all")
     parser.add_argument("--model", choices=sorted(MODELS), default=None, help=f"default: {DEFAULT_MODEL}")
@@ -188,6 +189,11 @@ def main() -> None:
                         "are dropped)")  # fmt: skip
     parser.add_argument("--layouts", nargs="+", choices=sorted(LAYOUTS), default=list(LAYOUTS))
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default: results/tensor-parallel-DATE.json)")
+    return parser
+
+
+def main() -> None:
+    parser = build_parser()
     args = parser.parse_args()
     if args.steps <= WARMUP:
         parser.error(f"--steps must be more than the {WARMUP} warm-up steps")

@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -33,9 +34,15 @@ RUNS = [
     "gpt2_balance",
     "t5_balance",
     "pipeline_bubbles",
+    "tensor_parallel",
     "bert_qa_compiled",
 ]
-OTHER_RUNS = ("gpt2_balance", "t5_balance", "pipeline_bubbles")  # not `optimum-ipu benchmark`: their own reports
+OTHER_RUNS = (
+    "gpt2_balance",
+    "t5_balance",
+    "pipeline_bubbles",
+    "tensor_parallel",
+)  # not `optimum-ipu benchmark`: their own reports
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # what the device tool returns from $OUT: at most 8 files, 16 MiB each, 2 folders down, plain names
 MAX_FILES, MAX_BYTES, MAX_FOLDERS = 8, 16 * 2**20, 2
@@ -92,11 +99,29 @@ def test_every_run_s_arguments_parse(tmp_path, tiny):
             assert args.model in ARCHITECTURES, (name, args.model)
             if getattr(args, "ipu_config", None) and not tiny:  # tiny mode's is rewritten in a folder now gone
                 assert os.path.isfile(args.ipu_config), name
+        elif argv[1].endswith("tensor_parallel.py"):  # it starts its own torchrun jobs, one per layout
+            sys.path.insert(0, str(SCRIPT.parent))  # it imports its worker module from its own folder, as a script does
+            tensor_parallel = importlib.util.spec_from_file_location("tensor_parallel", argv[1])
+            benchmark = importlib.util.module_from_spec(tensor_parallel)
+            tensor_parallel.loader.exec_module(benchmark)
+            args = benchmark.build_parser().parse_args(argv[2:])
+            assert args.mode == "steps" and args.model == ("llama-tiny" if tiny else "llama-8x1024"), argv
         else:
             assert argv[1:3] == ["-m", "torch.distributed.run"], argv
             script = next(i for i, arg in enumerate(argv) if arg.endswith("pipeline_schedules.py"))
             module.build_parser().parse_args(argv[script + 1 :])
         assert ("--compile" in argv) == (name == "bert_qa_compiled" and not tiny), name
+
+
+def test_tensor_parallel_run_is_not_applicable_below_two_gpus(tmp_path):
+    """On a machine with fewer than 2 GPUs (this one has none) the tensor-parallel run is said and recorded as not
+    applicable, not failed: the check still exits 0."""
+    out = tmp_path / "out"
+    result = run_check(out, GPU_CHECK_RUNS="tensor_parallel", GPU_CHECK_TINY="0")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "tensor_parallel: SKIPPED, tensor parallelism needs 2 GPUs or more; this machine has 0" in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["runs"]["tensor_parallel"]["status"] == "not applicable" and summary["not_ok"] == {}
 
 
 def test_an_unknown_run_is_named_up_front(tmp_path):

@@ -1,16 +1,21 @@
 """The tensor-parallel plan of one model: its family's `StagePlan.tensor_parallel` resolved to module paths of that
 model (each pipeline layer's, the vocabulary embedding's and the output projection's), for
-`optimum_ipu.runtime.tensor_parallel.parallelize`."""
+`optimum_ipu.runtime.tensor_parallel.parallelize`; and the split of a model for inference under `torchrun`."""
 
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
 from torch import nn
+from transformers.utils.logging import get_logger
 
+from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
-from ..runtime.tensor_parallel import TensorParallelPlan
+from ..runtime.distributed import join_process_group, world_size
+from ..runtime.tensor_parallel import TensorParallelPlan, inference_mesh, parallelize
 from .pipelined import PipelinedModel
+
+logger = get_logger(__name__)
 
 
 def _matches(root: nn.Module, prefix: str, pattern: str) -> list[str]:
@@ -90,3 +95,41 @@ def tensor_parallel_plan(pipelined: PipelinedModel, size: int) -> TensorParallel
     if vocabulary:
         counts["vocab_size"] = model.get_input_embeddings().num_embeddings
     return TensorParallelPlan(styles=styles, divided=divided, counts=counts, model_name=name)
+
+
+def split_for_inference(model: nn.Module, ipu_config: IPUConfig) -> nn.Module:
+    """Under `torchrun`, with `inference_tensor_parallel_size` > 1, split `model`'s layers over the job's processes
+    (the mesh `("dp", "tp")`, `tp` innermost), for `pipeline()` and `optimum-ipu serve`: every process then runs each
+    call together (the same inputs: `optimum_ipu.pipelines.processes.lockstep` in a server, or the same script), and
+    each gets the whole model's outputs. In one process the shares run in turn (said once); nothing is split.
+
+    Args:
+        model (`nn.Module`): a stock model or a `PipelinedModel`, whole (the same weights in every process).
+        ipu_config (`IPUConfig`): its inference layout.
+
+    Returns:
+        `nn.Module`: the same model, split in place.
+
+    Raises:
+        IncompatibleIPUConfigError: the family has no split, the processes are not a multiple of the size, or the
+            inference stages are on separate processes too (not yet).
+    """
+    size = ipu_config.value("tensor_parallel_size", inference=True)
+    processes = world_size()
+    if size == 1 or processes == 1:
+        if size > 1:
+            logger.warning_once(
+                f"inference_tensor_parallel_size {size} in one process: its shares run in turn here (the whole "
+                "model, the same outputs); launch torchrun to split the layers over processes"
+            )
+        return model
+    if ipu_config.value("ipus_per_replica", inference=True) > 1 or processes % size:
+        raise IncompatibleIPUConfigError(
+            f"inference_tensor_parallel_size {size} under torchrun with {processes} processes: each process must hold "
+            f"a share of the whole model (inference_ipus_per_replica 1, processes a multiple of {size}); launch "
+            f"torchrun --nproc_per_node {size}"
+        )
+    join_process_group()
+    pipelined = model if isinstance(model, PipelinedModel) else PipelinedModel(model, ipu_config)
+    parallelize(pipelined.model, tensor_parallel_plan(pipelined, size), inference_mesh(processes, size)["tp"])
+    return model

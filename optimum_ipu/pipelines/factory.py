@@ -16,6 +16,7 @@ from ..errors import IncompatibleIPUConfigError
 from ..models.auto import repo_ipu_config
 from ..models.pipelined import PipelinedModel
 from ..models.stage_loading import loads_stage_only
+from ..models.tensor_parallel import split_for_inference
 from .base import StaticBatchingPipeline, resolve_ipu_config, resolve_precision, supported_classes
 from .classification import (
     IPUFillMaskPipeline,
@@ -221,6 +222,7 @@ def pipeline(
     tokenizer = _load_processors(task, spec, model, tokenizer, kwargs, revision)
     if not isinstance(model, PipelinedModel):
         ipu_config = resolve_ipu_config(ipu_config)
+    split_for_inference(model, model.ipu_config if isinstance(model, PipelinedModel) else ipu_config)
     cls = pipeline_class or spec.impl
     if not issubclass(cls, spec.impl):
         raise TypeError(f"pipeline_class: {cls.__name__} is not a subclass of {spec.impl.__name__}, which runs {task}")

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 from transformers.utils.logging import get_logger
 
@@ -168,14 +169,16 @@ def weight_major_projection(model: nn.Module) -> Iterator[None]:
 
     Args:
         model (`nn.Module`): a whole `PreTrainedModel` about to decode (e.g. inside `generate()`); a model holding
-            one pipeline stage is left alone (its stage machinery keeps the modules it was given).
+            one pipeline stage, or whose projection is split over processes (tensor parallelism: its hooks are on the
+            module), is left alone.
     """
     getter = getattr(model, "get_output_embeddings", None)
     try:
         module = getter() if callable(getter) else None
     except NotImplementedError:  # models without token embeddings
         module = None
-    if type(module) is not nn.Linear or module.weight.device.type != "cpu" or _holds_part(model):
+    split = isinstance(getattr(module, "weight", None), DTensor)
+    if type(module) is not nn.Linear or module.weight.device.type != "cpu" or _holds_part(model) or split:
         yield
         return
     places = _replace_everywhere(model, module, WeightMajorLinear(module))

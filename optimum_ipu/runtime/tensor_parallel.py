@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
 
@@ -147,6 +148,13 @@ def _retie(model: nn.Module, aliases: list[list[tuple[str, str]]]) -> None:
         if split is not None:
             for module, attribute in group:
                 setattr(model.get_submodule(module), attribute, split)
+
+
+def inference_mesh(processes: int, size: int) -> Any:
+    """The `("dp", "tp")` mesh of an inference job of `processes` processes, each replica split over `size` of them
+    (`tp` innermost), on the GPUs when there are some. A collective: every process makes it."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return init_device_mesh(device, (processes // size, size), mesh_dim_names=("dp", "tp"))
 
 
 def is_tensor_parallel(model: nn.Module) -> bool:

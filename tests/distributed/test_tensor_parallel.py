@@ -20,6 +20,7 @@ from optimum_ipu.runtime.tensor_parallel import check_divisible
 
 from ..conftest import PYTHON, REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch
+from ..local_tokenizers import save_tiny_pretrained
 from .tensor_parallel_worker import tiny
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "tensor_parallel_worker.py")
@@ -171,3 +172,28 @@ def test_split_stages_on_four_processes_give_one_process_numbers(tmp_path_factor
     ]
     got_norms, want_norms = ([e["grad_norm"] for e in log if "grad_norm" in e] for log in norms)
     torch.testing.assert_close(got_norms, want_norms, atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------- pipeline()
+PIPELINE_WORKER = str(REPO_ROOT / "tests" / "distributed" / "tensor_parallel_pipeline_worker.py")
+
+
+def test_pipeline_split_over_two_processes_generates_one_process_text(tmp_path, tokenizer_for):
+    # a tiny Llama with GPT-2's byte-level tokenizer; tokens that vary from step to step
+    model_dir = save_tiny_pretrained(
+        tmp_path / "llama", "LlamaForCausalLM", tokenizer_for("gpt2"), initializer_range=0.5, intermediate_size=64
+    )
+    one, split = tmp_path / "one", tmp_path / "split"
+    one.mkdir(), split.mkdir()
+    alone = launch(PYTHON, PIPELINE_WORKER, str(one), str(model_dir))
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert alone.stderr.count("inference_tensor_parallel_size 2 in one process") == 1
+    run = launch(
+        *TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", PIPELINE_WORKER, str(split), str(model_dir)
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    want = json.loads((one / "rank0.json").read_text())
+    got = [json.loads((split / f"rank{rank}.json").read_text()) for rank in range(2)]
+    assert not want["split"] and all(r["split"] for r in got)
+    assert all(r["texts"] == want["texts"] for r in got)
+    assert len(set(want["texts"])) == 3  # three prompts, three continuations

@@ -91,9 +91,10 @@ def metric(url: str, name: str, **labels: str) -> float:
 
 @contextlib.contextmanager
 def stage_server(
-    tmp_path: Path, folder: Path, layers: list[int], task: str, *flags: str
+    tmp_path: Path, folder: Path, layers: list[int], task: str, *flags: str, tensor_parallel: int = 1
 ) -> Iterator[tuple[subprocess.Popen, str, Path]]:
-    """`optimum-ipu serve` under torchrun, one process a stage of `layers` (`layers_per_ipu`), healthy within; yields
+    """`optimum-ipu serve` under torchrun, one process a stage of `layers` (`layers_per_ipu`), each stage split over
+    `tensor_parallel` processes (`tensor_parallel_size`), healthy within; yields
     the torchrun process, the server's URL and the log's path. Its output goes to a file, not a pipe: workers that
     outlive torchrun would hold a pipe. On leaving, whatever still runs is killed: torchrun's group and each worker
     (torchrun starts each in a session of its own, so killing torchrun's group alone leaves them serving)."""
@@ -103,9 +104,10 @@ def stage_server(
     from ..helpers import TORCHRUN, env, free_port
 
     config = tmp_path / "ipu_config.json"
-    config.write_text(json.dumps({"layers_per_ipu": layers, "ipus_per_replica": len(layers)}))
-    port = free_port()
-    command = [*TORCHRUN, f"--nproc_per_node={len(layers)}", f"--master_port={free_port()}", "-m", "optimum_ipu.cli"]
+    layout = {"layers_per_ipu": layers, "ipus_per_replica": len(layers), "tensor_parallel_size": tensor_parallel}
+    config.write_text(json.dumps(layout))
+    port, processes = free_port(), len(layers) * tensor_parallel
+    command = [*TORCHRUN, f"--nproc_per_node={processes}", f"--master_port={free_port()}", "-m", "optimum_ipu.cli"]
     command += ["serve", str(folder), "--ipu-config", str(config), "--port", str(port), "--task", task, *flags]
     log = tmp_path / "serve.log"
     with open(log, "w") as out:

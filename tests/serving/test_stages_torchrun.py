@@ -58,3 +58,23 @@ def test_completions_on_two_stages_decode_in_groups_as_one_process(tmp_path, tin
             events = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: {")]
         streamed = ["".join(e["choices"][0]["text"] for e in events if e["choices"][0]["index"] == i) for i in range(4)]
         assert streamed == want
+
+
+def test_completions_split_over_two_processes_as_one_process(tmp_path, tokenizer_for):
+    """`tensor_parallel_size=2`: every layer of the model split over the 2 processes, process 0 holding the socket and
+    both computing each request together; the greedy texts are one process's."""
+    from ..local_tokenizers import save_tiny_pretrained
+
+    folder = save_tiny_pretrained(
+        tmp_path / "llama", "LlamaForCausalLM", tokenizer_for("gpt2"), initializer_range=0.5, intermediate_size=64
+    )
+    with stage_server(tmp_path, folder, [-1], "text-generation", tensor_parallel=2) as (_, url, log):
+        local = pipeline("text-generation", model=str(folder))
+        want = [
+            r[0]["generated_text"] for r in local(PROMPTS, max_new_tokens=8, do_sample=False, return_full_text=False)
+        ]
+        body = {"model": folder.name, "prompt": PROMPTS, "max_tokens": 8, "temperature": 0}
+        got = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
+        assert got.status_code == 200, got.text
+        assert [c["text"] for c in got.json()["choices"]] == want
+        assert len(set(want)) > 2, "identical texts would prove little"
