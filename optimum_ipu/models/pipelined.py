@@ -17,6 +17,7 @@ from transformers.utils.logging import get_logger
 
 from ..config import IPUConfig, report_parallelize_kwargs
 from ..errors import IncompatibleIPUConfigError
+from ..runtime.distributed import world_size
 from ..runtime.serialization import chunked_cross_entropy, swap_serialized
 from ..runtime.stages.balance import auto_layers_per_ipu
 from ..runtime.stages.cut import EncoderSplit, StageCut
@@ -214,7 +215,15 @@ class PipelinedModel(StaticGeneration, nn.Module):
         # swapped once for both modes: the larger factor of the two (the numbers are the same; only memory differs)
         emb = max(cfg.value("embedding_serialization_factor", inference=i) for i in (False, True))
         proj = max(cfg.value("projection_serialization_factor", inference=i) for i in (False, True))
-        if emb > 1 or proj > 1:
+        split = world_size() > 1 and max(cfg.value("tensor_parallel_size", inference=i) for i in (False, True)) > 1
+        if (emb > 1 or proj > 1) and split:
+            # Optimum Graphcore's split over IPUs, made real: the tensor-parallel plan splits the embedding and the
+            # output projection by vocabulary rows over the stage's devices; chunks on top would hide them from it
+            logger.warning_once(
+                "embedding / projection serialization: realised as the vocabulary split over the tensor_parallel_size "
+                "devices of each stage (the embedding and output projection split by rows), not as chunks"
+            )
+        elif emb > 1 or proj > 1:
             self._undo.append(swap_serialized(self.model, embedding_factor=emb, projection_factor=proj))
         self._parallelized = True
         return self

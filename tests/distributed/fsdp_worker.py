@@ -1,16 +1,16 @@
 """A tiny Llama trained by IPUTrainer, launched by tests/distributed/test_fsdp.py (torchrun or one process).
 
-    python fsdp_worker.py OUT_DIR REPLICAS MAX_STEPS [--fsdp] [--stages] [--tp] [--stage-local] [--evaluate] [--push]
-        [--best]
+    python fsdp_worker.py OUT_DIR REPLICAS MAX_STEPS [--fsdp] [--stages] [--tp] [--serialized] [--stage-local]
+        [--evaluate] [--push] [--best]
 
 Every rank writes OUT_DIR/rank{RANK}.json (its parameter bytes); rank 0 also the logged losses. A checkpoint is
 written at step 3 and the model saved whole to OUT_DIR/final (stock layout), gathered from the shards under
 --fsdp. `--stages` cuts the model into 2 pipeline stages; `--tp` splits each layer over 2 processes
-(`tensor_parallel_size=2`). With the environment variable RESUME_FROM, training
-resumes from that checkpoint. `--stage-local` loads the model saved in the folder PRETRAINED (environment) with
-`optimum_ipu.AutoModelForCausalLM`, each process reading only its stage; `--evaluate` evaluates after training (the
-metrics go to rank{RANK}.json); `--push` pushes every save and the final model to the fake Hub in the folder
-FAKE_HUB (environment; `fake_hub.py`); `--best` keeps the best checkpoint (`keep_the_best`).
+(`tensor_parallel_size=2`); `--serialized` sets both serialization factors to 2. With the environment variable
+RESUME_FROM, training resumes from that checkpoint. `--stage-local` loads the model saved in the folder PRETRAINED
+(environment) with `optimum_ipu.AutoModelForCausalLM`, each process reading only its stage; `--evaluate` evaluates
+after training (the metrics go to rank{RANK}.json); `--push` pushes every save and the final model to the fake Hub in
+the folder FAKE_HUB (environment; `fake_hub.py`); `--best` keeps the best checkpoint (`keep_the_best`).
 """
 
 from __future__ import annotations
@@ -134,6 +134,8 @@ def main() -> None:
     stages = {"layers_per_ipu": [2, 2], "ipus_per_replica": 2} if "--stages" in sys.argv[4:] else {}
     if "--tp" in sys.argv[4:]:  # each replica's layers split over 2 processes
         stages["tensor_parallel_size"] = 2
+    if "--serialized" in sys.argv[4:]:  # Optimum Graphcore's chunked embedding and projection
+        stages.update(embedding_serialization_factor=2, projection_serialization_factor=2)
     config = IPUConfig(replication_factor=replicas, gradient_accumulation_steps=2, **stages)
     model = tiny_llama()
     whole = local_parameter_bytes(model.parameters())
@@ -168,6 +170,8 @@ def main() -> None:
         else [trainer.layout.mesh.mesh_dim_names, trainer.layout.mesh.shape],
         "peak_parameter_bytes": peak["bytes"],
         "fsdp_units": sum(isinstance(m, FSDPModule) for m in trainer.model.modules()),
+        "embedding": type(trainer.model.get_input_embeddings()).__name__,
+        "embedding_split": hasattr(trainer.model.get_input_embeddings().weight, "placements"),
         "reduce_scatters": sent["calls"],  # of FSDP's gradients, over the whole run (without evaluation)
         "reduce_scattered_bytes": sent["bytes"],
     }

@@ -117,13 +117,16 @@ def assert_same_weights(got_folder, want_folder, atol: float) -> None:
 @pytest.fixture(scope="module")
 def one_process_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("one")
-    return out, train(out, 1, 1, "--evaluate")[0]
+    return out, train(out, 1, 1, "--evaluate", "--serialized")[0]
 
 
 def test_trainer_splits_each_layer_over_two_processes(tmp_path, one_process_run):
     reference, want = one_process_run
-    got = train(tmp_path, 2, 1, "--evaluate")
+    got = train(tmp_path, 2, 1, "--evaluate", "--serialized")
     assert all(r["mesh"] == [["dp", "pp", "tp"], [1, 1, 2]] for r in got)
+    # Optimum Graphcore's serialized embedding: chunks in one process, the vocabulary split over the 2 processes here
+    assert want["embedding"] == "SerializedEmbedding" and not want["embedding_split"]
+    assert all(r["embedding"] == "Embedding" and r["embedding_split"] for r in got)
     torch.testing.assert_close(got[0]["losses"], want["losses"], atol=1e-5, rtol=0)
     assert len(want["losses"]) == 4
     for rank in got:  # every process evaluates the replica's batches and reports the model's loss
