@@ -31,7 +31,7 @@ TENSOR_PARALLEL_COUNTS = (
     "encoder_ffn_dim",
     "decoder_ffn_dim",
 )
-TENSOR_PARALLEL_STYLES = ("colwise", "rowwise")
+TENSOR_PARALLEL_STYLES = ("colwise", "colwise_qkv", "rowwise")
 
 
 def no_position_offset(config: Any) -> int:
@@ -110,9 +110,10 @@ class StagePlan:
             relative to a layer (`*` matches one level: T5's `"layer.*.SelfAttention.q"`) -> `"colwise"` (the
             projections that open a block: query/key/value, up/gate, fc1) or `"rowwise"` (those that close it:
             attention output, down, fc2); `"colwise"` on an `nn.Embedding` splits its features (T5's position bias,
-            one feature a head). The vocabulary embedding and output projection are split by vocabulary rows in every
-            plan that has this.
-            Empty: the family runs without tensor parallelism (said once, `tensor_parallel_refusal`).
+            one feature a head); `"colwise_qkv"`: one fused query|key|value projection, each third split alike
+            (GPT-2's `c_attn`). `transformers`' `Conv1D` (GPT-2's) is split as an `nn.Linear` is. The vocabulary
+            embedding and output projection are split by vocabulary rows in every plan that has this. Empty: the
+            family runs without tensor parallelism (`tensor_parallel_refusal` says why).
         tensor_parallel_divided (`tuple[str, ...]`, *optional*): `"path.attribute"` relative to a layer: integer
             attributes a layer reads as its count of heads or features when it builds a tensor of that size itself
             (T5's `n_heads`), divided by the size on each device.

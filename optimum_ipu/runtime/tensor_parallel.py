@@ -17,6 +17,7 @@ from the family's `StagePlan` (this package never reads a plan).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,14 +26,16 @@ from typing import Any
 import torch
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
+from torch.distributed.tensor.placement_types import _StridedShard
+from transformers.pytorch_utils import Conv1D
 
 from ..errors import IncompatibleIPUConfigError
 
 logger = logging.getLogger(__name__)
 
-STYLES = ("colwise", "rowwise", "vocabulary_embedding", "vocabulary_head")
+STYLES = ("colwise", "colwise_qkv", "rowwise", "vocabulary_embedding", "vocabulary_head")
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,9 @@ class TensorParallelPlan:
     """What tensor parallelism splits in one model, as full module paths of that model.
 
     Args:
-        styles (`Mapping[str, str]`): module paths -> `"colwise"` (output features split), `"rowwise"` (input
-            features split, outputs summed), `"vocabulary_embedding"` (an `nn.Embedding` split by rows) or
+        styles (`Mapping[str, str]`): module paths -> `"colwise"` (output features split), `"colwise_qkv"` (a fused
+            query|key|value projection, each of the three split: GPT-2's `c_attn`), `"rowwise"` (input features
+            split, outputs summed), `"vocabulary_embedding"` (an `nn.Embedding` split by rows) or
             `"vocabulary_head"` (the output projection split by vocabulary rows, its logits gathered whole).
         divided (`tuple[str, ...]`): `"module_path.attribute"`: integer attributes that count what each device
             now holds a share of (T5's `n_heads`, read where the module builds a tensor per head), divided by the size.
@@ -70,17 +74,73 @@ def check_divisible(plan: TensorParallelPlan, size: int) -> None:
     for name, count in plan.counts.items():
         if count % size:
             fits = [d for d in range(1, count + 1) if count % d == 0 and d <= 64]
+            pad = (
+                f", or pad the vocabulary: model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of={size})"
+                if name == "vocab_size"
+                else ""
+            )
             raise IncompatibleIPUConfigError(
                 f"`tensor_parallel_size` {size}: {plan.model_name} has {name}={count}, which does not split evenly "
-                f"over {size} devices; use a size among {fits}"
+                f"over {size} devices; use a size among {fits}{pad}"
             )
+
+
+class Colwise(ColwiseParallel):
+    """`ColwiseParallel` that also splits `transformers`' `Conv1D` (GPT-2's: its weight is stored `(in, out)`). With
+    `parts` > 1 the output is `parts` projections side by side (GPT-2's `c_attn`: query | key | value) and each is split
+    alike (`_StridedShard`), so that a device holds its heads of all three, `[q_i | k_i | v_i]`, and the whole tensor
+    (a checkpoint, a gradient norm) is the stock one."""
+
+    def __init__(self, parts: int = 1) -> None:
+        super().__init__()
+        self.parts = parts
+
+    def _apply(self, module: nn.Module, device_mesh: Any) -> nn.Module:
+        if not isinstance(module, Conv1D):
+            return super()._apply(module, device_mesh)
+        output = functools.partial(self._prepare_output_fn, self.output_layouts, self.use_local_output)
+        if self.parts > 1:  # the share is the device's [q_i | k_i | v_i] as it is: no redistribution
+            output = _local_output
+        inputs = functools.partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts)
+        return distribute_module(module, device_mesh, self._partition_conv1d_fn, inputs, output)
+
+    def _partition_conv1d_fn(self, name: str, module: nn.Module, device_mesh: Any) -> None:
+        for param_name, param in list(module.named_parameters(recurse=False)):
+            dim = 1 if param_name == "weight" else 0  # weight (in, out), bias (out,)
+            placement = _StridedShard(dim, split_factor=self.parts) if self.parts > 1 else Shard(dim)
+            split = distribute_tensor(param, device_mesh, [placement], src_data_rank=self.src_data_rank)
+            module.register_parameter(param_name, nn.Parameter(split, requires_grad=param.requires_grad))
+
+
+class Rowwise(RowwiseParallel):
+    """`RowwiseParallel` that also splits `transformers`' `Conv1D` (weight `(in, out)`: split by its input rows)."""
+
+    def _apply(self, module: nn.Module, device_mesh: Any) -> nn.Module:
+        if not isinstance(module, Conv1D):
+            return super()._apply(module, device_mesh)
+        self.desired_input_layouts = (Shard(-1),)
+        inputs = functools.partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts)
+        output = functools.partial(self._prepare_output_fn, self.output_layouts, self.use_local_output)
+        return distribute_module(module, device_mesh, self._partition_conv1d_fn, inputs, output)
+
+    def _partition_conv1d_fn(self, name: str, module: nn.Module, device_mesh: Any) -> None:
+        for param_name, param in list(module.named_parameters(recurse=False)):
+            placement = Shard(0) if param_name == "weight" else Replicate()  # the bias is added once, whole
+            split = distribute_tensor(param, device_mesh, [placement], src_data_rank=self.src_data_rank)
+            module.register_parameter(param_name, nn.Parameter(split, requires_grad=param.requires_grad))
+
+
+def _local_output(mod: nn.Module, outputs: Any, device_mesh: Any) -> Any:
+    return outputs.to_local()
 
 
 def _style(kind: str) -> ParallelStyle:
     if kind == "colwise":
-        return ColwiseParallel()
+        return Colwise()
+    if kind == "colwise_qkv":
+        return Colwise(parts=3)
     if kind == "rowwise":
-        return RowwiseParallel()
+        return Rowwise()
     if kind == "vocabulary_embedding":  # rows of the table split; each device's lookups summed (Partial -> whole)
         return RowwiseParallel(input_layouts=Replicate())
     return ColwiseParallel(output_layouts=Replicate())  # vocabulary_head: logits gathered for the model's own loss

@@ -59,6 +59,12 @@ def tiny(family: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
         config = transformers.RobertaConfig(**ENCODER, num_labels=3)
         model = transformers.RobertaForSequenceClassification(config)
         return model, {"input_ids": ids, "labels": torch.tensor([0, 2, 1])}
+    if family == "gpt2":
+        config = transformers.GPT2Config(
+            vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=32, resid_pdrop=0.0, embd_pdrop=0.0,
+            attn_pdrop=0.0, initializer_range=0.5,  # tokens that vary from step to step
+        )  # fmt: skip
+        return transformers.GPT2LMHeadModel(config), {"input_ids": ids, "labels": ids}
     if family == "t5":
         config = transformers.T5Config(
             vocab_size=VOCAB,
@@ -129,7 +135,7 @@ def compare(family: str, mesh: Any) -> dict[str, Any]:
         "whole_bytes": held_bytes(reference),
         "split_parameters": sum(hasattr(p, "to_local") for p in split.parameters()),
     }
-    if family in ("llama", "t5"):  # greedy tokens of the split model are the whole model's
+    if family in ("llama", "t5", "gpt2"):  # greedy tokens of the split model are the whole model's
         inputs = {"input_ids": batch["input_ids"][:, :5]}
         settings = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": 0}
         with torch.no_grad():

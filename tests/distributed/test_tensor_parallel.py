@@ -24,7 +24,7 @@ from ..local_tokenizers import save_tiny_pretrained
 from .tensor_parallel_worker import tiny
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "tensor_parallel_worker.py")
-FAMILIES = ("llama", "mistral", "qwen2", "bert", "roberta", "t5", "whisper")
+FAMILIES = ("llama", "mistral", "qwen2", "gpt2", "bert", "roberta", "t5", "whisper")
 
 
 @pytest.fixture(scope="module")
@@ -79,10 +79,19 @@ def test_a_size_that_does_not_divide_the_heads_is_one_line():
     assert "`tensor_parallel_size` 3" in message and "num_attention_heads=4" in message and "[1, 2, 4]" in message
 
 
-def test_gpt2_says_why_it_has_no_split():
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64))
-    with pytest.raises(IncompatibleIPUConfigError, match=r"GPT2LMHeadModel cannot split its layers.*fused Conv1D"):
+def test_a_family_without_a_split_says_why():
+    model = transformers.DistilBertForMaskedLM(
+        transformers.DistilBertConfig(vocab_size=64, dim=32, n_layers=2, n_heads=2, hidden_dim=48)
+    )
+    with pytest.raises(IncompatibleIPUConfigError, match=r"DistilBertForMaskedLM cannot split its layers.*size 1"):
         tensor_parallel_plan(PipelinedModel(model, IPUConfig()), 2)
+
+
+def test_an_odd_vocabulary_is_refused_with_the_padding_fix():
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=63))
+    plan = tensor_parallel_plan(PipelinedModel(model, IPUConfig()), 2)
+    with pytest.raises(IncompatibleIPUConfigError, match=r"vocab_size=63.*pad_to_multiple_of=2\)$"):
+        check_divisible(plan, 2)
 
 
 def test_a_plan_with_an_unknown_style_is_refused():

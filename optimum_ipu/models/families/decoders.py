@@ -43,10 +43,15 @@ PLANS: tuple[StagePlan, ...] = (
         layer_count_fields=("n_layer",),
         vocabulary_loss={"GPT2LMHeadModel": "causal"},
         attention_dropout_field="attn_pdrop",
-        tensor_parallel_reason=(
-            "GPT-2 projects query, key and value with one fused Conv1D (`c_attn`) that its attention splits by "
-            "width, so a column split would hand each device parts of all three"
-        ),
+        # one fused Conv1D projects query|key|value: each third split alike, so a device holds its heads of all
+        # three; the attention splits the projection by `split_size`, divided to the share's width
+        tensor_parallel={
+            "attn.c_attn": "colwise_qkv",
+            "attn.c_proj": "rowwise",
+            "mlp.c_fc": "colwise",
+            "mlp.c_proj": "rowwise",
+        },
+        tensor_parallel_divided=("attn.split_size",),
     ),
     _open_decoder("llama", "Llama"),
     _open_decoder("mistral", "Mistral"),
