@@ -109,6 +109,44 @@ def _bert_shaped(layer: Any) -> bool:
     return {"attention.self.query", "attention.self.key", "attention.output.dense", "intermediate.dense"} <= names
 
 
+# The layouts a derived plan's tensor-parallel split recognises in a layer: attention's q/k/v and its output, and the
+# feed-forward's gate/up and down or fc1 and fc2 (Llama-, BART-, OPT-like), each group under one parent module.
+_ATTENTION_OPENERS, _ATTENTION_CLOSERS = ("q_proj", "k_proj", "v_proj"), ("o_proj", "out_proj")
+_FEED_FORWARDS = ((("gate_proj", "up_proj"), "down_proj"), (("fc1",), "fc2"))
+_HEAD_COUNTS = ("num_heads", "num_key_value_heads")  # an attention module's own counts, divided on each device
+
+
+def _tensor_parallel(layers: list[nn.Module]) -> dict[str, Any]:
+    """The derived plan's `tensor_parallel` fields from its first layer(s) (an encoder's and a decoder's): BERT's
+    split for a BERT-shaped layer, else the common layouts (`_ATTENTION_OPENERS` ..., `_FEED_FORWARDS`); none matched,
+    a reason instead (the plan then refuses `tensor_parallel_size` > 1 in one line)."""
+    if all(_bert_shaped(layer) for layer in layers):
+        from .families.encoders import BERT_TENSOR_PARALLEL
+
+        return {"tensor_parallel": BERT_TENSOR_PARALLEL}
+    styles: dict[str, str] = {}
+    divided: list[str] = []
+    for layer in layers:
+        linears = {name for name, module in layer.named_modules() if isinstance(module, nn.Linear)}
+        for name in linears:
+            parent, _, leaf = name.rpartition(".")
+            at = f"{parent}." if parent else ""
+            if leaf == "q_proj" and {at + o for o in _ATTENTION_OPENERS} <= linears:
+                closer = next((at + c for c in _ATTENTION_CLOSERS if at + c in linears), None)
+                if closer is not None:
+                    styles.update({at + o: "colwise" for o in _ATTENTION_OPENERS} | {closer: "rowwise"})
+                    owner = layer.get_submodule(parent) if parent else layer
+                    divided += [at + a for a in _HEAD_COUNTS if isinstance(getattr(owner, a, None), int)]
+            for openers, closer in _FEED_FORWARDS:
+                if leaf == openers[0] and {at + o for o in openers} | {at + closer} <= linears:
+                    styles.update({at + o: "colwise" for o in openers} | {at + closer: "rowwise"})
+    if not styles:
+        names = ", ".join(sorted({type(layer).__name__ for layer in layers}))
+        reason = f"its derived plan found none of the layouts it splits (q/k/v/o, gate/up/down, fc1/fc2) in {names}"
+        return {"tensor_parallel_reason": reason}
+    return {"tensor_parallel": styles, "tensor_parallel_divided": tuple(dict.fromkeys(divided))}
+
+
 def _position_offset(base: nn.Module) -> Callable[[Any], int]:
     """A derived plan's `position_offset`: RoBERTa's numbering (from `pad_token_id + 1`) where the embeddings keep a
     `padding_idx` that their position table shares (RoBERTa's code, copied by XLM-RoBERTa, CamemBERT, Longformer,
@@ -164,8 +202,17 @@ def derive_plan(model: Any) -> StagePlan:
             f"{decoder_path}.{_main_list(decoder, f'{name} decoder', getattr(config, 'decoder_layers', None))}",
         )
         counts = tuple(f for f in ("encoder_layers", "decoder_layers") if hasattr(config, f)) or ("num_hidden_layers",)
+        firsts = [base.get_submodule(path)[0] for path in layers]
         plan = StagePlan(
-            family, (name,), (), layers, counts, encoder=encoder_path, input_kind=_input_kind(model), derived=True
+            family,
+            (name,),
+            (),
+            layers,
+            counts,
+            encoder=encoder_path,
+            input_kind=_input_kind(model),
+            derived=True,
+            **_tensor_parallel(firsts),
         )
     else:
         embeddings = tuple(child for child, _ in base.named_children() if "emb" in child)
@@ -182,6 +229,7 @@ def derive_plan(model: Any) -> StagePlan:
             position_offset=_position_offset(base),
             onnx_fusion_model_type=fusion,
             derived=True,
+            **_tensor_parallel([base.get_submodule(layers[0])[0]]),
         )
     logger.warning(
         "%s has no registered stage plan; derived one from its structure: pipeline layers %s. Check it with "

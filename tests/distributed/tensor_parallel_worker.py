@@ -65,6 +65,15 @@ def tiny(family: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
             attn_pdrop=0.0, initializer_range=0.5,  # tokens that vary from step to step
         )  # fmt: skip
         return transformers.GPT2LMHeadModel(config), {"input_ids": ids, "labels": ids}
+    if family == "opt":  # a derived plan: q/k/v/out_proj and fc1/fc2 found by name
+        config = transformers.OPTConfig(
+            vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, ffn_dim=96, num_attention_heads=4,
+            word_embed_proj_dim=64, max_position_embeddings=32, dropout=0.0, attention_dropout=0.0,
+        )  # fmt: skip
+        return transformers.OPTForCausalLM(config), {"input_ids": ids, "labels": ids}
+    if family == "xlm-roberta":  # a derived plan: BERT-shaped layers take BERT's split
+        config = transformers.XLMRobertaConfig(**ENCODER)
+        return transformers.XLMRobertaForMaskedLM(config), {"input_ids": ids, "labels": ids}
     if family == "t5":
         config = transformers.T5Config(
             vocab_size=VOCAB,

@@ -24,7 +24,7 @@ from ..local_tokenizers import save_tiny_pretrained
 from .tensor_parallel_worker import tiny
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "tensor_parallel_worker.py")
-FAMILIES = ("llama", "mistral", "qwen2", "gpt2", "bert", "roberta", "t5", "whisper")
+FAMILIES = ("llama", "mistral", "qwen2", "gpt2", "bert", "roberta", "t5", "whisper", "opt", "xlm-roberta")
 
 
 @pytest.fixture(scope="module")
@@ -209,3 +209,12 @@ def test_pipeline_split_over_two_processes_generates_one_process_text(tmp_path, 
     assert not want["split"] and all(r["split"] for r in got)
     assert all(r["texts"] == want["texts"] for r in got)
     assert len(set(want["texts"])) == 3  # three prompts, three continuations
+
+
+def test_a_derived_plan_without_a_known_layout_says_which_layer():
+    config = transformers.GPTNeoXConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48
+    )
+    model = transformers.GPTNeoXForCausalLM(config)  # fused query_key_value: no layout a derived plan splits
+    with pytest.raises(IncompatibleIPUConfigError, match=r"none of the layouts it splits .* in GPTNeoXLayer"):
+        tensor_parallel_plan(PipelinedModel(model, IPUConfig()), 2)

@@ -42,7 +42,7 @@ def _distilbert_head(model: Any, first: torch.Tensor) -> torch.Tensor:
 
 # BERT's layer (RoBERTa's is the same): query, key, value and the intermediate dense column-wise, the attention
 # output's and the layer output's dense row-wise (their dropout and layer norm then see whole, summed activations).
-_BERT_TP = {
+BERT_TENSOR_PARALLEL = {
     "attention.self.query": "colwise",
     "attention.self.key": "colwise",
     "attention.self.value": "colwise",
@@ -61,7 +61,7 @@ PLANS: tuple[StagePlan, ...] = (
         packing=True,
         attention_dropout_field="attention_probs_dropout_prob",
         sequence_head=_bert_head,
-        tensor_parallel=_BERT_TP,
+        tensor_parallel=BERT_TENSOR_PARALLEL,
     ),
     StagePlan(
         family="roberta",
@@ -74,7 +74,7 @@ PLANS: tuple[StagePlan, ...] = (
         attention_dropout_field="attention_probs_dropout_prob",
         sequence_head=_roberta_head,
         onnx_fusion_model_type="bert",  # BERT's encoder: ONNX Runtime's BERT fusions apply
-        tensor_parallel=_BERT_TP,
+        tensor_parallel=BERT_TENSOR_PARALLEL,
     ),
     StagePlan(
         family="distilbert",
