@@ -167,17 +167,38 @@ def parallelize(model: nn.Module, plan: TensorParallelPlan, mesh: Any) -> nn.Mod
     check_divisible(plan, size)
     aliases = _aliases(model)
     for path, kind in plan.styles.items():
-        parallelize_module(model.get_submodule(path), mesh, _style(kind))
+        _split_module(model.get_submodule(path), path, kind, mesh)
     for entry in plan.divided:
         path, attribute = entry.rsplit(".", 1)
         module = model.get_submodule(path)
         setattr(module, attribute, getattr(module, attribute) // size)  # this device's share (heads, features)
     _retie(model, aliases)
     for param in model.parameters():
-        if isinstance(param, DTensor):
+        if isinstance(param, DTensor) and param.requires_grad:  # (frozen: a LoRA's base weights)
             param.register_post_accumulate_grad_hook(_gradient_placed_as_parameter)
     logger.info("tensor parallelism over %d devices: %d modules split", size, len(plan.styles))
     return model
+
+
+def _split_module(module: nn.Module, path: str, kind: str, mesh: Any) -> None:
+    """Split one module of the plan; a `peft` LoRA layer wrapping it (its `base_layer`, `lora_A`, `lora_B`) is split
+    around it: column-wise, `lora_B` is split as the base is (each device adds its share of the update); row-wise,
+    `lora_A` takes the device's share of the input features and its rank-`r` outputs are summed (one small
+    all-reduce), `lora_B` whole."""
+    lora_a, lora_b = getattr(module, "lora_A", None), getattr(module, "lora_B", None)
+    if not hasattr(module, "base_layer") or lora_a is None or lora_b is None:
+        parallelize_module(module, mesh, _style(kind))
+        return
+    if kind not in ("colwise", "rowwise") or not all(
+        isinstance(m, nn.Linear) for m in (*lora_a.values(), *lora_b.values())
+    ):
+        raise IncompatibleIPUConfigError(
+            f"`tensor_parallel_size`: the LoRA adapter on {path} ({kind}) cannot be split yet; leave that module out "
+            "of the LoraConfig's target_modules, or use tensor_parallel_size 1"
+        )
+    parallelize_module(module.base_layer, mesh, _style(kind))
+    for adapter in (lora_b if kind == "colwise" else lora_a).values():
+        parallelize_module(adapter, mesh, _style(kind))
 
 
 def _gradient_placed_as_parameter(param: torch.Tensor) -> None:

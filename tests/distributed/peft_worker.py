@@ -1,10 +1,11 @@
 """LoRA adapters (peft) on a tiny Llama in 2 pipeline stages, for tests/test_peft.py:
 
-    python peft_worker.py OUT_DIR [--fsdp [--stages]] [--from MODEL_DIR]
+    python peft_worker.py OUT_DIR [--fsdp [--stages]] [--tp] [--from MODEL_DIR]
 
 run in one process (the stages in turn) or under `torchrun --nproc_per_node 2` (a stage per process); with `--fsdp`,
 2 replicas of the whole model instead of 2 stages, their parameters sharded under torchrun (`--stages`: of each of
-2 stages, 4 processes). With the environment variable RESUME_FROM, training resumes from that checkpoint. With
+2 stages, 4 processes); `--tp`: the whole model split over 2 processes (`tensor_parallel_size=2`), adapters
+included. With the environment variable RESUME_FROM, training resumes from that checkpoint. With
 `--from MODEL_DIR` (the tiny Llama saved there), each process of stages under torchrun loads only its stage
 (`optimum_ipu.AutoModelForCausalLM`) before LoRA wraps it. Rank 0 writes OUT_DIR/losses.json; a checkpoint is
 written at step 2 and the model saved to OUT_DIR/final (peft's adapter files).
@@ -43,7 +44,9 @@ def main() -> None:
         fsdp=fsdp,
     )
     layout = {"replication_factor": 2} if fsdp else {}
-    if not fsdp or "--stages" in sys.argv[2:]:  # --fsdp --stages: 2 stages x 2 replicas (4 processes)
+    if "--tp" in sys.argv[2:]:  # every layer, its adapters included, split over 2 processes
+        layout = {"tensor_parallel_size": 2}
+    elif not fsdp or "--stages" in sys.argv[2:]:  # --fsdp --stages: 2 stages x 2 replicas (4 processes)
         layout.update(layers_per_ipu=[2, 2], ipus_per_replica=2)
     config = IPUConfig(gradient_accumulation_steps=2, **layout)
     lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])

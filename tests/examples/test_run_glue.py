@@ -253,15 +253,25 @@ def test_glue_tsv_reading(run_glue_module, shared_data):
     assert sst2.column_names == ["sentence", "label"] and len(sst2) == 872
 
 
-def test_torchrun_stages_evaluate_as_one_process(tmp_path, shared_data, tiny_pretrained):
-    """`torchrun --nproc_per_node 2 run_glue.py` with 2 pipeline stages: classification trained and evaluated across
-    the stages (each batch forward through both processes) gives one process's loss and accuracy."""
+@pytest.mark.parametrize(
+    "layout",
+    ["layers_per_ipu=[2 2],ipus_per_replica=2,gradient_accumulation_steps=2", "tensor_parallel_size=2"],
+    ids=["stages", "tensor-parallel"],
+)
+def test_torchrun_stages_evaluate_as_one_process(tmp_path, shared_data, tiny_pretrained, layout):
+    """`torchrun --nproc_per_node 2 run_glue.py` with 2 pipeline stages (each batch forward through both processes),
+    or each layer split over the 2 (`tensor_parallel_size=2`): classification trained and evaluated gives one process's
+    loss and accuracy."""
     # Dropout off: its random masks cannot follow the same random stream once stages run on two processes.
     model = tiny_pretrained(
-        "BertForSequenceClassification", num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+        "BertForSequenceClassification",
+        num_labels=2,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        intermediate_size=36,  # split in two
     )
     sst2 = shared_data / "glue" / "SST-2"
-    flags = ["--ipu_config_overrides", "layers_per_ipu=[2 2],ipus_per_replica=2,gradient_accumulation_steps=2"]
+    flags = ["--ipu_config_overrides", layout]
     flags += ["--model_name_or_path", str(model), "--task_name", "sst2"]
     flags += ["--train_file", str(sst2 / "train.tsv"), "--validation_file", str(sst2 / "dev.tsv")]
     flags += ["--do_train", "--do_eval", "--max_train_samples", "32", "--max_eval_samples", "40"]
