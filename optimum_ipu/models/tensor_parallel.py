@@ -57,12 +57,19 @@ def tensor_parallel_plan(pipelined: PipelinedModel, size: int) -> TensorParallel
         `TensorParallelPlan`: full module paths of `pipelined.model` and their styles.
 
     Raises:
-        IncompatibleIPUConfigError: the family has no tensor-parallel split, or a plan entry matches no module of
-            the model (a `transformers` version that renamed it).
+        IncompatibleIPUConfigError: the (registered) family has no tensor-parallel split, or a plan entry matches no
+            module of the model (a `transformers` version that renamed it). A derived plan without one runs whole
+            on every process instead (said once).
     """
     plan, model = pipelined.plan, pipelined.model
     name = type(model).__name__
     refusal = plan.tensor_parallel_refusal()
+    if refusal and plan.derived:  # a structure guessed, not checked: run it whole rather than refuse, and say so
+        logger.warning_once(
+            f"`tensor_parallel_size` {size}: {name} runs whole on each of the {size} processes of a split (the same "
+            f"numbers, no memory saved): {refusal}; register a StagePlan with tensor_parallel to split it"
+        )
+        return TensorParallelPlan(styles={}, model_name=name)
     if refusal:
         raise IncompatibleIPUConfigError(
             f"`tensor_parallel_size` {size}: {name} cannot split its layers over devices: {refusal}; use "
