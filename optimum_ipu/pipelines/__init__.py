@@ -41,6 +41,7 @@ _LAZY: dict[str, str] = {
     "IPUAudioClassificationPipeline": ".speech",
     "IPUAutomaticSpeechRecognitionPipeline": ".speech",
     "IPUFeatureExtractionPipeline": ".embeddings",
+    "IPUSentenceEmbeddingsPipeline": ".embeddings",
 }
 
 

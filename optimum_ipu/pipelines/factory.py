@@ -25,7 +25,7 @@ from .classification import (
     IPUZeroShotClassificationPipeline,
 )
 from .defaults import TASK_ALIASES, default_model, infer_task
-from .embeddings import IPUFeatureExtractionPipeline
+from .embeddings import IPUFeatureExtractionPipeline, IPUSentenceEmbeddingsPipeline
 from .generation import (
     IPUSummarizationPipeline,
     IPUText2TextGenerationPipeline,
@@ -66,6 +66,8 @@ SUPPORTED_TASKS: dict[str, TaskSpec] = {
     # last: a task is inferred from the first entry that maps the model's class, and a model with a head has a task
     # of its own before this one of its base model
     "feature-extraction": TaskSpec(IPUFeatureExtractionPipeline, "AutoModel"),
+    # after feature-extraction: a bare base model is inferred as that (a sentence-transformers folder as this one)
+    "sentence-embeddings": TaskSpec(IPUSentenceEmbeddingsPipeline, "AutoModel"),
 }
 
 

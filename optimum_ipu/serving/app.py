@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 OPENAI_ENDPOINTS = {
     "text-generation": ("/v1/completions", "/v1/chat/completions"),
     "feature-extraction": ("/v1/embeddings",),
+    "sentence-embeddings": ("/v1/embeddings",),
     "automatic-speech-recognition": ("/v1/audio/transcriptions",),
 }
 _UNCOUNTED = ("/health", "/metrics")  # probes: neither refused while draining nor counted as requests

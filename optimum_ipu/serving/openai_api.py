@@ -1,7 +1,8 @@
 """OpenAI's `POST /v1/embeddings` and `POST /v1/audio/transcriptions` (and, from `completions`, the two
 generation endpoints), each on the pipeline of its task.
 
-- Embeddings: a `feature-extraction` pipeline with `pooling="mean", normalize=True` (sentence-transformers'
+- Embeddings: a `sentence-embeddings` pipeline (pooled as the model's sentence-transformers folder says), or a
+  `feature-extraction` pipeline with `pooling="mean", normalize=True` (sentence-transformers'
   sentence embeddings: the token vectors averaged over the attention mask, L2-normalised); `encoding_format`
   `"float"` or `"base64"` (little-endian float32, what the `openai` client asks for by default).
 - Transcriptions: an `automatic-speech-recognition` pipeline (Whisper, CTC models) on the uploaded file
@@ -57,7 +58,8 @@ def add_openai_routes(app: FastAPI, state: Any) -> None:
         texts = [req.input] if isinstance(req.input, str) else req.input
         if any(not t for t in texts):
             raise bad_request("input", req.input, "give non-empty texts")
-        kwargs = {"pooling": "mean", "normalize": True}
+        # sentence-embeddings pools as the model's folder says; feature-extraction as sentence-transformers' default
+        kwargs = {} if state.task == "sentence-embeddings" else {"pooling": "mean", "normalize": True}
         pipe, size = state.pipe, state.settings.max_batch_size
         job = Job(("embeddings",), texts, lambda jobs: _embed_batch(pipe, jobs, size), kwargs)
         vectors, tokens = await state.run(job, request)

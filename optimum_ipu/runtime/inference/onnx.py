@@ -19,6 +19,7 @@ per channel, 0.4 (BENCHMARKS.md, "Latency").
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import inspect
 import logging
@@ -65,6 +66,17 @@ def _cache_header(options: dict[str, Any]) -> dict[str, Any]:
     with open(__file__, "rb") as f:  # this exporter's own code (an edit of it between releases too)
         exporter = hashlib.sha256(f.read()).hexdigest()
     return {**versions, "exporter": exporter, "opset": OPSET, "tolerance": FUSION_TOLERANCE, **options}
+
+
+class _KeywordCall(nn.Module):
+    """`model` called with its inputs by keyword, from positional arguments in `names`' order (for the exporter)."""
+
+    def __init__(self, model: nn.Module, names: Sequence[str]) -> None:
+        super().__init__()
+        self.model, self.names = model, list(names)
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        return self.model(**dict(zip(self.names, tensors, strict=True)))
 
 
 @contextlib.contextmanager
@@ -174,18 +186,24 @@ class OnnxRuntimeModel:
         exported = os.path.join(folder, "exported.onnx")
         axes = {name: {0: "batch", 1: "sequence"} for name in self.input_names}
         axes.update({name: {0: "batch", 1: "sequence"} for name in self.output_names})
+        export = functools.partial(
+            torch.onnx.export,
+            f=exported,
+            input_names=self.input_names,
+            output_names=self.output_names,
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
         with _eager_attention(model), torch.no_grad():
-            torch.onnx.export(
-                model,
-                (),
-                exported,
-                kwargs=dict(sample),
-                input_names=self.input_names,
-                output_names=self.output_names,
-                dynamic_axes=axes,
-                opset_version=OPSET,
-                dynamo=False,
-            )
+            try:
+                export(model, (), kwargs=dict(sample))
+            except TypeError:
+                # The TorchScript exporter binds keywords to the forward's positions; through `transformers`' wrapped
+                # forward of a base model (`BertModel`) that gave `use_cache` twice ("got multiple values for
+                # argument 'use_cache'"). Called by keywords from a wrapper instead (its parameters then carry the
+                # prefix `model.`, which only the names of the graph's initializers show).
+                export(_KeywordCall(model, self.input_names), tuple(sample[name] for name in self.input_names))
         if not self._matches(exported, sample, reference):
             raise RuntimeError(f"the ONNX export of {type(model).__name__} does not give the model's outputs")
         chosen = exported
