@@ -218,8 +218,8 @@ class IPUSentenceEmbeddingsPipeline(IPUFeatureExtractionPipeline):
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         """Embed a text or a list of texts. A list longer than one batch is run longest first, as
         sentence-transformers' `encode` sorts it: each batch then holds texts of similar lengths, so little of it is
-        padding (SQuAD's questions at batch 32: 1.x the sentences/s of their given order); the results come back in
-        the given order."""
+        padding (SQuAD's questions at batch 32 on ONNX Runtime, measured once on the 2-core CPU: 492 sentences/s
+        against 373 in their given order); the results come back in the given order."""
         if not isinstance(inputs, list) or len(inputs) <= (kwargs.get("batch_size") or self._batch_size or 1):
             return super().__call__(inputs, *args, **kwargs)
         if not all(isinstance(text, str) for text in inputs):
