@@ -40,20 +40,25 @@ def test_serve_on_two_stages_answers_as_one_process(tmp_path, tiny_pretrained):
 PROMPTS = ["The weather today", "Trains run late because", "Once upon a time", "the movie was"]
 
 
+def completions_equal_one_process(url: str, folder) -> tuple[list[str], dict]:
+    """The server's greedy completions of `PROMPTS` are those of `pipeline()` in this process; returns them and the
+    request's body."""
+    local = pipeline("text-generation", model=str(folder))
+    want = [r[0]["generated_text"] for r in local(PROMPTS, max_new_tokens=8, do_sample=False, return_full_text=False)]
+    body = {"model": folder.name, "prompt": PROMPTS, "max_tokens": 8, "temperature": 0}
+    got = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
+    assert got.status_code == 200, got.text
+    assert [c["text"] for c in got.json()["choices"]] == want
+    assert len(set(want)) > 2, "identical texts would prove little"
+    return want, body
+
+
 def test_completions_on_two_stages_decode_in_groups_as_one_process(tmp_path, tiny_pretrained):
     """Four prompts of one request decode on 2 stages in 2 groups in flight (one per stage); the greedy texts, and a
     streamed request's chunks, are those of one process."""
     folder = tiny_pretrained("GPT2LMHeadModel", initializer_range=0.5)
     with stage_server(tmp_path, folder, [2, 2], "text-generation") as (_, url, _log):
-        local = pipeline("text-generation", model=str(folder))
-        want = [
-            r[0]["generated_text"] for r in local(PROMPTS, max_new_tokens=8, do_sample=False, return_full_text=False)
-        ]
-        body = {"model": folder.name, "prompt": PROMPTS, "max_tokens": 8, "temperature": 0}
-        got = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
-        assert got.status_code == 200, got.text
-        assert [c["text"] for c in got.json()["choices"]] == want
-        assert len(set(want)) > 2, "identical texts would prove little"
+        want, body = completions_equal_one_process(url, folder)
         with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=120) as stream:
             events = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: {")]
         streamed = ["".join(e["choices"][0]["text"] for e in events if e["choices"][0]["index"] == i) for i in range(4)]
@@ -68,13 +73,5 @@ def test_completions_split_over_two_processes_as_one_process(tmp_path, tokenizer
     folder = save_tiny_pretrained(
         tmp_path / "llama", "LlamaForCausalLM", tokenizer_for("gpt2"), initializer_range=0.5, intermediate_size=64
     )
-    with stage_server(tmp_path, folder, [-1], "text-generation", tensor_parallel=2) as (_, url, log):
-        local = pipeline("text-generation", model=str(folder))
-        want = [
-            r[0]["generated_text"] for r in local(PROMPTS, max_new_tokens=8, do_sample=False, return_full_text=False)
-        ]
-        body = {"model": folder.name, "prompt": PROMPTS, "max_tokens": 8, "temperature": 0}
-        got = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
-        assert got.status_code == 200, got.text
-        assert [c["text"] for c in got.json()["choices"]] == want
-        assert len(set(want)) > 2, "identical texts would prove little"
+    with stage_server(tmp_path, folder, [-1], "text-generation", tensor_parallel=2) as (_, url, _log):
+        completions_equal_one_process(url, folder)
