@@ -113,8 +113,8 @@ def test_no_model_online_loads_the_pinned_default_with_its_ipu_config(monkeypatc
         ),
         ("summarization", "ainize/bart-base-cnn", {"ipus_per_replica": 2}, {"revision": "b90bc9a"}),
     ]
-    # every task of Optimum Graphcore's pipeline() has its default; feature-extraction (ours) has none
-    assert set(TASK_DEFAULTS) == set(SUPPORTED_TASKS) - {"feature-extraction"}
+    # every task of Optimum Graphcore's pipeline() has its default; ours (feature-extraction, sentence-embeddings) none
+    assert set(TASK_DEFAULTS) == set(SUPPORTED_TASKS) - {"feature-extraction", "sentence-embeddings"}
 
 
 def test_no_model_online_reads_the_tokenizer_at_the_pinned_revision(monkeypatch, tiny_pretrained):

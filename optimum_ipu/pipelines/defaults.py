@@ -97,7 +97,7 @@ def default_model(task: str, ipu_config: Any, model_kwargs: dict[str, Any] | Non
     """
     name = "translation" if task.startswith("translation") else task
     default = TASK_DEFAULTS.get(name)
-    if default is None:  # a task Optimum Graphcore's pipeline() did not have (feature-extraction): no default
+    if default is None:  # a task Optimum Graphcore's pipeline() did not have (feature-extraction, ...): no default
         raise ValueError(f"pipeline({task!r}) has no default model; pass model= a model folder, Hub id or object")
     if hub_offline():
         raise NoDefaultModelOfflineError(
