@@ -83,6 +83,7 @@ OG_IDS = [
             "roberta-large",
             "t5-large",
             "t5-small",
+            "t5-xl",  # the Flan-T5 notebook's on 16 IPUs
             "vit-base",
             "wav2vec2-base",
             "wav2vec2-ctc-base",
@@ -435,6 +436,7 @@ LAYERS = {
     "bart-base": (6, 6),
     "t5-small": (6, 6),
     "t5-large": (24, 24),
+    "t5-xl": (24, 24),
     "mt5-small": (8, 8),
     "mt5-large": (24, 24),
     "whisper-tiny": (4, 4),

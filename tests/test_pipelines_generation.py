@@ -140,3 +140,52 @@ def test_on_a_cpu_prompts_are_padded_to_their_bucket_not_max_seq_length(tiny_pre
     assert 16 < tokens < 48
     assert ours(long_prompt, **greedy) == theirs(long_prompt, **greedy)
     assert lengths[-1] == want
+
+
+def test_max_input_length_is_optimum_graphcores_input_budget(t5):
+    """`pipeline(..., max_input_length=N)` (Optimum Graphcore's Flan-T5 notebook): inputs padded to N and longer
+    ones cut to it; a call's own `max_input_length` cuts that call's inputs, within the pipeline's."""
+    model, tokenizer = t5
+    long = "word " * 200
+    cut = {"truncation": True, "max_length": 16}
+    generator = pipeline(
+        "text2text-generation", model=model, tokenizer=tokenizer, max_input_length=16, max_new_tokens=4
+    )
+    assert generator.max_seq_length == 16
+    assert generator(long) == [{"generated_text": _stock(model, tokenizer, [long], cut, max_new_tokens=4)[0]}]
+    plain = pipeline("text2text-generation", model=model, tokenizer=tokenizer, max_new_tokens=4)
+    assert plain(long, max_input_length=16) == generator(long)  # the call's own cut
+    with pytest.raises(ValueError, match=r"max_input_length: got 500; .* at most the pipeline's 128 tokens"):
+        plain(long, max_input_length=500)
+    with pytest.raises(ValueError, match="both name the input token budget"):
+        pipeline("text2text-generation", model=model, tokenizer=tokenizer, max_input_length=16, max_seq_length=32)
+
+
+@pytest.mark.parametrize("config_id", ["Graphcore/t5-large-ipu", "Graphcore/t5-xl-ipu"])
+def test_flan_t5_notebook_runs_on_a_stand_in(tmp_path, shared_data, config_id):
+    """Optimum Graphcore's `flan_t5_inference` notebook, its import changed, on a stand-in of Flan-T5's depth (24 + 24
+    layers, tiny widths, built here: no download): its IPU config id (4 IPUs: large, 16: xl) and max_input_length."""
+    from optimum_ipu import (
+        IPUConfig as OGIPUConfig,  # the notebook: `from optimum.graphcore import pipeline, IPUConfig`
+    )
+    from optimum_ipu import pipeline as og_pipeline
+
+    from .local_tokenizers import t5_unigram
+
+    tokenizer = t5_unigram(shared_data)
+    config = transformers.T5Config(
+        vocab_size=len(tokenizer), d_model=16, d_kv=4, d_ff=32, num_layers=24, num_heads=4, decoder_start_token_id=0,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    transformers.T5ForConditionalGeneration(config).save_pretrained(tmp_path / "flan-t5")
+    tokenizer.save_pretrained(tmp_path / "flan-t5")
+    flan_t5 = og_pipeline(
+        "text2text-generation",
+        model=str(tmp_path / "flan-t5"),
+        ipu_config=OGIPUConfig.from_pretrained(config_id, executable_cache_dir=str(tmp_path / "exe_cache")),
+        max_input_length=896,
+    )
+    questions = ["Solve the following equation for x: x^2 - 9 = 0", "At what temperature does nitrogen freeze?"]
+    outputs = list(flan_t5(questions, max_new_tokens=3))
+    assert len(outputs) == 2 and all(isinstance(o["generated_text"], str) for o in outputs)
+    assert flan_t5.max_seq_length == 896 and flan_t5.pipelined.stage_layout(inference=True)

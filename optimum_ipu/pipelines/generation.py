@@ -134,6 +134,9 @@ class IPUText2TextGenerationPipeline(StaticBatchingPipeline):
             error).
         prefix (`str`): put before every input; defaults to the task's `task_specific_params` prefix, else the
             model config's `prefix`.
+        max_input_length (`int`): Optimum Graphcore's input budget. Given to `pipeline()`, it is `max_seq_length`
+            (inputs padded to it) and longer inputs are cut to it by default, as there; given to a call, that call's
+            inputs are cut to it (at most the pipeline's `max_seq_length`).
     """
 
     model_mapping = "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"
@@ -147,7 +150,15 @@ class IPUText2TextGenerationPipeline(StaticBatchingPipeline):
     _load_feature_extractor = False
     _load_tokenizer = True
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, max_input_length: int | None = None, **kwargs: Any) -> None:
+        if max_input_length is not None:  # Optimum Graphcore's name of the input budget: inputs padded and cut to it
+            if kwargs.get("max_seq_length") not in (None, max_input_length):
+                raise ValueError(
+                    f"max_input_length={max_input_length} and max_seq_length={kwargs['max_seq_length']}: both name "
+                    "the input token budget; give one"
+                )
+            kwargs["max_seq_length"] = max_input_length
+            self._cut_by_default = True
         super().__init__(*args, **kwargs)
         params = dict(self.task_specific_params())
         # v4 applied these to the model config; here they rank below the user's own generation arguments.
@@ -176,11 +187,21 @@ class IPUText2TextGenerationPipeline(StaticBatchingPipeline):
         clean_up_tokenization_spaces: bool | None = None,
         truncation: bool | None = None,
         prefix: str | None = None,
+        max_input_length: int | None = None,
         **generate_kwargs: Any,
     ) -> tuple[dict, dict, dict]:
         preprocess: dict[str, Any] = {}
+        if truncation is None and getattr(self, "_cut_by_default", False):
+            truncation = True  # Optimum Graphcore's max_input_length cut longer inputs to it
         if truncation is not None:
             preprocess["truncation"] = truncation
+        if max_input_length is not None:  # a call's own budget: within the pipeline's padded length
+            if not isinstance(max_input_length, int) or not 0 < max_input_length <= self.max_seq_length:
+                raise ValueError(
+                    f"max_input_length: got {max_input_length!r}; a call may cut its inputs to at most the "
+                    f"pipeline's {self.max_seq_length} tokens (build it with pipeline(..., max_input_length=N))"
+                )
+            preprocess.update(truncation=True, max_length=max_input_length)
         if prefix is not None:
             preprocess["prefix"] = prefix
         postprocess: dict[str, Any] = {}
@@ -194,7 +215,9 @@ class IPUText2TextGenerationPipeline(StaticBatchingPipeline):
             postprocess["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
         return preprocess, generate_kwargs, postprocess
 
-    def preprocess(self, inputs: str, truncation: bool = False, prefix: str | None = None) -> dict[str, Any]:
+    def preprocess(
+        self, inputs: str, truncation: bool = False, prefix: str | None = None, max_length: int | None = None
+    ) -> dict[str, Any]:
         if not isinstance(inputs, str):
             raise ValueError(f"{self.task}: expected a text (or a list of texts), got {type(inputs).__name__}")
         if prefix is None:
@@ -202,7 +225,7 @@ class IPUText2TextGenerationPipeline(StaticBatchingPipeline):
         encoded = self.tokenizer(
             (prefix or "") + inputs,
             truncation=truncation,
-            max_length=self.max_seq_length if truncation else None,
+            max_length=(max_length or self.max_seq_length) if truncation else None,
             return_tensors="pt",
         )
         return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
