@@ -9,18 +9,23 @@ Code written for Optimum Graphcore imports them from `optimum.graphcore.modeling
 the stages that `to_pipelined` builds share a remainder one layer each over the last wildcards instead
 (`optimum_ipu.models.layout.layers_per_stage`): the two differ only when a remainder of 2 or more is left.
 `PipelineMixin` is the base of the `Pipelined<Class>` classes generated from the stage plan registry, and
-`register(transformers_cls)` registers a stage plan for a class (`optimum_ipu.models.pipelined_classes`). The
-`nn.Module` helpers of that module (`SerializedEmbedding`, `SerializedLinear`, `SplitProjection`,
-`recomputation_checkpoint`, `outline_attribute`) are poptorch graph annotations; here
-`embedding_serialization_factor`, `projection_serialization_factor` and `recompute_checkpoint_every_layer` of
-the `IPUConfig` do their jobs on unmodified `transformers` models.
+`register(transformers_cls)` registers a stage plan for a class (`optimum_ipu.models.pipelined_classes`).
+`recomputation_checkpoint` and `outline_attribute` are importable and called as there; they were poptorch graph
+annotations, with nothing to mark here (said once). The `nn.Module` replacements of that module
+(`SerializedEmbedding`, `SerializedLinear`, `SplitProjection`, `SharedEmbedding`, `OnehotGather`) are one-line
+import errors naming what does their job here: `embedding_serialization_factor`, `projection_serialization_factor`
+and `recompute_checkpoint_every_layer` of the `IPUConfig`, on unmodified `transformers` models.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
+import logging
+from typing import Any
 
 import torch
+from torch import nn
 
 from .config import IPUConfig
 from .errors import IncompatibleIPUConfigError
@@ -30,11 +35,61 @@ from .models.pipelined_classes import PipelineMixin, register
 __all__ = [
     "PipelineMixin",
     "get_layer_ipu",
+    "outline_attribute",
+    "recomputation_checkpoint",
     "register",
     "shift_tokens_right",
     "split_encoder_decoder_ipu_config",
     "to_pipelined",
 ]
+
+logger = logging.getLogger(__name__)
+
+# Optimum Graphcore's poptorch module replacements -> what does their job here
+_POPTORCH_MODULES = {
+    "SerializedEmbedding": "IPUConfig(embedding_serialization_factor=N) runs the stock model's embedding in chunks",
+    "SerializedLinear": "IPUConfig(projection_serialization_factor=N) runs its output projection and loss in chunks",
+    "SplitProjection": "IPUConfig(serialized_projection_splits_per_ipu=[...]) (or tensor_parallel_size) splits it",
+    "SharedEmbedding": "a tied encoder-decoder embedding is held once by each stage that runs it, with nothing to do",
+    "OnehotGather": "torch's own gather runs where poptorch needed a one-hot product",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _POPTORCH_MODULES:
+        raise ImportError(
+            f"{__name__}.{name}: Optimum Graphcore's poptorch replacement of a module, not needed here: "
+            f"{_POPTORCH_MODULES[name]}"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache  # once per process and helper
+def _said_once(helper: str, why: str) -> None:
+    logger.warning("%s: poptorch's graph annotation, nothing to mark here: %s", helper, why)
+
+
+def recomputation_checkpoint(module: nn.Module) -> torch.utils.hooks.RemovableHandle:
+    """Optimum Graphcore's annotation that keeps `module`'s output instead of recomputing it (poptorch's
+    `recomputationCheckpoint`). Here activation checkpointing (`recompute_checkpoint_every_layer`) keeps each
+    pipeline layer's output already; this registers a forward hook that changes nothing, so code that keeps and
+    removes the handle runs as written (said once).
+
+    Returns:
+        `torch.utils.hooks.RemovableHandle`: the hook's handle, as there.
+    """
+    _said_once(
+        "recomputation_checkpoint",
+        "with recompute_checkpoint_every_layer each pipeline layer is checkpointed by torch.utils.checkpoint, its "
+        "output kept",
+    )
+    return module.register_forward_hook(lambda mod, inputs, outputs: None)
+
+
+def outline_attribute(module: nn.Module, value: str) -> None:
+    """Optimum Graphcore's hint that modules with the same `value` compile to one outlined graph (PopART). No
+    compiler outlines here: nothing is done (said once)."""
+    _said_once("outline_attribute", "no graph compiler outlines modules here")
 
 
 def _expand_layers_per_ipu_wildcard(

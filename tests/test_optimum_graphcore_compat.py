@@ -481,3 +481,23 @@ def test_optimum_graphcores_test_overrides_of_mt5_small():  # OG: tests/utils.py
     )
     assert summarization.ipus_per_replica == 8 and summarization.inference_ipus_per_replica == 4
     assert summarization.projection_serialization_factor == 8
+
+
+def test_modeling_utils_annotations_import_and_say_once(caplog):
+    """The external_model notebook's `recomputation_checkpoint` (and `outline_attribute`) import and run as there,
+    said once; poptorch's module replacements are one-line import errors naming what does their job here."""
+    from optimum_ipu.modeling_utils import _said_once, outline_attribute, recomputation_checkpoint
+
+    _said_once.cache_clear()
+    layer = torch.nn.Linear(3, 3)
+    expected = layer(torch.ones(1, 3))
+    with caplog.at_level("WARNING"):
+        handles = [recomputation_checkpoint(layer) for _ in range(2)]
+        outline_attribute(layer, "A")
+    torch.testing.assert_close(layer(torch.ones(1, 3)), expected)  # nothing changed
+    for handle in handles:
+        handle.remove()
+    assert caplog.text.count("recomputation_checkpoint: poptorch's graph annotation") == 1
+    assert caplog.text.count("outline_attribute: poptorch's graph annotation") == 1
+    with pytest.raises(ImportError, match=r"SerializedEmbedding: .*embedding_serialization_factor=N"):
+        from optimum_ipu.modeling_utils import SerializedEmbedding  # noqa: F401
