@@ -10,8 +10,10 @@ measures, each taken `--repeats` times alternating the contestants (median kept)
 - latency: each of the first `--latency-texts` texts embedded alone, p50 and p90 milliseconds.
 Contestants: sentence-transformers' `SentenceTransformer(path).encode` (its defaults: fp32, texts sorted by length and
 batched, each batch padded to its longest, torch eager), ours on ONNX Runtime's fused graph (`backend="onnxruntime"`,
-the CPU default, fp32) and, on a CPU with native bf16, ours eager in bf16 (approximate: its lowest cosine to
-sentence-transformers' vectors is printed). Each one's vectors are checked against sentence-transformers' (largest
+the CPU default, fp32), the same with int8 weights (`quantize=True`, ONNX Runtime's dynamic quantization, per
+channel) and, on a CPU with native bf16, ours eager in bf16 (the last two approximate: their lowest cosine to
+sentence-transformers' vectors is printed; `examples/text-embeddings/run_retrieval.py --quantize` gives int8's
+retrieval figures). Each one's vectors are checked against sentence-transformers' (largest
 difference kept). Both use the
 machine's threads as they choose by default. Printed: the ratios against sentence-transformers (issue 41 aims at
 1.5x its sentences/s at batch 32 and a lower p50 at batch 1). Honesty rules: an idle machine (the load average is
@@ -93,7 +95,10 @@ def contestants(model: str, batch_size: int) -> dict:
             lambda text: reference.encode([text], batch_size=1),
         )
     }
-    variants = {"ours onnxruntime fp32": {"backend": "onnxruntime"}}
+    variants = {
+        "ours onnxruntime fp32": {"backend": "onnxruntime"},
+        "ours onnxruntime int8": {"backend": "onnxruntime", "quantize": True},  # weights int8 per channel
+    }
     if native_bf16():
         variants["ours eager bf16"] = {"backend": "eager", "precision": "bf16", "buckets": BUCKETS}
     for name, options in variants.items():

@@ -50,6 +50,9 @@ class RetrievalArguments:
     max_seq_length: int | None = field(
         default=None, metadata={"help": "Token budget of a text (default: the model's sentence-transformers one)."}
     )
+    quantize: bool = field(
+        default=False, metadata={"help": "int8 weights (ONNX Runtime's dynamic quantization, per channel)."}
+    )
 
 
 def read_squad(path: str, articles: str) -> tuple[list[str], list[str], list[int]]:
@@ -93,6 +96,7 @@ def main() -> None:
         backend=args.backend,
         max_seq_length=args.max_seq_length,
         batch_size=args.batch_size,
+        quantize=args.quantize,
     )
     start = time.perf_counter()
     paragraph_vectors = torch.stack(embed(paragraphs, return_tensors=True))
