@@ -18,15 +18,15 @@ from .pipelined import PipelinedModel
 logger = get_logger(__name__)
 
 
-def _matches(root: nn.Module, prefix: str, pattern: str) -> list[str]:
-    """Paths under `prefix` whose remainder matches `pattern` level by level (`*`: any one level)."""
+def _matching(names: list[str], prefix: str, pattern: str) -> list[str]:
+    """Of `names` (a layer's module paths, relative), the full paths of those that match `pattern` level by level
+    (`*`: any one level)."""
     levels = pattern.split(".")
-    found = []
-    for name, _ in root.get_submodule(prefix).named_modules():
-        parts = name.split(".")
-        if name and len(parts) == len(levels) and all(map(fnmatchcase, parts, levels)):
-            found.append(f"{prefix}.{name}")
-    return found
+    return [
+        f"{prefix}.{name}"
+        for name in names
+        if len(name.split(".")) == len(levels) and all(map(fnmatchcase, name.split("."), levels))
+    ]
 
 
 def _vocabulary_styles(model: nn.Module) -> dict[str, str]:
@@ -76,11 +76,13 @@ def tensor_parallel_plan(pipelined: PipelinedModel, size: int) -> TensorParallel
             "tensor_parallel_size 1 (pipeline stages and replicas still apply)"
         )
     styles: dict[str, str] = {}
+    divided: list[str] = []
     for layer in pipelined.layer_paths():
+        names = [n for n, _ in model.get_submodule(layer).named_modules() if n]  # one walk of the layer
         # entries may be absent in some layers (cross attention in an encoder's, T5's position bias past block 0,
         # `wi` or `wi_0`/`wi_1`); a layer that matches none was renamed under the plan
         found = {
-            path: style for pattern, style in plan.tensor_parallel.items() for path in _matches(model, layer, pattern)
+            path: style for pattern, style in plan.tensor_parallel.items() for path in _matching(names, layer, pattern)
         }
         if not found:
             raise IncompatibleIPUConfigError(
@@ -88,20 +90,16 @@ def tensor_parallel_plan(pipelined: PipelinedModel, size: int) -> TensorParallel
                 f"({', '.join(plan.tensor_parallel)}); this transformers version may have renamed them"
             )
         styles.update(found)
-    divided = tuple(
-        f"{path}.{attribute}"
-        for layer in pipelined.layer_paths()
-        for entry in plan.tensor_parallel_divided
-        for path in _matches(model, layer, entry.rsplit(".", 1)[0])
-        for attribute in [entry.rsplit(".", 1)[1]]
-    )
+        for entry in plan.tensor_parallel_divided:
+            pattern, attribute = entry.rsplit(".", 1)
+            divided += [f"{path}.{attribute}" for path in _matching(names, layer, pattern)]
     vocabulary = _vocabulary_styles(model)
     styles.update(vocabulary)
     counts = {field: getattr(model.config, field, None) for field in plan.tensor_parallel_counts}
     counts = {field: value for field, value in counts.items() if isinstance(value, int) and value > 0}
     if vocabulary:
         counts["vocab_size"] = model.get_input_embeddings().num_embeddings
-    return TensorParallelPlan(styles=styles, divided=divided, counts=counts, model_name=name)
+    return TensorParallelPlan(styles=styles, divided=tuple(divided), counts=counts, model_name=name)
 
 
 def split_for_inference(model: nn.Module, ipu_config: IPUConfig) -> nn.Module:

@@ -42,14 +42,22 @@ _POOLING_MODES = {
 }
 
 
-def sentence_transformers_max_seq_length(model: Any) -> int | None:
-    """The `max_seq_length` of the sentence-transformers folder the model was loaded from (None: not one)."""
+def _sentence_transformers_file(model: Any, name: str) -> tuple[str, Any] | None:
+    """`(path, parsed JSON)` of the file `name` in the folder the model was loaded from; None when it has none."""
     folder = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
-    path = os.path.join(folder, "sentence_bert_config.json")
+    path = os.path.join(folder, name)
     if not folder or not os.path.isfile(path):
         return None
     with open(path, encoding="utf-8") as f:
-        value = json.load(f).get("max_seq_length")
+        return path, json.load(f)
+
+
+def sentence_transformers_max_seq_length(model: Any) -> int | None:
+    """The `max_seq_length` of the sentence-transformers folder the model was loaded from (None: not one)."""
+    found = _sentence_transformers_file(model, "sentence_bert_config.json")
+    if found is None:
+        return None
+    value = found[1].get("max_seq_length")
     return value if isinstance(value, int) and value > 0 else None
 
 
@@ -61,12 +69,10 @@ def sentence_transformers_pooling(model: Any) -> tuple[str, bool] | None:
         ValueError: one line naming the file and what it asks that is not read here (a `Dense` module, a pooling mode
             sentence-transformers learns or combines).
     """
-    folder = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
-    path = os.path.join(folder, "modules.json")
-    if not folder or not os.path.isfile(path):
+    found = _sentence_transformers_file(model, "modules.json")
+    if found is None:
         return None
-    with open(path, encoding="utf-8") as f:
-        modules = json.load(f)
+    path, modules = found
     kinds = [str(m.get("type", "")).rpartition(".")[2] for m in modules]
     others = [k for k in kinds if k not in ("Transformer", "Pooling", "Normalize")]
     if others or "Pooling" not in kinds:
@@ -74,9 +80,11 @@ def sentence_transformers_pooling(model: Any) -> tuple[str, bool] | None:
             f"{path}: modules {kinds}; sentence-embeddings runs a Transformer, a Pooling and an optional Normalize "
             "(use feature-extraction for the token states and apply the others yourself)"
         )
-    pooling_path = os.path.join(folder, modules[kinds.index("Pooling")].get("path", ""), "config.json")
-    with open(pooling_path, encoding="utf-8") as f:
-        config = json.load(f)
+    pooling_file = os.path.join(modules[kinds.index("Pooling")].get("path", ""), "config.json")
+    pooling = _sentence_transformers_file(model, pooling_file)
+    if pooling is None:  # (as open() said it before)
+        raise FileNotFoundError(f"{path} names a Pooling module whose {pooling_file} is missing")
+    pooling_path, config = pooling
     chosen = [mode for key, mode in _POOLING_MODES.items() if config.get(key)]
     unread = [k for k, v in config.items() if k.startswith("pooling_mode") and v and k not in _POOLING_MODES]
     if len(chosen) != 1 or unread:

@@ -149,6 +149,7 @@ class IPUText2TextGenerationPipeline(StaticBatchingPipeline):
     _load_image_processor = False
     _load_feature_extractor = False
     _load_tokenizer = True
+    cut_by_default = False  # (pipeline(..., max_input_length=N): longer inputs are cut to N, as Optimum Graphcore did)
 
     def __init__(self, *args: Any, max_input_length: int | None = None, **kwargs: Any) -> None:
         if max_input_length is not None:  # Optimum Graphcore's name of the input budget: inputs padded and cut to it
@@ -158,7 +159,7 @@ class IPUText2TextGenerationPipeline(StaticBatchingPipeline):
                     "the input token budget; give one"
                 )
             kwargs["max_seq_length"] = max_input_length
-            self._cut_by_default = True
+            self.cut_by_default = True
         super().__init__(*args, **kwargs)
         params = dict(self.task_specific_params())
         # v4 applied these to the model config; here they rank below the user's own generation arguments.
@@ -191,7 +192,7 @@ class IPUText2TextGenerationPipeline(StaticBatchingPipeline):
         **generate_kwargs: Any,
     ) -> tuple[dict, dict, dict]:
         preprocess: dict[str, Any] = {}
-        if truncation is None and getattr(self, "_cut_by_default", False):
+        if truncation is None and self.cut_by_default:
             truncation = True  # Optimum Graphcore's max_input_length cut longer inputs to it
         if truncation is not None:
             preprocess["truncation"] = truncation

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,11 +105,11 @@ class Colwise(ColwiseParallel):
         return distribute_module(module, device_mesh, self._partition_conv1d_fn, inputs, output)
 
     def _partition_conv1d_fn(self, name: str, module: nn.Module, device_mesh: Any) -> None:
-        for param_name, param in list(module.named_parameters(recurse=False)):
+        def placement(param_name: str) -> Any:
             dim = 1 if param_name == "weight" else 0  # weight (in, out), bias (out,)
-            placement = _StridedShard(dim, split_factor=self.parts) if self.parts > 1 else Shard(dim)
-            split = distribute_tensor(param, device_mesh, [placement], src_data_rank=self.src_data_rank)
-            module.register_parameter(param_name, nn.Parameter(split, requires_grad=param.requires_grad))
+            return _StridedShard(dim, split_factor=self.parts) if self.parts > 1 else Shard(dim)
+
+        _distribute_parameters(module, device_mesh, placement, self.src_data_rank)
 
 
 class Rowwise(RowwiseParallel):
@@ -124,10 +124,18 @@ class Rowwise(RowwiseParallel):
         return distribute_module(module, device_mesh, self._partition_conv1d_fn, inputs, output)
 
     def _partition_conv1d_fn(self, name: str, module: nn.Module, device_mesh: Any) -> None:
-        for param_name, param in list(module.named_parameters(recurse=False)):
-            placement = Shard(0) if param_name == "weight" else Replicate()  # the bias is added once, whole
-            split = distribute_tensor(param, device_mesh, [placement], src_data_rank=self.src_data_rank)
-            module.register_parameter(param_name, nn.Parameter(split, requires_grad=param.requires_grad))
+        # the weight split by its input rows; the bias added once, whole
+        placement = lambda param_name: Shard(0) if param_name == "weight" else Replicate()  # noqa: E731
+        _distribute_parameters(module, device_mesh, placement, self.src_data_rank)
+
+
+def _distribute_parameters(
+    module: nn.Module, mesh: Any, placement: Callable[[str], Any], src_data_rank: int | None
+) -> None:
+    """Replace each of `module`'s own parameters by a `DTensor` placed as `placement(name)` says."""
+    for name, param in list(module.named_parameters(recurse=False)):
+        split = distribute_tensor(param, mesh, [placement(name)], src_data_rank=src_data_rank)
+        module.register_parameter(name, nn.Parameter(split, requires_grad=param.requires_grad))
 
 
 def _local_output(mod: nn.Module, outputs: Any, device_mesh: Any) -> Any:
@@ -243,14 +251,21 @@ def is_tensor_parallel(model: nn.Module) -> bool:
     return any(isinstance(p, DTensor) and "tp" in (p.device_mesh.mesh_dim_names or ()) for p in model.parameters())
 
 
+def _by_kind(tensors: list[torch.Tensor]) -> dict[Any, list[torch.Tensor]]:
+    """`tensors` grouped as torch's `_foreach` kernels take them together: plain tensors (key None), and `DTensor`s
+    by mesh and placements."""
+    kinds: dict[Any, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        key = (tensor.device_mesh, tensor.placements) if isinstance(tensor, DTensor) else None
+        kinds.setdefault(key, []).append(tensor)
+    return kinds
+
+
 def gradient_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     """The 2-norm of `grads` that mix plain tensors and `DTensor`s of one or more meshes and placements (a split
     model's norms and matrices, FSDP's shards), which torch's `_foreach` kernels refuse to mix: each kind's norm (a
     `DTensor`'s made whole over its mesh, whatever its placement), combined. A plain tensor, on every process."""
-    kinds: dict[Any, list[torch.Tensor]] = {}
-    for grad in grads:
-        kinds.setdefault((grad.device_mesh, grad.placements) if isinstance(grad, DTensor) else None, []).append(grad)
-    norms = [whole(torch.nn.utils.get_total_norm(group)) for group in kinds.values()]
+    norms = [whole(torch.nn.utils.get_total_norm(group)) for group in _by_kind(grads).values()]
     return torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros(())
 
 
@@ -261,9 +276,7 @@ def clip_gradients(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     Returns:
         `torch.Tensor`: the total norm before clipping, a plain tensor.
     """
-    kinds: dict[Any, list[torch.Tensor]] = {}
-    for p in params:
-        kinds.setdefault((p.device_mesh, p.placements) if isinstance(p, DTensor) else None, []).append(p)
+    kinds = _by_kind(params)
     if len(kinds) == 1:  # one kind: torch's own, as ever
         return whole(torch.nn.utils.clip_grad_norm_(params, max_norm))
     total = gradient_norm([p.grad for p in params])

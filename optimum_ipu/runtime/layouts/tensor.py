@@ -26,7 +26,7 @@ from ..distributed import batches_of, world_size
 from ..fsdp import ShardedModel
 from ..step import TrainingStep
 from ..tensor_parallel import parallelize
-from .base import EvaluationScope, ModelParts, one_copy_per_group, shard_by_replica
+from .base import EvaluationScope, ModelParts, ReplicasLayout, one_copy_per_group, shard_by_replica
 from .sharded import ShardedReplicasLayout
 
 logger = logging.getLogger(__name__)
@@ -50,8 +50,7 @@ class TensorParallelLayout(ShardedReplicasLayout):
         return init_device_mesh(device.type, (self.replicas, 1, self.size), mesh_dim_names=("dp", "pp", "tp"))
 
     def apply(self, parts: ModelParts, engine: Any, accelerator: Any) -> TrainingStep:
-        self.parts, self.engine, self.accelerator = parts, engine, accelerator
-        self.mesh = self.device_mesh(engine.device)
+        ReplicasLayout.apply(self, parts, engine, accelerator)  # the mesh; not ShardedReplicasLayout's sharding yet
         parallelize(parts.model, parts.tensor_parallel_plan(self.size), self.mesh["tp"])
         if self.replicas > 1:  # torchtitan's order: the split first, then FSDP2 over the replicas
             fsdp.shard_model(parts.model, parts.layer_paths, mesh=self.mesh["dp"])
