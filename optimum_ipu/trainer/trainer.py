@@ -47,6 +47,7 @@ from ..runtime.offload import HostOffloadedOptimizer
 from ..runtime.optimizers import Lamb
 from ..runtime.sharding import ShardedOptimizer
 from ..runtime.step import TrainingStep, run_micro_batch
+from ..runtime.tensor_parallel import step_mixed_groups_tensor_by_tensor
 from .callbacks import CompileOnly, GatherShardedOptimizer, SkipOnOverflow, StepTimer
 from .checkpoints import (
     MarkCheckpointComplete,
@@ -343,7 +344,12 @@ class IPUTrainer(TrainerPrivateHooks):
         over them (ZeRO-1, `ShardedOptimizer`), same numbers, less memory each; with `optimizer_state_offchip`
         on an accelerator, its state and fp32 master weights stay in host memory (`HostOffloadedOptimizer`)."""
         if self.optimizer is not None or not (self.sharded_optimizer or self.offload_optimizer):
-            return super().create_optimizer(model)
+            optimizer = super().create_optimizer(model)
+            if step_mixed_groups_tensor_by_tensor(getattr(optimizer, "optimizer", optimizer)):
+                logger.info(
+                    "optimizer groups mixing split and whole parameters step tensor by tensor (no fused kernel)"
+                )
+            return optimizer
         # Trainer's weight-decay groups, rebuilt here: Trainer would call a non-Optimizer class as a factory.
         opt_model = self.model if model is None else model
         decay = set(self.get_decay_parameter_names(opt_model))

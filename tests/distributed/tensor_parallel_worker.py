@@ -25,7 +25,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from optimum_ipu import IPUConfig
 from optimum_ipu.models.pipelined import PipelinedModel
 from optimum_ipu.models.tensor_parallel import tensor_parallel_plan
-from optimum_ipu.runtime.tensor_parallel import parallelize, whole
+from optimum_ipu.runtime.tensor_parallel import parallelize, step_mixed_groups_tensor_by_tensor, whole
 
 VOCAB, SEQ, ROWS = 128, 12, 3
 DECODER = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2}
@@ -136,8 +136,18 @@ def compare(family: str, mesh: Any) -> dict[str, Any]:
     want_loss.backward()
     got_loss = split(**batch).loss
     got_loss.backward()
+    # One fused AdamW step over one group of every parameter (a split model mixes plain tensors and DTensors there).
+    # eps far above the gradients' rounding (1e-7): Adam's first step divides each gradient by its own size, so at
+    # torch's 1e-8 a gradient that is rounding noise on one side and 0 on the other would move its weight by lr.
+    steps = [torch.optim.AdamW(m.parameters(), lr=1e-2, eps=1e-3, fused=True) for m in (reference, split)]
+    mixed_groups = step_mixed_groups_tensor_by_tensor(steps[1])
+    for optimizer in steps:
+        optimizer.step()
+    stepped = {n: whole(p.detach()) for n, p in split.named_parameters()}
     result = {
         "loss": float(want_loss),
+        "mixed_groups": mixed_groups,
+        "step_difference": max(float((stepped[n] - p).abs().max()) for n, p in reference.named_parameters()),
         "loss_difference": abs(float(got_loss) - float(want_loss)),
         "gradient_difference": largest_difference(gradients(split), gradients(reference)),
         "held_bytes": held_bytes(split),

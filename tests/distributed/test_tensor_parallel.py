@@ -41,6 +41,9 @@ def test_split_model_gives_the_whole_models_loss_and_gradients(split_runs, famil
     assert result["split_parameters"] > 0
     assert result["loss_difference"] <= 1e-5, result
     assert result["gradient_difference"] <= 1e-5, result
+    # a fused AdamW step over one group mixing split and whole parameters runs, tensor by tensor, as the whole model's
+    assert result["step_difference"] <= 1e-5, result
+    assert result["mixed_groups"] == 1
     # every split matrix is halved; only norms, biases of row-wise layers and position tables stay whole
     assert all(held == result["held_bytes"] for held in result["held_bytes_by_rank"])
     assert result["held_bytes"] < 0.6 * result["whole_bytes"]
