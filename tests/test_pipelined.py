@@ -8,6 +8,7 @@ misses a module, a mask, a position table or the encoder's output gives other nu
 from __future__ import annotations
 
 import copy
+import logging
 
 import pytest
 import torch
@@ -148,6 +149,17 @@ def test_stage_layout_and_modules():
     assert all(any(p.startswith(m + ".") for m in every) for p in params), "every parameter belongs to a stage"
 
 
+def test_a_layout_for_a_deeper_model_takes_the_layers_in_order(caplog):
+    # Optimum Graphcore's sentiment notebook: layers_per_ipu=[40] on one IPU for every model it loads
+    with caplog.at_level(logging.WARNING, logger="optimum_ipu"):
+        one = to_pipelined(tiny_models.tiny_model("BertModel"), IPUConfig(layers_per_ipu=[40]), parallelize=True)
+        two = to_pipelined(tiny_models.tiny_model("BertModel"), IPUConfig(layers_per_ipu=[3, 40]), parallelize=True)
+    assert [len(s.layers) for s in one.stage_layout()] == [4] and [len(s.layers) for s in two.stage_layout()] == [3, 1]
+    said = [r.getMessage() for r in caplog.records if "take the model's layers in order" in r.getMessage()]
+    assert len(said) == len(set(said)) and "`layers_per_ipu`: [40] places 40 layers and the model has 4" in said[0]
+    assert any("[3, 40] places 43 layers and the model has 4" in m and "([3, 1])" in m for m in said), said
+
+
 def test_t5_counts_encoder_and_decoder_layers():
     pipelined = to_pipelined(tiny_models.tiny_model("T5ForConditionalGeneration"), IPUConfig(layers_per_ipu=[2, 2]))
     assert pipelined.layer_paths() == ["encoder.block.0", "encoder.block.1", "decoder.block.0", "decoder.block.1"]
@@ -155,9 +167,12 @@ def test_t5_counts_encoder_and_decoder_layers():
 
 
 def test_layout_that_does_not_fit_is_a_clear_error():
-    pipelined = to_pipelined(tiny_models.tiny_model("BertModel"), IPUConfig(layers_per_ipu=[2, 4]))
-    with pytest.raises(IncompatibleIPUConfigError, match="places 6 layers but the model has 4"):
-        pipelined.parallelize()
+    pipelined = to_pipelined(tiny_models.tiny_model("BertModel"), IPUConfig(layers_per_ipu=[4, 4]))
+    with pytest.raises(IncompatibleIPUConfigError, match="places 8 layers but the model has 4"):
+        pipelined.parallelize()  # ipu1 would get none of the 4 it asks for
+    short = to_pipelined(tiny_models.tiny_model("BertModel"), IPUConfig(layers_per_ipu=[1, 2]))
+    with pytest.raises(IncompatibleIPUConfigError, match="places 3 layers but the model has 4"):
+        short.parallelize()
     bad_inference = IPUConfig(layers_per_ipu=[-1], inference_layers_per_ipu=[3])
     with pytest.raises(IncompatibleIPUConfigError, match="inference_layers_per_ipu.*places 3 layers"):
         to_pipelined(tiny_models.tiny_model("BertModel"), bad_inference, parallelize=True)

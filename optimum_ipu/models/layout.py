@@ -6,10 +6,14 @@ against a model's number of layers, and checking that the layers placed are the 
 
 from __future__ import annotations
 
+import functools
+import logging
 from dataclasses import dataclass
 
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError, short_repr
+
+logger = logging.getLogger(__name__)
 
 
 def resolve_layers_per_ipu(layers_per_ipu: list[int], num_layers: int, field: str = "layers_per_ipu") -> list[int]:
@@ -17,7 +21,9 @@ def resolve_layers_per_ipu(layers_per_ipu: list[int], num_layers: int, field: st
 
     The layers not placed explicitly are shared evenly between wildcards; the remainder goes one each to the
     last wildcards (stage 0 also holds the embeddings). Optimum Graphcore gave the whole remainder to the last
-    wildcard (`optimum_ipu.modeling_utils.get_layer_ipu` keeps its rule).
+    wildcard (`optimum_ipu.modeling_utils.get_layer_ipu` keeps its rule). Without wildcards, entries that place
+    more layers than the model has are taken in order, as there (said once), as long as every slot that asks for
+    layers still gets one.
 
     Args:
         layers_per_ipu (`list[int]`): layers per device slot, `-1` for a wildcard.
@@ -25,18 +31,21 @@ def resolve_layers_per_ipu(layers_per_ipu: list[int], num_layers: int, field: st
         field (`str`, *optional*): the field named in errors.
 
     Raises:
-        `IncompatibleIPUConfigError`: the entries place more layers than the model has, or (without wildcards)
-        not exactly its layers.
+        `IncompatibleIPUConfigError`: the entries place more layers than the model has explicitly beside
+        wildcards, or (without wildcards) fewer than it has, or so many that a slot asking for layers gets none.
     """
     fixed = sum(n for n in layers_per_ipu if n != -1)
     wildcards = [i for i, n in enumerate(layers_per_ipu) if n == -1]
     if not wildcards:
-        if fixed != num_layers:
+        taken = _taken_in_order(layers_per_ipu, num_layers)
+        if fixed < num_layers or 0 in [n for n, asked in zip(taken, layers_per_ipu, strict=True) if asked]:
             raise IncompatibleIPUConfigError(
                 f"IPUConfig field `{field}`: got {short_repr(layers_per_ipu)}; it places {fixed} layers but the model "
                 f"has {num_layers}; make the entries sum to {num_layers} or use -1 wildcards."
             )
-        return list(layers_per_ipu)
+        if fixed > num_layers:
+            _said_surplus(field, tuple(layers_per_ipu), num_layers, tuple(taken))
+        return taken
     left = num_layers - fixed
     if left < 0:
         raise IncompatibleIPUConfigError(
@@ -48,6 +57,29 @@ def resolve_layers_per_ipu(layers_per_ipu: list[int], num_layers: int, field: st
     for rank, i in enumerate(wildcards):
         resolved[i] = base + (1 if rank >= len(wildcards) - extra else 0)
     return resolved
+
+
+def _taken_in_order(layers_per_ipu: list[int], num_layers: int) -> list[int]:
+    """Optimum Graphcore's placement (`get_layer_ipu`): the model's layers fill the slots in order, as many as each
+    asks for, so a config for a deeper model runs a shallower one (`layers_per_ipu=[40]` on one IPU)."""
+    taken, left = [], num_layers
+    for asked in layers_per_ipu:
+        taken.append(min(asked, left))
+        left -= taken[-1]
+    return taken
+
+
+@functools.cache  # once per process and layout
+def _said_surplus(field: str, asked: tuple[int, ...], num_layers: int, taken: tuple[int, ...]) -> None:
+    logger.warning(
+        "IPUConfig field `%s`: %s places %d layers and the model has %d: as in Optimum Graphcore, the slots take "
+        "the model's layers in order (%s)",
+        field,
+        list(asked),
+        sum(asked),
+        num_layers,
+        list(taken),
+    )
 
 
 def layers_per_stage(ipu_config: IPUConfig, num_layers: int, inference: bool | None = None) -> list[int]:

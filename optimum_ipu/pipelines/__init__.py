@@ -21,6 +21,7 @@ _LAZY: dict[str, str] = {
     "SUPPORTED_TASKS": ".factory",
     "TASK_ALIASES": ".factory",
     "supported_tasks": ".factory",
+    "list_tasks": ".factory",
     "check_task": ".factory",
     "TASK_DEFAULTS": ".defaults",
     "NoDefaultModelOfflineError": ".defaults",

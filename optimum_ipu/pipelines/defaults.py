@@ -22,7 +22,7 @@ from typing import Any
 
 import huggingface_hub
 import transformers
-from huggingface_hub import constants
+from huggingface_hub import constants, try_to_load_from_cache
 from torch import nn
 
 from ..models.pipelined import PipelinedModel
@@ -88,18 +88,24 @@ def hub_offline() -> bool:
     return constants.is_offline_mode()
 
 
+def _in_hub_cache(repo_id: str, revision: str) -> bool:
+    """Whether the Hub cache holds `repo_id` at `revision` (offline, `transformers` loads it from there)."""
+    return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+
+
 def default_model(task: str, ipu_config: Any, model_kwargs: dict[str, Any] | None) -> tuple[str, Any, dict[str, Any]]:
     """`(model id, IPU config, model_kwargs)` of `pipeline(task)` without a model: Optimum Graphcore's default
     checkpoint at its pinned revision (unless `model_kwargs` names another) and its IPU config (unless one is given).
 
     Raises:
-        `NoDefaultModelOfflineError`: offline; the message names the checkpoint it would download and the fix.
+        `NoDefaultModelOfflineError`: offline, with the checkpoint not in the Hub cache; the message names the
+        checkpoint it would download and the fix.
     """
     name = "translation" if task.startswith("translation") else task
     default = TASK_DEFAULTS.get(name)
     if default is None:  # a task Optimum Graphcore's pipeline() did not have (feature-extraction, ...): no default
         raise ValueError(f"pipeline({task!r}) has no default model; pass model= a model folder, Hub id or object")
-    if hub_offline():
+    if hub_offline() and not _in_hub_cache(default.model, default.revision):
         raise NoDefaultModelOfflineError(
             f"pipeline({task!r}) without a model would download Optimum Graphcore's default for the task, "
             f"{default.model} (revision {default.revision}), and HF_HUB_OFFLINE=1 forbids it: pass model= a local "

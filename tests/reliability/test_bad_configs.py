@@ -110,12 +110,17 @@ def test_config_against_the_model_and_the_job(fields, num_layers, data, reliabil
         config.train(not inference)
         layers, field = config.layers_per_ipu, ("inference_" if inference else "") + "layers_per_ipu"
         fixed, wildcards = sum(n for n in layers if n != -1), layers.count(-1)
-        if fixed > num_layers or (not wildcards and fixed != num_layers):
+        # without wildcards, a surplus is taken in order (Optimum Graphcore's rule) while no slot asking for
+        # layers is left with none: the slots before the last that asks for any must hold fewer than the model
+        before_last = sum(layers[: max((i for i, n in enumerate(layers) if n), default=0)])
+        surplus_fits = not wildcards and fixed > num_layers and before_last < num_layers
+        if fixed > num_layers and not surplus_fits or (not wildcards and fixed < num_layers):
             reliability.expect_clear_error(lambda: layers_per_stage(config, num_layers), f"`{field}`", CONFIG_ERRORS)
         else:
             resolved = layers_per_stage(config, num_layers)
             assert sum(resolved) == num_layers and min(resolved) >= 0
-            assert all(r == n for r, n in zip(resolved, layers, strict=True) if n != -1)
+            assert all(r == n for r, n in zip(resolved, layers, strict=True) if n != -1) or surplus_fits
+            assert all(r for r, n in zip(resolved, layers, strict=True) if n > 0)  # a slot that asks gets layers
     config.train()
 
     ipus, replicas = config.value("ipus_per_replica"), config.value("replication_factor")

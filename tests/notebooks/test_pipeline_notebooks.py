@@ -1,0 +1,17 @@
+"""Optimum Graphcore's inference notebooks built on `pipelines.pipeline`, run cell by cell after the one changed
+import (`tests/notebooks/runner.py`), their downloads served by tiny stand-ins."""
+
+from __future__ import annotations
+
+
+def test_sentiment_analysis(run_notebook):
+    summary, printed = run_notebook("sentiment_analysis.ipynb")
+    # a gc-monitor cell and three detaching ones not run; the pip cell and two %%timeit cells are magics only
+    assert (summary["not_applicable"], summary["shell_only"]) == (4, 3), summary
+    assert "'label': 'POSITIVE'" in printed or "'label': 'NEGATIVE'" in printed  # the first pipeline's answers
+
+
+def test_managing_ipu_resources(run_notebook):
+    summary, printed = run_notebook("managing_ipu_resources.ipynb")
+    assert (summary["ran"], summary["not_applicable"]) == (6, 10), summary  # 9 gc-monitor cells, 1 detaching
+    assert printed.count("'label': ") >= 4  # the two pipelines' answers
