@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runtime", ("runtime",)),
     ("models", ("models", "modeling_utils", "")),
     ("packing", ("packing", "data")),  # `data`: Optimum Graphcore's path to the pretraining collators
-    ("pipelines", ("pipelines",)),
+    ("pipelines", ("pipelines", "diffusers")),  # `diffusers`: Optimum Graphcore's path to the Stable Diffusion ones
     ("trainer", ("trainer",)),
     ("serving", ("serving",)),  # the HTTP front: calls pipelines, never the trainer
     ("benchmark", ("benchmark",)),

@@ -69,11 +69,18 @@ SUPPORTED_TASKS: dict[str, TaskSpec] = {
     # after feature-extraction: a bare base model is inferred as that (a sentence-transformers folder as this one)
     "sentence-embeddings": TaskSpec(IPUSentenceEmbeddingsPipeline, "AutoModel"),
 }
+# tasks run by `diffusers`' pipelines (the `[diffusers]` extra), not by a `StaticBatchingPipeline`
+DIFFUSION_TASKS = ("text-to-image",)
 
 
 def supported_tasks() -> list[str]:
     """Every task name `pipeline()` takes (aliases included; also `"translation_xx_to_yy"`)."""
-    return sorted([*SUPPORTED_TASKS, *TASK_ALIASES])
+    return sorted({*SUPPORTED_TASKS, *TASK_ALIASES})
+
+
+def list_tasks() -> list[str]:
+    """Optimum Graphcore's name of `supported_tasks()`: the task names and their aliases, sorted."""
+    return supported_tasks()
 
 
 def check_task(task: str) -> tuple[str, TaskSpec]:
@@ -159,9 +166,10 @@ def pipeline(
             `"summarization"`, `"translation"` or `"translation_xx_to_yy"`, `"zero-shot-classification"`,
             `"image-classification"`, `"audio-classification"`, `"automatic-speech-recognition"` (CTC models and
             Whisper; see `optimum_ipu.pipelines.speech`), `"feature-extraction"` (token features, or sentence
-            embeddings with `pooling="mean", normalize=True`; see `optimum_ipu.pipelines.embeddings`). Without it,
-            the task is inferred from the model: a Hub id's `pipeline_tag` online, else the class its config names
-            (`optimum_ipu.pipelines.defaults`).
+            embeddings with `pooling="mean", normalize=True`; see `optimum_ipu.pipelines.embeddings`),
+            `"text-to-image"` (a Stable Diffusion folder run by `diffusers`, the `[diffusers]` extra; its calls return
+            the images; see `optimum_ipu.pipelines.diffusion`). Without it, the task is inferred from the model: a
+            Hub id's `pipeline_tag` online, else the class its config names (`optimum_ipu.pipelines.defaults`).
         model (`str`, `os.PathLike` or `transformers.PreTrainedModel`, *optional*): a model folder or Hub id
             (downloaded once, then read from the local cache), loaded with the task's `transformers` auto class, or
             a model object (also a `PipelinedModel`). Without it, Optimum Graphcore's default checkpoint of the task
@@ -205,6 +213,17 @@ def pipeline(
     """
     if task is None:
         task = infer_task(model, SUPPORTED_TASKS, model_kwargs)
+    if task in DIFFUSION_TASKS:  # diffusers' pipelines, not transformers' (optimum_ipu.pipelines.diffusion)
+        from .diffusion import text_to_image_pipeline  # needs diffusers: imported for this task only
+
+        fixed = {"tokenizer": tokenizer, "feature_extractor": feature_extractor, "max_seq_length": max_seq_length}
+        fixed.update(buckets=buckets, pipeline_class=pipeline_class, quantize=quantize or None)
+        fixed.update(batch_size=None if batch_size == 1 else batch_size, backend=None if backend == "auto" else backend)
+        refused = tuple(name for name, value in fixed.items() if value is not None)
+        precision = resolve_precision(precision, fp16=fp16, bf16=bf16)
+        return text_to_image_pipeline(
+            model, ipu_config, precision=precision, device=device, model_kwargs=model_kwargs, refused=refused, **kwargs
+        )
     task, spec = check_task(task)
     if model is None:
         model, ipu_config, model_kwargs = default_model(task, ipu_config, model_kwargs)
