@@ -4,9 +4,7 @@ keywords and IPU configs, the lines said once at load, placement on two devices,
 
 from __future__ import annotations
 
-import json
 import logging
-import string
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -28,87 +26,24 @@ from optimum_ipu.diffusers import (  # noqa: E402
 from optimum_ipu.pipelines import diffusion, pipeline  # noqa: E402
 from optimum_ipu.runtime.devices import DeviceInfo  # noqa: E402
 
+from .tiny_diffusion import save_tiny_stable_diffusion  # noqa: E402
+
 LOGGER = "optimum_ipu.pipelines.diffusion"
 SIZE = 16  # pixels; the tiny VAE halves it once (latents of 8 x 8)
 PROMPT = "an apple"
 
 
-def _tokenizer(folder) -> transformers.CLIPTokenizer:
-    """A CLIP BPE tokenizer over the letters (and a few merges): no CLIP vocabulary can be downloaded here."""
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for letter in string.ascii_lowercase:
-        vocab[letter], vocab[f"{letter}</w>"] = len(vocab), len(vocab) + 1
-    merges = ["a p", "ap p", "l e</w>", "a n</w>"]
-    for merge in merges:
-        vocab["".join(merge.split())] = len(vocab)
-    (folder / "vocab.json").write_text(json.dumps(vocab))
-    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
-    return transformers.CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=12)
-
-
-def _save_tiny_pipeline(folder, in_channels: int) -> None:
-    """Random tiny Stable Diffusion components (UNet with `in_channels`: 4, or 9 for inpainting), saved by
-    `diffusers`' `save_pretrained`."""
-    torch.manual_seed(0)
-    tokenizer = _tokenizer(folder)
-    unet = diffusers.UNet2DConditionModel(
-        block_out_channels=(4, 8),
-        layers_per_block=1,
-        sample_size=SIZE // 2,
-        in_channels=in_channels,
-        out_channels=4,
-        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-        cross_attention_dim=16,
-        attention_head_dim=2,
-        norm_num_groups=2,
-    )
-    vae = diffusers.AutoencoderKL(
-        block_out_channels=[4, 8],
-        in_channels=3,
-        out_channels=3,
-        down_block_types=["DownEncoderBlock2D"] * 2,
-        up_block_types=["UpDecoderBlock2D"] * 2,
-        latent_channels=4,
-        norm_num_groups=2,
-    )
-    text_config = transformers.CLIPTextConfig(
-        bos_token_id=0,
-        eos_token_id=1,
-        pad_token_id=1,
-        hidden_size=16,
-        intermediate_size=32,
-        num_attention_heads=2,
-        num_hidden_layers=1,
-        vocab_size=len(tokenizer.get_vocab()),
-        max_position_embeddings=12,
-    )
-    scheduler = diffusers.DDIMScheduler(
-        beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012, clip_sample=False, steps_offset=1
-    )
-    diffusers.StableDiffusionPipeline(
-        vae=vae,
-        text_encoder=transformers.CLIPTextModel(text_config),
-        tokenizer=tokenizer,
-        unet=unet,
-        scheduler=scheduler,
-        safety_checker=None,
-        feature_extractor=None,
-        requires_safety_checker=False,
-    ).save_pretrained(folder)
-
-
 @pytest.fixture(scope="module")
 def sd_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny-sd")
-    _save_tiny_pipeline(folder, in_channels=4)
+    save_tiny_stable_diffusion(folder, in_channels=4, sample_size=SIZE // 2)
     return str(folder)
 
 
 @pytest.fixture(scope="module")
 def inpaint_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny-sd-inpaint")
-    _save_tiny_pipeline(folder, in_channels=9)
+    save_tiny_stable_diffusion(folder, in_channels=9, sample_size=SIZE // 2)
     return str(folder)
 
 

@@ -36,13 +36,15 @@ taken over its own tokens (the logits of the other sequences and of padding are 
 sequence's logits come from the model's own head applied to the hidden state of its first token ([CLS]).
 
 Modules: `binpack` (which features share a row, and back), `masks` (support check, dense and flex masks),
-`collator` (`PackedDataCollator`, `prepare_packed_training`), `losses` (per-sequence losses), `pretraining` (BERT
+`collator` (`PackedDataCollator`, `prepare_packed_training`), `losses` (per-sequence losses), `inference` (packed
+prediction: `predict_packed_classification`, `predict_packed_question_answering`), `pretraining` (BERT
 MLM + NSP: Optimum Graphcore's `DataCollatorForLanguageModelingWithMaxTokensMasked`, packed pairs and their loss).
 Scripts call `prepare_packed_training`; the rest is public for hand-written loops.
 """
 
 from .binpack import IGNORE_INDEX, QA_COLUMNS, pack_features, pack_sequences, unpack_logits
 from .collator import PackedDataCollator, PackedTraining, prepare_packed_training
+from .inference import predict_packed_classification, predict_packed_question_answering
 from .losses import PackedSequenceClassificationLoss, packed_question_answering_loss, sequence_classification_logits
 from .masks import (
     PACKED_SEQUENCE_IDS,
@@ -76,6 +78,8 @@ __all__ = [
     "packed_block_mask",
     "with_packed_block_mask",
     "PackedDataCollator",
+    "predict_packed_classification",
+    "predict_packed_question_answering",
     "PackedTraining",
     "prepare_packed_training",
     "packed_question_answering_loss",
