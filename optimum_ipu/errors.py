@@ -38,6 +38,21 @@ def short_repr(value: Any, limit: int = MAX_ECHO) -> str:
     return f"{text[: limit - 30]}... ({len(text)} characters)"
 
 
+# argparse's spellings of a boolean flag's value (transformers' `string_to_bool`)
+TRUE_STRINGS, FALSE_STRINGS = ("true", "yes", "y", "t", "1"), ("false", "no", "n", "f", "0")
+
+
+def checked_bool(name: str, value: Any, allow_none: bool = False) -> bool | None:
+    """`value` of a boolean option as a `bool`: a `bool` (or `None` where `allow_none`), or one of the strings a
+    command line gives (`"true"`, `"false"`, `"yes"`, `"no"`, `"1"`, `"0"`, ...). Anything else, `"false"`'s
+    truthy string included, would switch the option on by mistake: a `ValueError` naming `name` and the value."""
+    if isinstance(value, bool) or (value is None and allow_none):
+        return value
+    if isinstance(value, str) and value.strip().lower() in TRUE_STRINGS + FALSE_STRINGS:
+        return value.strip().lower() in TRUE_STRINGS
+    raise ValueError(f"{name}: got {short_repr(value)}; expected True or False")
+
+
 def elide(text: str, limit: int) -> str:
     """`text` cut in the middle to at most `limit` characters: the start (what is wrong) and the end (the fix) stay."""
     if len(text) <= limit:

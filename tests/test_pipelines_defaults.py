@@ -5,6 +5,7 @@ tokens of transformers' pipeline and generate())."""
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import huggingface_hub
@@ -86,6 +87,29 @@ def test_no_model_offline_names_the_default_in_one_line():
     assert "HF_HUB_OFFLINE=1" in message and "pass model=" in message
     with pytest.raises(NoDefaultModelOfflineError, match="t5-small .revision 9507060."):
         pipeline("translation_en_to_fr")
+
+
+def test_no_model_offline_loads_the_default_the_hub_cache_holds(tiny_pretrained, tmp_path, monkeypatch):
+    # transformers reads a cached download offline: so does pipeline(task), for its pinned default
+    default = TASK_DEFAULTS["text-classification"]
+    repo = tmp_path / f"models--{default.model}"
+    (repo / "snapshots").mkdir(parents=True)
+    (repo / "snapshots" / default.revision).symlink_to(tiny_pretrained("DistilBertForSequenceClassification"))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(default.revision)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    classifier = pipeline("sentiment-analysis")
+    assert type(classifier.model).__name__ == "DistilBertForSequenceClassification"
+    assert set(classifier(["I love you"])[0]) == {"label", "score"}
+
+
+@pytest.mark.parametrize("value", ["false", "no", "0", False])
+def test_boolean_options_take_booleans_and_their_command_line_strings(value, tiny_pretrained):
+    folder = tiny_pretrained("BertForSequenceClassification")
+    assert pipeline("text-classification", folder, quantize=value, backend="eager").runner.backend == "eager"
+    for wrong in ("maybe", 2, [True]):
+        with pytest.raises(ValueError, match=re.escape(f"quantize: got {wrong!r}; expected True or False")):
+            pipeline("text-classification", folder, quantize=wrong)
 
 
 class StopBeforeDownload(Exception):

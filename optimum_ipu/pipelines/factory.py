@@ -12,7 +12,7 @@ import transformers
 from torch import nn
 
 from ..config import IPUConfig
-from ..errors import IncompatibleIPUConfigError
+from ..errors import IncompatibleIPUConfigError, checked_bool
 from ..models.auto import repo_ipu_config
 from ..models.pipelined import PipelinedModel
 from ..models.stage_loading import loads_stage_only
@@ -211,6 +211,9 @@ def pipeline(
     {'score': 0.97, 'start': 26, 'end': 42, 'answer': 'Captain Hartwell'}
     ```
     """
+    # a truthy string ("false") must not switch an option on
+    quantize, bf16 = checked_bool("quantize", quantize), checked_bool("bf16", bf16)
+    fp16 = checked_bool("fp16", fp16, allow_none=True)
     if task is None:
         task = infer_task(model, SUPPORTED_TASKS, model_kwargs)
     if task in DIFFUSION_TASKS:  # diffusers' pipelines, not transformers' (optimum_ipu.pipelines.diffusion)
