@@ -70,7 +70,7 @@ def checkpoint_index(name_or_path: str, **hub: Any) -> dict[str, str]:
     single = cached_file(name_or_path, SAFE_WEIGHTS_NAME, _raise_exceptions_for_missing_entries=False, **hub)
     if single is not None:
         with safe_open(single, framework="pt") as f:
-            return dict.fromkeys(f.keys(), single)
+            return dict.fromkeys(f.keys(), os.path.abspath(single))
     index = cached_file(name_or_path, SAFE_WEIGHTS_INDEX_NAME, _raise_exceptions_for_missing_entries=False, **hub)
     if index is None:
         raise OSError(
@@ -78,7 +78,31 @@ def checkpoint_index(name_or_path: str, **hub: Any) -> dict[str, str]:
             "safetensors checkpoint (re-save the model with save_pretrained)"
         )
     with open(index, encoding="utf-8") as f:
-        return dict(json.load(f)["weight_map"])
+        weight_map = dict(json.load(f)["weight_map"])
+    for shard in set(weight_map.values()):
+        _check_shard_name(index, shard)
+    return weight_map
+
+
+def _check_shard_name(index: str, shard: Any) -> None:
+    """A shard an index names is a file of the checkpoint's own folder: never an absolute path, or one that climbs
+    out of the folder (`../outside.safetensors`), whose tensors would come from elsewhere without a word."""
+    parts = str(shard).replace("\\", "/").split("/")
+    if not isinstance(shard, str) or not shard or os.path.isabs(shard) or ".." in parts:
+        raise ValueError(
+            f"{index}: the weight_map entry {shard!r} is not a file of the checkpoint's folder; an index names its "
+            "shards by file name (re-save the model with save_pretrained)"
+        )
+
+
+def shard_path(name_or_path: str, shard: str, **hub: Any) -> str:
+    """The file of a shard named by `checkpoint_index`: inside the model's folder (never the current directory),
+    or fetched from its Hub repository (only when a stage needs it)."""
+    if os.path.isabs(shard):  # the one `model.safetensors`, found already
+        return shard
+    if os.path.isdir(name_or_path):
+        return os.path.join(name_or_path, shard)
+    return cached_file(name_or_path, shard, **hub)
 
 
 def checkpoint_key(names: list[str], keys: dict[str, str], prefix: str) -> str | None:
@@ -116,7 +140,7 @@ def read_held_state_dict(model: nn.Module, folder: str) -> dict[str, Any]:
     files: dict[str, Any] = {}
     state = {}
     for name, key in held.items():
-        path = keys[key] if os.path.isabs(keys[key]) else os.path.join(folder, keys[key])
+        path = shard_path(folder, keys[key])
         files.setdefault(path, open_checkpoint(path))
         state[name] = files[path].get_tensor(key)
     return state
@@ -129,7 +153,7 @@ def read_state_dict(folder: str) -> dict[str, Any]:
     files: dict[str, Any] = {}
     state = {}
     for key, file in checkpoint_index(folder).items():
-        path = file if os.path.isabs(file) else os.path.join(folder, file)
+        path = shard_path(folder, file)
         files.setdefault(path, open_checkpoint(path))
         state[key] = files[path].get_tensor(key)
     return state

@@ -5,15 +5,13 @@ runtime's half of `optimum_ipu.models.stage_loading.load_stage` (the process mes
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import torch
 from torch import nn
-from transformers.utils.hub import cached_file
 
 from ..fsdp import stage_mesh
-from .checkpoint import checkpoint_index, checkpoint_key, open_checkpoint
+from .checkpoint import checkpoint_index, checkpoint_key, open_checkpoint, shard_path
 from .cut import StageCut, stage_ranges
 from .hold import StageHold, free_parameters, held_parameter_names, register_hold, replace_parameter
 
@@ -46,9 +44,8 @@ def load_held_tensors(
             tensor = torch.empty_like(param, device=device)
             missing.append(names[0])
         else:
-            source = keys[key]
-            if not os.path.isfile(source):  # a shard named by a Hub index: fetched only when a stage needs it
-                source = cached_file(name_or_path, source, **hub)
+            # the model's own folder, or its Hub repository (a shard fetched only when a stage needs it)
+            source = shard_path(name_or_path, keys[key], **hub)
             if source not in files:
                 files[source] = open_checkpoint(source)
             tensor = files[source].get_tensor(key).to(device=device, dtype=param.dtype)
