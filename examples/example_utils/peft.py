@@ -35,6 +35,35 @@ class PeftArguments:
     )
 
 
+    def __post_init__(self) -> None:
+        if not self.use_peft:
+            return
+        # an adapter that can never move (alpha 0: the update scaled by 0; dropout 1: every input to it dropped)
+        # would train nothing and end with exit 0
+        if isinstance(self.lora_r, bool) or not isinstance(self.lora_r, int) or self.lora_r < 1:
+            raise ValueError(f"--lora_r: got {self.lora_r!r}; expected a rank >= 1 (e.g. 8 or 16)")
+        if not self.lora_alpha > 0:
+            raise ValueError(f"--lora_alpha: got {self.lora_alpha!r}; expected > 0 (alpha 0 scales every update to 0)")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(
+                f"--lora_dropout: got {self.lora_dropout!r}; expected a probability in [0, 1) (1 drops every input "
+                "of the adapters, so nothing trains)"
+            )
+
+
+def _check_rank(model: Any, rank: int) -> None:
+    """A rank above every linear layer's smaller side adds nothing a full update lacks, and `--lora_r 100000000`
+    would allocate gigabytes before failing: refused before the adapters are made."""
+    from torch import nn
+
+    sides = [min(m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)]
+    if sides and rank > max(sides):
+        raise ValueError(
+            f"--lora_r: got {rank}; the model's linear layers have rank {max(sides)} at most: pass --lora_r <= "
+            f"{max(sides)} (8 or 16 is usual)"
+        )
+
+
 def import_peft() -> Any:
     """`peft`, or an `ImportError` naming the extra that installs it."""
     try:
@@ -60,6 +89,7 @@ def maybe_wrap_with_lora(model: Any, args: PeftArguments, task_type: str | None 
     if not args.use_peft:
         return model
     peft = import_peft()
+    _check_rank(model, args.lora_r)
     targets: list[str] | str | None = args.lora_target_modules
     if targets == ["all-linear"]:
         targets = "all-linear"  # peft's spelling for every linear layer but the output head

@@ -7,6 +7,7 @@ with their old meaning: `warmup_ratio` and `overwrite_output_dir`.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -181,6 +182,7 @@ class IPUTrainingArguments(TrainingArguments):
     def __post_init__(self) -> None:
         self._translate_optimum_graphcore_args()
         self._check_counts()
+        self._check_training_length()
         if not 0.0 <= self.warmup_ratio <= 1.0:
             raise ValueError(f"--warmup_ratio: got {self.warmup_ratio}; expected a share of the steps in [0, 1]")
         if self.warmup_ratio > 0:
@@ -303,6 +305,18 @@ class IPUTrainingArguments(TrainingArguments):
                 continue  # the IPU config's
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"--{name}: got {short_repr(value)}; expected an integer >= {low}")
+
+    def _check_training_length(self) -> None:
+        """A run asked to train must train: `--num_train_epochs 0` (or negative, or not finite) without a positive
+        `--max_steps` would end at once with exit 0 having trained nothing."""
+        epochs = self.num_train_epochs
+        if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not math.isfinite(epochs):
+            raise ValueError(f"--num_train_epochs: got {short_repr(epochs)}; expected a finite number of epochs")
+        if self.do_train and self.max_steps <= 0 and epochs <= 0:
+            raise ValueError(
+                f"--num_train_epochs: got {epochs} with --max_steps {self.max_steps}: nothing would train; pass a "
+                "positive number of epochs, or --max_steps N"
+            )
 
     def _check_resume(self) -> None:
         """`--resume_from_checkpoint True` means the newest complete checkpoint (as docs/reliability.md says), not a

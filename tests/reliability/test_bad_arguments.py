@@ -74,12 +74,14 @@ def test_command_line_wrong_types_name_the_flag(flag, value, reliability):
 @pytest.mark.parametrize(
     ("config", "names"),
     [
-        (IPUConfig(layers_per_ipu=[2, 3]), ("`layers_per_ipu`", "model has 4")),
+        (IPUConfig(layers_per_ipu=[1, 2]), ("`layers_per_ipu`", "model has 4")),
+        # more than the model has is taken in order (Optimum Graphcore's rule) unless a slot would get no layer
+        (IPUConfig(layers_per_ipu=[4, 1]), ("`layers_per_ipu`", "model has 4")),
         (IPUConfig(layers_per_ipu=[1, 1, 1, 1, 1]), ("`layers_per_ipu`", "model has 4")),
         (IPUConfig(layers_per_ipu=[5, -1]), ("`layers_per_ipu`", "only 4")),
         (IPUConfig(inference_layers_per_ipu=[3, 0]), ("`inference_layers_per_ipu`", "model has 4")),
     ],
-    ids=["sum-short", "sum-long", "explicit-too-many", "inference"],
+    ids=["sum-short", "sum-long-slot-empty", "sum-long", "explicit-too-many", "inference"],
 )
 def test_layer_counts_that_do_not_match_the_model(tmp_path, reliability, config, names):
     """Checked when the trainer is built, for training and inference layouts alike: not in the middle of a run."""
