@@ -7,6 +7,12 @@ its config, the library versions and the build options. A writer builds into a f
 random suffix) and renames that folder into place: a reader sees a whole entry or none, and of two processes
 building one entry at once, the first rename wins and the other takes the winner's. A reader checks the size and
 the checksum before using an entry (`read_entry`); a damaged entry is moved aside, said once, and built again.
+
+The key is known before the build, so it cannot name what the build will run. The build itself records it: every
+source file whose code ran while it built (a helper a model's forward calls in another module, the tracing code of
+`transformers`), but the libraries whose versions are in the key (torch, ONNX, ONNX Runtime, NumPy) and Python's
+own, with their SHA-256 in the manifest; an entry one of whose files has changed since is stale, said, and built
+again.
 """
 
 from __future__ import annotations
@@ -34,6 +40,43 @@ MANIFEST = "manifest.json"
 STALE_SECONDS = 6 * 3600
 # Classes whose code the key need not read: torch's own (covered by torch's version) and Python's.
 _FRAMEWORK_MODULES = ("torch", "builtins")
+
+
+def _versioned_folders() -> tuple[str, ...]:
+    """Folders whose code a build's recorded sources leave out: the libraries whose versions the key holds, and
+    Python's standard library."""
+    import sysconfig
+
+    folders = [sysconfig.get_paths()["stdlib"], os.path.dirname(os.__file__)]
+    for name in ("torch", "onnx", "onnxruntime", "numpy"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            folders.append(os.path.dirname(module.__file__))
+    return tuple(os.path.join(os.path.realpath(f), "") for f in folders)
+
+
+@contextlib.contextmanager
+def recording_sources():
+    """Within the block, the source files whose functions are called (this thread), collected into the set given."""
+    files: set[str] = set()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            files.add(frame.f_code.co_filename)
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield files
+    finally:
+        sys.setprofile(previous)
+
+
+def source_digests(files: set[str]) -> dict[str, str]:
+    """`{path: SHA-256}` of the recorded `files` that are real files outside the versioned libraries."""
+    skipped = _versioned_folders()
+    paths = {os.path.realpath(f) for f in files if os.path.isfile(f)}
+    return {path: file_sha256(path) for path in sorted(paths) if not path.startswith(skipped)}
 
 
 def _writer_suffix() -> str:
@@ -127,6 +170,9 @@ def entry_problem(folder: str) -> str | None:
         return f"{manifest['file']} has {os.path.getsize(path)} bytes, {size} were written (truncated or rewritten)"
     if file_sha256(path) != sha256:
         return f"{manifest['file']} does not match the SHA-256 recorded when it was written (corrupted)"
+    for source, digest in (manifest.get("sources") or {}).items():
+        if not os.path.isfile(source) or file_sha256(source) != digest:
+            return f"{source}, whose code ran when it was built, has changed since (stale)"
     return None
 
 
@@ -176,14 +222,15 @@ def cached_file(
         problem = entry_problem(folder)
         if problem is None:
             return os.path.join(folder, name)
-        logger.warning("the cached %s %s is damaged (%s); building it again", what, folder, problem)
+        logger.warning("the cached %s %s is stale or damaged (%s); building it again", what, folder, problem)
         _move_aside(folder)
     os.makedirs(root, exist_ok=True)
     _sweep(root)
     staging = os.path.join(root, f".tmp-{key}-{_writer_suffix()}")
     os.makedirs(staging)
     try:
-        built = build(staging)
+        with recording_sources() as ran:
+            built = build(staging)
         path = os.path.join(staging, name)
         if os.path.abspath(built) != os.path.abspath(path):
             os.replace(built, path)
@@ -191,6 +238,7 @@ def cached_file(
             if leftover != name:
                 os.remove(os.path.join(staging, leftover))
         manifest = {"file": name, "size": os.path.getsize(path), "sha256": file_sha256(path)}
+        manifest["sources"] = source_digests(ran)
         with open(os.path.join(staging, MANIFEST), "w", encoding="utf-8") as f:
             json.dump(manifest, f)
             f.flush()

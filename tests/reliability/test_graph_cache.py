@@ -27,7 +27,7 @@ from optimum_ipu.runtime.inference.runner import InferenceRunner
 from ..processes import zygote
 
 NAMES = ["input_ids", "attention_mask"]
-DAMAGED = "is damaged"
+DAMAGED = "is stale or damaged"
 
 
 def _ours(records: list[logging.LogRecord]) -> list[str]:
@@ -100,6 +100,51 @@ def test_changed_code_gets_a_new_entry(tmp_path, reliability, change):
     # the same code again (imported afresh from another file of equal bytes) finds the first entry
     again = _user_model(tmp_path / "again", **first)
     assert OnnxRuntimeModel(again, NAMES, cache_dir=cache, optimize=False).path == old_ort.path
+    reliability.cache_verified()
+
+
+HELPER_MODULE = "def scale(logits):\n    return logits * {factor}\n"
+CALLER_MODULE = """
+import transformers
+from graph_helpers import scale
+
+
+class CallerModel(transformers.BertForSequenceClassification):
+    def forward(self, input_ids=None, attention_mask=None):
+        return {"logits": scale(super().forward(input_ids=input_ids, attention_mask=attention_mask).logits)}
+"""
+
+
+def _caller_model(folder: Path, factor: float) -> torch.nn.Module:
+    """`CallerModel`, whose forward calls `scale` of another module (`graph_helpers`), rewritten in place with
+    `factor`: the model's own files stay the same bytes."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "graph_helpers.py").write_text(HELPER_MODULE.format(factor=factor))
+    (folder / "graph_caller.py").write_text(CALLER_MODULE)
+    modules = {}
+    for name in ("graph_helpers", "graph_caller"):  # imported afresh, the helper first
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+        modules[name] = sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(modules[name])
+    torch.manual_seed(0)
+    return modules["graph_caller"].CallerModel(_config()).eval()
+
+
+def test_a_helper_in_another_module_edited_between_runs_is_not_served_stale(tmp_path, reliability, caplog):
+    """The key covers the files of the model's classes; a helper of another module that the forward calls is
+    recorded when the graph is built, and an edit of it makes the entry stale (issue 42, item 3)."""
+    factor = round(random.Random(3).uniform(0.5, 2), 3)
+    cache, inputs = str(tmp_path / "cache"), _inputs(7)
+    old_ort = OnnxRuntimeModel(_caller_model(tmp_path / "code", factor), NAMES, cache_dir=cache, optimize=False)
+    manifest = json.loads((Path(old_ort.path).parent / MANIFEST).read_text())
+    assert str((tmp_path / "code" / "graph_helpers.py").resolve()) in manifest["sources"]
+    new = _caller_model(tmp_path / "code", factor + 1.5)  # the same files, the helper's constant changed
+    with caplog.at_level(logging.WARNING, logger="optimum_ipu"):
+        new_ort = OnnxRuntimeModel(new, NAMES, cache_dir=cache, optimize=False)
+    assert new_ort.path == old_ort.path  # the same key: only the recorded sources tell the code changed
+    torch.testing.assert_close(new_ort(**inputs)["logits"], _eager(new, inputs), atol=1e-4, rtol=0)
+    said = [m for m in _ours(caplog.records) if "graph_helpers.py, whose code ran when it was built" in m]
+    assert len(said) == 1 and DAMAGED in said[0], _ours(caplog.records)
     reliability.cache_verified()
 
 
