@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import re
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 from .config_hub import download_config_file
 from .config_schema import CONFIG_NAME, DEPRECATED_KEYS, FIELDS, METADATA_KEYS, OUTPUT_MODES
 from .errors import MAX_LINE, IncompatibleIPUConfigError, elide, short_repr
-from .files import nearest_sibling, not_a_file
+from .files import nearest_sibling, not_a_file, read_json_file
 
 logger = logging.getLogger(__name__)
 BUNDLED_DIR = Path(__file__).parent / "ipu_configs"
@@ -308,41 +307,10 @@ def check_sequence_buckets(buckets: Any, name: str = "buckets") -> list[int]:
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file; a file that cannot be read or is not JSON is one error naming the file and the cause.
-
-    Only JSON is read (never pickle or YAML): a config file can hold data, not code. A UTF-8 byte-order mark,
-    as some editors write, is accepted.
-    """
-    name = os.fspath(path)
-    try:
-        # A FIFO would block forever and /dev/zero read until memory runs out: a regular file only, and only
-        # up to the cap (read one byte more to know it is over, whatever stat said).
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise IncompatibleIPUConfigError(f"{name} is not a regular file; an IPU config is a JSON text file")
-        with open(path, "rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as err:  # a folder named *.json, no permission, a broken link, ...
-        raise IncompatibleIPUConfigError(f"{name}: cannot read the IPU config file ({err.strerror or err})") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise IncompatibleIPUConfigError(
-            f"{name} is over {MAX_CONFIG_BYTES // 1024} KiB; an ipu_config.json holds a few fields (the wrong file?)"
-        )
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise IncompatibleIPUConfigError(
-            f"{name} is not valid JSON: it is not UTF-8 text (byte {err.start}); an ipu_config.json is a JSON text file"
-        ) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise IncompatibleIPUConfigError(
-            f"{name} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
-        ) from None
-    except RecursionError:
-        raise IncompatibleIPUConfigError(f"{name} is not a valid IPU config: its JSON is nested too deeply") from None
-    except ValueError as err:  # Python's limit on integer digits (4,300): no field needs such a number
-        raise IncompatibleIPUConfigError(f"{name} is not a valid IPU config: {str(err).split(';')[0]}") from None
+    """Read an `ipu_config.json`; a file that cannot be read or is not JSON (a FIFO, `/dev/zero`, over
+    `MAX_CONFIG_BYTES`, not UTF-8, nested too deeply) is one `IncompatibleIPUConfigError` naming the file and the
+    cause (`optimum_ipu.files.read_json_file`)."""
+    return read_json_file(path, "an IPU config", MAX_CONFIG_BYTES, IncompatibleIPUConfigError)
 
 
 def bundled_config_ids() -> list[str]:

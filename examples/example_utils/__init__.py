@@ -32,7 +32,7 @@ import transformers  # noqa: E402
 from transformers import HfArgumentParser  # noqa: E402
 
 import optimum_ipu  # noqa: E402
-from optimum_ipu.files import nearest_sibling  # noqa: E402
+from optimum_ipu.files import nearest_sibling, read_json_file  # noqa: E402
 
 from .json_args import checked_json_args  # noqa: E402
 
@@ -82,6 +82,7 @@ OPTIMUM_GRAPHCORE_ONLY_FLAGS = {
 }
 # Abbreviations that argparse resolved under transformers 4 and finds ambiguous under 5 (`--lr_scheduler_kwargs`).
 OPTIMUM_GRAPHCORE_SPELLINGS = {"--lr_schedule": "--lr_scheduler_type"}
+MAX_ARGUMENT_FILE_BYTES = 1 << 20  # a JSON argument file holds a few dozen flags
 
 
 def optimum_graphcore_argv(argv: list[str]) -> list[str]:
@@ -116,8 +117,8 @@ def parse_args(*dataclass_types: type) -> tuple:
     parser = HfArgumentParser(dataclass_types)
     store_help(parser, dataclass_types)  # for the next `--help` (help_cache)
     if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        with open(os.path.abspath(sys.argv[1]), encoding="utf-8") as file:
-            values = json.load(file)
+        # the checks an ipu_config.json gets: a FIFO, /dev/zero or a 100,000-deep file is one line, not a hang
+        values = read_json_file(os.path.abspath(sys.argv[1]), "an argument file", MAX_ARGUMENT_FILE_BYTES)
         if not isinstance(values, dict):
             raise ValueError(f"{sys.argv[1]}: an argument file holds one JSON object of flag names and values")
         names = [flag.removeprefix("--") for flag in optimum_graphcore_argv([f"--{key}" for key in values])]

@@ -5,6 +5,7 @@ file, the key, the value and the type wanted, exit code 2 (issue 28)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -59,3 +60,22 @@ def test_a_wrong_type_is_one_line_naming_key_value_and_type(run_qa, tmp_path, re
     path.write_text(json.dumps({**BASE, "output_dir": str(tmp_path), key: value}))
     code, stderr = run_main(run_qa, [str(path)])
     one_clear_line(reliability, code, stderr, (str(path), repr(key), repr(value), wanted))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "deep", "not utf-8", "huge", "folder"])
+def test_an_argument_file_gets_the_checks_of_an_ipu_config(run_qa, tmp_path, reliability, kind):
+    """A FIFO blocked forever and a 100,000-deep file raised RecursionError (issue 42, item 7)."""
+    path = tmp_path / "args.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "deep":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    elif kind == "not utf-8":
+        path.write_bytes(b'{"do_train": "\xff"}')
+    else:
+        path.write_text(json.dumps({**BASE, "output_dir": "x" * (2 << 20)}))
+    code, stderr = run_main(run_qa, [str(path)])  # a FIFO would block: the read never starts
+    wanted = {"fifo": "FIFO", "deep": "nested too deeply", "not utf-8": "not UTF-8", "huge": "over 1024 KiB"}
+    one_clear_line(reliability, code, stderr, (str(path), wanted.get(kind, "a folder")))
