@@ -52,6 +52,10 @@ def _resample_poly() -> Any:
 MIN_SAMPLING_RATE = 1_000
 MAX_SAMPLING_RATE = 384_000
 MAX_RESAMPLED_SAMPLES = 2**28  # 1 GiB of float32 (4.6 hours at 16 kHz), bounded before resampling allocates it
+# Samples (frames x channels) decoded at most (settable), checked from the header before decoding: a 476 KB FLAC
+# can hold 8 channels of 5 minutes at 192 kHz, 1.7 GiB once decoded
+MAX_SAMPLES_VARIABLE = "OPTIMUM_IPU_MAX_AUDIO_SAMPLES"
+DEFAULT_MAX_DECODED_SAMPLES = 2**27  # 512 MiB of float32: 70 minutes of 16 kHz stereo
 MIN_DURATION_S = 0.01  # a clip shorter than 10 ms has nothing any speech or audio model can read (nor an empty one)
 FIX_RATE = "re-encode it at its true rate (e.g. soundfile.write('fixed.wav', samples, TRUE_RATE))"
 
@@ -141,6 +145,7 @@ def read_audio(source: str | os.PathLike | bytes, sampling_rate: int | None = No
     try:
         with soundfile.SoundFile(io.BytesIO(source) if isinstance(source, bytes) else name) as file:
             rate = check_sampling_rate(file.samplerate, name)  # before a damaged header drives any allocation
+            check_decoded_size(file.frames, file.channels, rate, name)
             data = file.read(dtype="float32", always_2d=True)
     except (soundfile.LibsndfileError, RuntimeError, TypeError) as err:
         claimed = _wav_header_rate(source)  # libsndfile refuses a rate over 2^31 without saying which field
@@ -154,6 +159,27 @@ def read_audio(source: str | os.PathLike | bytes, sampling_rate: int | None = No
     if sampling_rate is not None:
         waveform, rate = resample(waveform, rate, sampling_rate, name), sampling_rate
     return np.ascontiguousarray(waveform, dtype=np.float32), int(rate)
+
+
+def max_decoded_samples() -> int:
+    """The most samples (frames x channels) a file may decode to: `OPTIMUM_IPU_MAX_AUDIO_SAMPLES`, else 2^27."""
+    value = os.environ.get(MAX_SAMPLES_VARIABLE, "").strip()
+    if not value:
+        return DEFAULT_MAX_DECODED_SAMPLES
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{MAX_SAMPLES_VARIABLE}: got {value!r}; expected a positive number of samples")
+    return int(value)
+
+
+def check_decoded_size(frames: int, channels: int, rate: int, name: str) -> None:
+    """Refuse a file whose header claims more samples than `max_decoded_samples()`, before decoding any."""
+    limit = max_decoded_samples()
+    if frames * channels > limit:
+        raise AudioDecodingError(
+            f"{name}: {channels} channel(s) of {frames / rate / 60:.1f} minutes at {rate} Hz decode to "
+            f"{frames * channels * 4 / 2**30:.1f} GiB, over the limit of {limit} samples; cut or downmix it, or "
+            f"raise {MAX_SAMPLES_VARIABLE}"
+        )
 
 
 def _wav_header_rate(source: str | bytes) -> int | None:

@@ -24,15 +24,46 @@ class ImageDecodingError(ValueError):
     """An image that cannot be read or decoded; the message names the file (or URL) and the fix."""
 
 
+# Pixels decoded at most (settable): a 163 KB PNG can claim 168 megapixels, 2.7 GB once decoded
+MAX_PIXELS_VARIABLE = "OPTIMUM_IPU_MAX_IMAGE_PIXELS"
+DEFAULT_MAX_PIXELS = 64_000_000
+
+
+def max_image_pixels() -> int:
+    """The most pixels an image may have to be decoded: `OPTIMUM_IPU_MAX_IMAGE_PIXELS`, else 64 million."""
+    value = os.environ.get(MAX_PIXELS_VARIABLE, "").strip()
+    if not value:
+        return DEFAULT_MAX_PIXELS
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{MAX_PIXELS_VARIABLE}: got {value!r}; expected a positive number of pixels")
+    return int(value)
+
+
+def check_image_size(image: Any, where: str, limit: int | None = None) -> None:
+    """Refuse an opened (not yet decoded) image whose header claims more than `limit` (`max_image_pixels()`)
+    pixels."""
+    width, height = image.size
+    limit = max_image_pixels() if limit is None else limit
+    if width * height > limit:
+        raise ImageDecodingError(
+            f"{where}: the image is {width} x {height} pixels ({width * height / 1e6:.0f} megapixels), over the "
+            f"limit of {limit / 1e6:g} million; resize it, or raise {MAX_PIXELS_VARIABLE}"
+        )
+
+
 def _decode(data: Any, where: str) -> Any:
     """`data` (a path or a binary stream) decoded whole as an RGB `PIL` image, upright by its EXIF orientation."""
     import PIL.Image
     import PIL.ImageOps
 
+    limit = max_image_pixels()
     try:
         with PIL.Image.open(data) as image:
+            check_image_size(image, where, limit)  # from the header, before anything is decoded
             image.load()
             return PIL.ImageOps.exif_transpose(image).convert("RGB")
+    except ImageDecodingError:
+        raise
     except PIL.Image.DecompressionBombError as err:
         raise ImageDecodingError(f"{where}: the image is too large to decode ({err}); resize it") from None
     except (OSError, ValueError, SyntaxError, EOFError) as err:  # PIL's decoders raise these on damaged data

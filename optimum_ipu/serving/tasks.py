@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..pipelines.images import ImageDecodingError, check_image_size
 from .batching import Job
 from .errors import APIError, bad_request
 
@@ -79,7 +80,10 @@ def decode_input(task: str, value: Any, param: str = "inputs") -> Any:
 
     try:
         image = Image.open(io.BytesIO(data))
+        check_image_size(image, param)  # from the header, before anything is decoded
         image.load()
+    except ImageDecodingError as err:
+        raise bad_request(param, value, str(err).split(": ", 1)[-1]) from None
     except (UnidentifiedImageError, OSError) as err:
         fix = f"not an image PIL can read ({type(err).__name__}); send PNG or JPEG bytes"
         raise bad_request(param, value, fix) from None
