@@ -39,6 +39,7 @@ from typing import Any
 import datasets
 import jiwer
 import numpy as np
+import torch
 import transformers
 from example_utils import audio
 from transformers import (
@@ -226,11 +227,20 @@ def build_model(
     return model, extractor
 
 
-def error_rates(tokenizer: Wav2Vec2CTCTokenizer, metrics: list[str]):
-    """`compute_metrics`: word and character error rates (`jiwer`) of the greedy CTC transcriptions."""
+def error_rates(tokenizer: Wav2Vec2CTCTokenizer, metrics: list[str], frames: list[int] | None = None):
+    """`compute_metrics`: word and character error rates (`jiwer`) of the greedy CTC transcriptions.
+
+    `frames`: each evaluation clip's number of output frames (the model's frames of its own samples, in the
+    dataset's order). Clips are padded to the longest duration, and the frames of that padding would be decoded
+    too, as letters the clip never held: they are blanks here, as `pipeline()` and a clip run alone leave them out.
+    """
 
     def compute(p: EvalPrediction) -> dict[str, float]:
-        pred_ids = p.predictions[0] if isinstance(p.predictions, tuple) else p.predictions
+        pred_ids = np.array(p.predictions[0] if isinstance(p.predictions, tuple) else p.predictions)
+        if frames is not None:
+            if len(frames) != len(pred_ids):
+                raise ValueError(f"{len(pred_ids)} predictions for {len(frames)} evaluation clips")
+            pred_ids[np.arange(pred_ids.shape[1])[None, :] >= np.asarray(frames)[:, None]] = tokenizer.pad_token_id
         labels = np.where(p.label_ids == -100, tokenizer.pad_token_id, p.label_ids)
         predicted = tokenizer.batch_decode(pred_ids)
         # labels are the characters themselves: no grouping of repeated ones ("ll" stays "ll")
@@ -306,7 +316,7 @@ def prepare_split(
         bounds = (data_args.min_duration_in_seconds, data_args.max_duration_in_seconds)
         left_out = len(dataset) - len(kept)
         logger.warning("%s: %d of %d clips are outside %s s and left out", split, left_out, len(dataset), bounds)
-    return kept.remove_columns("input_length").with_format("torch")
+    return kept.with_format("torch")  # input_length: the clips' own samples (the evaluation's frames)
 
 
 def main() -> None:
@@ -333,6 +343,13 @@ def main() -> None:
 
     train_dataset = prepared("train", data_args.max_train_samples, "--do_train") if training_args.do_train else None
     eval_dataset = prepared("eval", data_args.max_eval_samples, "--do_eval") if training_args.do_eval else None
+    eval_frames = None
+    if eval_dataset is not None:  # each clip's frames of its own samples: the padding's are not decoded
+        samples = torch.as_tensor(eval_dataset.with_format(None)["input_length"])
+        eval_frames = model._get_feat_extract_output_lengths(samples).tolist()
+    train_dataset, eval_dataset = (
+        d.remove_columns("input_length") if d is not None else None for d in (train_dataset, eval_dataset)
+    )
     feature_extractor.save_pretrained(training_args.output_dir)
     tokenizer.save_pretrained(training_args.output_dir)
     trainer = IPUTrainer(
@@ -340,7 +357,7 @@ def main() -> None:
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        compute_metrics=error_rates(tokenizer, data_args.eval_metrics),
+        compute_metrics=error_rates(tokenizer, data_args.eval_metrics, eval_frames),
         preprocess_logits_for_metrics=lambda logits, labels: logits.argmax(dim=-1),
         processing_class=feature_extractor,
     )
