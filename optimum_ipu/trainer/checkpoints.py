@@ -66,6 +66,22 @@ IDENTITY_ARGS = (
     "max_steps",
     "label_smoothing_factor",
     "loss_scaling",
+    "lr_scheduler_kwargs",
+    "warmup_ratio",
+    "optim_args",
+)
+# Keys of a model's config that do not change what it computes in training (outputs asked for, names, versions)
+MODEL_CONFIG_IGNORED = (
+    "_name_or_path",
+    "transformers_version",
+    "dtype",
+    "torch_dtype",
+    "architectures",
+    "use_cache",
+    "output_hidden_states",
+    "output_attentions",
+    "return_dict",
+    "auto_map",
 )
 IDENTITY_CONFIG = ("gradient_accumulation_steps", "replication_factor", "device_iterations", "auto_loss_scaling")
 # Changed on purpose to train longer (as `transformers` allows): said in a warning, not refused.
@@ -85,13 +101,21 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def run_identity(args: Any, ipu_config: Any, precision: str, train_samples: int | None) -> dict[str, Any]:
+def run_identity(
+    args: Any, ipu_config: Any, precision: str, train_samples: int | None, model_config: Any = None
+) -> dict[str, Any]:
     """What shapes a training run: the arguments of `IDENTITY_ARGS`, the config's `IDENTITY_CONFIG` fields, the
-    precision and the number of training samples. Two runs with equal identities take the same steps."""
+    precision, the number of training samples and the model's architecture (`model.<key>`: its config's values
+    that differ from its class's defaults, and its type). Two runs with equal identities take the same steps."""
     identity = {name: _jsonable(getattr(args, name, None)) for name in IDENTITY_ARGS}
     identity.update({name: _jsonable(ipu_config.value(name)) for name in IDENTITY_CONFIG})
     identity["precision"] = precision
     identity["train_samples"] = train_samples
+    if model_config is not None:
+        identity["model"] = getattr(model_config, "model_type", type(model_config).__name__)
+        for key, value in sorted(model_config.to_diff_dict().items()):
+            if key not in MODEL_CONFIG_IGNORED and not key.startswith("_"):
+                identity[f"model.{key}"] = _jsonable(value)
     return identity
 
 
@@ -388,7 +412,9 @@ def check_run_identity(checkpoint: str, identity: dict[str, Any]) -> str | None:
     if not isinstance(run, dict):
         return None
     recorded = run.get("identity") or {}
-    changed = [key for key in sorted(set(recorded) | set(identity)) if recorded.get(key) != identity.get(key)]
+    # a marker written before a key was recorded says nothing of it (of the model: before "model" was)
+    known = [key for key in identity if key in recorded or (key.startswith("model.") and "model" in recorded)]
+    changed = [key for key in sorted(set(recorded) | set(known)) if recorded.get(key) != identity.get(key)]
 
     def differences(keys: list[str]) -> str:
         pairs = [(k, short_repr(recorded.get(k), 40), short_repr(identity.get(k), 40)) for k in keys[:4]]
@@ -403,8 +429,8 @@ def check_run_identity(checkpoint: str, identity: dict[str, Any]) -> str | None:
     if changed:
         diffs = differences(changed)
         raise ValueError(
-            f"{checkpoint} was written by a run with other training arguments ({diffs}); resume with the arguments "
-            "it was trained with, or start afresh with --overwrite_output_dir"
+            f"{checkpoint} was written by a run with other training arguments or another model ({diffs}); resume "
+            "with the arguments and model it was trained with, or start afresh with --overwrite_output_dir"
         )
     return run.get("id")
 

@@ -394,7 +394,9 @@ class IPUTrainer(TrainerPrivateHooks):
     def _run_identity(self) -> dict[str, Any]:
         dataset = self.train_dataset
         samples = len(dataset) if dataset is not None and hasattr(dataset, "__len__") else None
-        return run_identity(self.args, self.ipu_config, self.engine.precision, samples)
+        stock = getattr(self.model, "model", self.model)  # a pipelined model's stock one
+        config = getattr(stock, "config", None) or getattr(self.model, "config", None)
+        return run_identity(self.args, self.ipu_config, self.engine.precision, samples, config)
 
     def _start_run(self, resume_from_checkpoint: str | bool | None) -> str | None:
         """Resolve and check the checkpoint to resume from (None: a fresh run, whose `--overwrite_output_dir`

@@ -44,7 +44,12 @@ def dataset(rows: int = 2 * 2 * STEPS) -> datasets.Dataset:
 
 
 def trainer_for(
-    out: Path, rows: int = 2 * 2 * STEPS, config: IPUConfig | None = None, callbacks: list | None = None, **kwargs
+    out: Path,
+    rows: int = 2 * 2 * STEPS,
+    config: IPUConfig | None = None,
+    callbacks: list | None = None,
+    model: torch.nn.Module | None = None,
+    **kwargs,
 ) -> IPUTrainer:
     options = {
         "per_device_train_batch_size": 2,
@@ -59,7 +64,7 @@ def trainer_for(
     }
     args = IPUTrainingArguments(output_dir=str(out), **options)
     return IPUTrainer(
-        tiny_model(CLASS),
+        model if model is not None else tiny_model(CLASS),
         config or IPUConfig(gradient_accumulation_steps=2),
         args,
         train_dataset=dataset(rows),
@@ -150,6 +155,11 @@ CHANGES = {
     "gradient_accumulation_steps": ({}, IPUConfig(gradient_accumulation_steps=3), None),
     "replication_factor": ({}, IPUConfig(gradient_accumulation_steps=2, replication_factor=2), None),
     "train_samples": ({}, None, 20),
+    "lr_scheduler_kwargs": (
+        {"lr_scheduler_type": "cosine_with_restarts", "lr_scheduler_kwargs": {"num_cycles": 3}},
+        None,
+        None,
+    ),
 }
 
 
@@ -161,6 +171,27 @@ def test_resume_with_other_training_arguments_is_refused_naming_them(finished_ru
     before = weights(trainer)
     reliability.expect_clear_error(lambda: trainer.train(resume_from_checkpoint=True), ("checkpoint-6", field))
     assert trainer.state.global_step == 0 and all(torch.equal(v, weights(trainer)[k]) for k, v in before.items())
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("num_hidden_layers", 3, "model.num_hidden_layers"),
+        ("hidden_act", "relu", "model.hidden_act"),
+        ("num_labels", 2, "model.id2label"),
+    ],
+)
+def test_resume_into_another_architecture_is_refused_naming_it(finished_run, tmp_path, key, value, named, reliability):
+    """A model with fewer layers lost the checkpoint's extra ones without a word; a wider one stopped in a raw
+    size mismatch: the architecture is part of the run (issue 42, item 2)."""
+    out = copy_run(finished_run, tmp_path)
+    model = tiny_model(CLASS)
+    config = model.config.to_dict() | {key: value}
+    config.pop("id2label", None) if key == "num_labels" else None
+    other = type(model)(type(model.config).from_dict(config))
+    trainer = trainer_for(out, model=other)
+    reliability.expect_clear_error(lambda: trainer.train(resume_from_checkpoint=True), ("checkpoint-6", named))
+    assert trainer.state.global_step == 0
 
 
 def test_resume_for_longer_is_said_in_a_warning(finished_run, tmp_path, reliability, caplog):
