@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from ..errors import IncompatibleIPUConfigError
@@ -146,6 +147,9 @@ def format_balance(report: dict[str, Any], costs_lines: list[str] | None = None)
 def cmd_config_balance(args: argparse.Namespace) -> int:
     from ..runtime.stages.balance import LayerCosts, UnitCost
 
+    folder = os.path.dirname(os.path.abspath(args.json)) if args.json else None
+    if folder is not None and not os.path.isdir(folder):  # said before the minutes of measuring, not after
+        raise IncompatibleIPUConfigError(f"--json {args.json}: the folder {folder} is not there; create it first")
     report = balance_report(args)
     units = [UnitCost(**u) for u in report["units"]]
     costs_lines = _format_units(LayerCosts(units[0], units[1:-1], units[-1]))
@@ -157,7 +161,7 @@ def cmd_config_balance(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_balance_parser(config_sub: Any, at_least: Any) -> None:
+def add_balance_parser(config_sub: Any, at_least: Any, finite: Any) -> None:
     """`optimum-ipu config balance`'s arguments."""
     bal = config_sub.add_parser(
         "balance",
@@ -171,7 +175,9 @@ def add_balance_parser(config_sub: Any, at_least: Any) -> None:
     bal.add_argument("--task", default="auto", help="question-answering, causal-lm or translation (default: guessed)")
     bal.add_argument("--repeats", type=at_least(1), default=5, help="timed passes (each unit's median)")
     bal.add_argument("--warmup", type=at_least(0), default=2, help="passes run first, not timed")
-    bal.add_argument("--memory-gb", type=float, help="memory of one device (default: the GPU's, or the host's / N)")
+    bal.add_argument(
+        "--memory-gb", type=finite("GB", True), help="memory of one device (default: the GPU's, or the host's / N)"
+    )
     bal.add_argument("--measure-stages", action="store_true", help="also time each stage of both splits run apart")
     bal.add_argument("--json", help="write the figures to this JSON file")
     bal.set_defaults(func=cmd_config_balance)

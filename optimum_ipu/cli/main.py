@@ -133,6 +133,12 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
     _require_matplotlib("benchmark")
     from ..benchmark import format_report  # the harness (torch, transformers): only when it runs
 
+    try:  # the results' folder, before the measurement (a file in its path was found only after it)
+        os.makedirs(args.output_dir, exist_ok=True)
+    except OSError as err:
+        raise IncompatibleIPUConfigError(
+            f"--output-dir {args.output_dir}: cannot be made a folder ({err.strerror or err}); give another path"
+        ) from None
     try:
         report = _serve_benchmark(args) if args.mode == "serve" else _step_benchmark(args)
     except ValueError as err:
@@ -311,7 +317,7 @@ def _add_config(sub: Any) -> None:
     check.set_defaults(func=_cmd_config_check)
     from .balance import add_balance_parser
 
-    add_balance_parser(config_sub, _at_least)
+    add_balance_parser(config_sub, _at_least, _finite)
 
 
 def _add_plot(sub: Any) -> None:
