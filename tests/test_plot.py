@@ -67,8 +67,12 @@ def test_nothing_to_draw_and_bad_sources(tmp_path):
     with pytest.raises(FileNotFoundError, match="no trainer_state.json there nor in a checkpoint-N folder"):
         plot_training_curves(tmp_path)
     (tmp_path / "trainer_state.json").write_text("{")
-    with pytest.raises(ValueError, match="trainer_state.json: not valid JSON"):
+    with pytest.raises(ValueError, match="trainer_state.json is not valid JSON"):
         plot_training_curves(tmp_path)
+    for history in ("nope", [{"step": 1, "loss": 2.0}, 5], {"loss": 1}):  # edited or damaged (issue 42, item 12)
+        (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+        with pytest.raises(ValueError, match="its log_history is not a list of logged dicts"):
+            plot_training_curves(tmp_path)
 
 
 def test_optimum_ipu_plot_command(tmp_path):

@@ -7,15 +7,17 @@ checkpoint). matplotlib is imported inside the drawing function only: the librar
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..files import read_json_file
+
 CURVES_FILE = "training_curves.png"
 STATE_FILE = "trainer_state.json"
+MAX_STATE_BYTES = 256 << 20  # a long run's log history is megabytes
 
 # What `Trainer` logs beside the metrics of an evaluation: timings and counters, not curves worth a panel.
 _NOT_A_METRIC = ("runtime", "samples_per_second", "steps_per_second", "samples", "epoch", "step", "jit_compilation")
@@ -100,10 +102,13 @@ def plot_training_curves(
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         state_file = path if path.is_file() else find_trainer_state(path)
-        try:
-            history = json.loads(state_file.read_text(encoding="utf-8")).get("log_history", [])
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{state_file}: not valid JSON ({err.msg}, line {err.lineno})") from None
+        state = read_json_file(state_file, "a trainer_state.json", MAX_STATE_BYTES)
+        history = state.get("log_history", []) if isinstance(state, dict) else None
+        if not isinstance(history, list) or not all(isinstance(entry, dict) for entry in history):
+            raise ValueError(
+                f"{state_file}: its log_history is not a list of logged dicts, as Trainer writes it (the file was "
+                "edited or damaged); nothing to draw"
+            )
         default_dir = path if path.is_dir() else path.parent
     else:
         if output_path is None:
