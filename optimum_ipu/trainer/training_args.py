@@ -309,6 +309,10 @@ class IPUTrainingArguments(TrainingArguments):
     def _check_training_length(self) -> None:
         """A run asked to train must train: `--num_train_epochs 0` (or negative, or not finite) without a positive
         `--max_steps` would end at once with exit 0 having trained nothing."""
+        for name in ("learning_rate", "weight_decay", "max_grad_norm", "adam_epsilon", "warmup_ratio"):
+            value = getattr(self, name)  # --learning_rate 1e309 is inf: it trained one step, then every loss was NaN
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"--{name}: got {short_repr(value)}; expected a finite number >= 0")
         epochs = self.num_train_epochs
         if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not math.isfinite(epochs):
             raise ValueError(f"--num_train_epochs: got {short_repr(epochs)}; expected a finite number of epochs")

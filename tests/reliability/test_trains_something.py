@@ -22,6 +22,14 @@ def test_training_with_no_epochs_is_refused(epochs, tmp_path):
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize(
+    ("name", "value"), [("learning_rate", 1e309), ("learning_rate", math.nan), ("weight_decay", -1.0)]
+)
+def test_optimizer_numbers_must_be_finite(name, value, tmp_path):
+    with pytest.raises(ValueError, match=f"--{name}: got"):
+        IPUTrainingArguments(output_dir=str(tmp_path), **{name: value}, report_to=[])
+
+
 def test_max_steps_or_evaluation_alone_need_no_epochs(tmp_path):
     IPUTrainingArguments(output_dir=str(tmp_path), do_train=True, num_train_epochs=0, max_steps=3, report_to=[])
     IPUTrainingArguments(output_dir=str(tmp_path), do_eval=True, num_train_epochs=0, report_to=[])
