@@ -67,6 +67,14 @@ logger = logging.getLogger(__name__)
 LOSS_SCALER_FILE = "loss_scaler.json"
 
 
+def _nonfinite_cause(inputs: dict[str, Any]) -> str | None:
+    """What in a micro-batch makes its loss NaN whatever the learning rate, in words; None when nothing does."""
+    for name, value in inputs.items():
+        if torch.is_tensor(value) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            return f"the batch's {name!r} holds NaN or infinite values: check the data where it is read"
+    return None
+
+
 class IPUTrainer(TrainerPrivateHooks):
     """`transformers.Trainer` with an `IPUConfig`.
 
@@ -289,7 +297,7 @@ class IPUTrainer(TrainerPrivateHooks):
         self._nonfinite_loss = self._nonfinite_loss | ~torch.isfinite(loss)
         if finished is not None:
             loss = loss + finished.loss
-            self._check_finite_loss(self._nonfinite_loss | ~torch.isfinite(loss))
+            self._check_finite_loss(self._nonfinite_loss | ~torch.isfinite(loss), inputs)
             self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=loss.device)
             last = self.state.global_step + 1 >= self.state.max_steps
             self._label_watch.step_done(last=last)
@@ -319,11 +327,13 @@ class IPUTrainer(TrainerPrivateHooks):
             weight = weight * self.accelerator.num_processes  # the count is over every process; DDP averages
         return weight
 
-    def _check_finite_loss(self, nonfinite: torch.Tensor) -> None:
+    def _check_finite_loss(self, nonfinite: torch.Tensor, inputs: dict[str, Any]) -> None:
         if self.args.stop_on_nan and bool(nonfinite):
+            where = f"at step {self.state.global_step + 1} (epoch {self.state.epoch:.2f})"
+            cause = _nonfinite_cause(inputs)  # the data's fault is not the learning rate's
+            fix = cause or "lower the learning rate, use bf16 or loss scaling"
             raise FloatingPointError(
-                f"the loss is NaN or infinite at step {self.state.global_step + 1} (epoch {self.state.epoch:.2f}); "
-                "lower the learning rate, use bf16 or loss scaling, or pass --stop_on_nan false to train on"
+                f"the loss is NaN or infinite {where}; {fix}, or pass --stop_on_nan false to train on"
             )
 
     def get_total_train_batch_size(self, args: TrainingArguments) -> int:

@@ -1,0 +1,40 @@
+"""A NaN loss names its cause when the batch holds it (issue 42, item 14): NaN inputs are the data's fault, and the
+message said "lower the learning rate" for them."""
+
+from __future__ import annotations
+
+import datasets
+import pytest
+import torch
+import torch.nn.functional as F
+
+from optimum_ipu import IPUConfig, IPUTrainer, IPUTrainingArguments
+
+from ..tiny_models import tiny_inputs, tiny_model
+from ..tiny_models_vision_speech import tiny_inputs as vision_inputs
+from ..tiny_models_vision_speech import tiny_model as vision_model
+
+
+def _train(tmp_path, model, data: dict[str, torch.Tensor], **trainer_kwargs) -> None:
+    args = IPUTrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=2, num_train_epochs=1, report_to=[], save_strategy="no"
+    )
+    dataset = datasets.Dataset.from_dict({k: v.tolist() for k, v in data.items()}).with_format("torch")
+    IPUTrainer(model, IPUConfig(), args, train_dataset=dataset, **trainer_kwargs).train()
+
+
+def test_nan_inputs_name_the_input_not_the_learning_rate(tmp_path, reliability):
+    data = vision_inputs("ConvNextForImageClassification", batch=6)
+    data["pixel_values"][3, 0, 1, 1] = float("nan")
+    with pytest.raises(FloatingPointError, match="at step .*'pixel_values' holds NaN or infinite values") as error:
+        _train(tmp_path, vision_model("ConvNextForImageClassification"), data)
+    assert "learning rate" not in str(error.value)
+    reliability.bad_input(True)
+
+
+def test_a_batch_of_ignored_labels_is_no_nan(tmp_path):
+    """A batch whose every label is -100 weighs 0 in its step (its items over the step's): loss 0, not NaN."""
+    data = tiny_inputs("BertForSequenceClassification", batch=6, seed=0)
+    data["labels"][2:] = -100  # 4 of 6 rows in batches of 2: one batch at least has no label
+    mean_loss = lambda outputs, labels, num_items_in_batch=None: F.cross_entropy(outputs.logits, labels)  # noqa: E731
+    _train(tmp_path, tiny_model("BertForSequenceClassification"), data, compute_loss_func=mean_loss)
