@@ -551,9 +551,10 @@ class IPUConfig:
 def _report_parallelize_kwargs(fields: dict[str, Any]) -> None:
     """Each key of `parallelize_kwargs` / `inference_parallelize_kwargs` that is not realised here, said once by name.
 
-    The inference keys in `PARALLELIZE_KWARGS_REALISED` become defaults of `generate_static`; those in
-    `PARALLELIZE_KWARGS_BUILT_IN` are what `transformers`' generation does anyway. Training has no such knob: every
-    training key is reported (its `parallelize()` took them on IPUs).
+    The inference keys in `PARALLELIZE_KWARGS_REALISED` become defaults of `generate_static` (or the sequence buckets,
+    or `pipeline()`'s int8 weights: see `config_schema`); those in `PARALLELIZE_KWARGS_BUILT_IN` are what
+    `transformers`' generation does anyway. Training has no such knob: every training key is reported (its
+    `parallelize()` took them on IPUs).
     """
     for field in ("parallelize_kwargs", "inference_parallelize_kwargs"):
         report_parallelize_kwargs(fields[field], f"IPUConfig: `{field}` key", inference=field.startswith("inference_"))

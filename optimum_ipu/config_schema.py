@@ -109,8 +109,18 @@ OWN_FIELD_DEFAULTS = {"tensor_parallel_size": 1, "inference_tensor_parallel_size
 # (`optimum_ipu.models.generation.generate_static`): `use_cache` (False: no KV cache), `num_beams`, `max_length`
 # and `batch_size` (the rows the batch is padded to, the KV cache's batch). One is ours: `sequence_buckets`, the
 # sequence lengths `pipeline()` pads token inputs to and `IPUTrainer.evaluate` / `predict` cut padded batches to
-# (`optimum_ipu.runtime.inference.runner.default_buckets` when absent).
-PARALLELIZE_KWARGS_REALISED = ("use_cache", "num_beams", "max_length", "batch_size", "sequence_buckets")
+# (`optimum_ipu.runtime.inference.runner.default_buckets` when absent). `use_group_quantized_linears` (True: the
+# linear weights of the model's layers stored in int8, one scale per group of inputs, by torchao:
+# `optimum_ipu.runtime.quantization`) is realised by `parallelize(use_group_quantized_linears=True)` and, as this
+# key, by `pipeline()` (as its `quantize=True`); `IPUTrainer` keeps the weights it trains.
+PARALLELIZE_KWARGS_REALISED = (
+    "use_cache",
+    "num_beams",
+    "max_length",
+    "batch_size",
+    "sequence_buckets",
+    "use_group_quantized_linears",
+)
 # What these asked Optimum Graphcore for is what `transformers`' generation does anyway: the encoder runs once per
 # `generate()` and its output is kept (`use_encoder_output_buffer`), the cross-attention keys and values are
 # computed once and cached at the encoder's length (`use_cross_cache`, `encoder_max_length`).
@@ -122,7 +132,6 @@ PARALLELIZE_KWARGS_REPORTED = {
     "batch_serialization_factor": "attention is not computed in batch chunks here (pass a smaller batch_size)",
     "sequence_serialization_factor": "attention is not computed in sequence chunks here",
     "use_cond_encoder": "the encoder and the decoder share the model's device already",
-    "use_group_quantized_linears": "no group-quantized linear layers here (load a quantized model instead)",
 }
 
 # Loading options of `from_pretrained` (`PretrainedConfig`'s, which Optimum Graphcore's examples pass): `cache_dir`,

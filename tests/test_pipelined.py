@@ -207,6 +207,31 @@ def test_unregistered_class_gets_a_derived_plan_equal_to_stock(caplog):
     _assert_equal("ElectraForMaskedLM", expected, got, _grads(stock), _grads(model))
 
 
+def test_a_model_of_ones_own_runs_on_a_derived_plan():
+    """A plain `nn.Module` (Optimum Graphcore's external_model notebook: embeddings, a torch `TransformerEncoder`,
+    a head) runs pipelined as it runs alone: it has no `transformers` `get_output_embeddings`."""
+
+    class OwnModel(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.word_embeddings = torch.nn.Embedding(99, 32)
+            layer = torch.nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True)
+            self.transformer_encoder = torch.nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
+            self.lm_head = torch.nn.Linear(32, 99)
+
+        def forward(self, input_ids, labels=None):
+            logits = self.lm_head(self.transformer_encoder(self.word_embeddings(input_ids)))
+            return (torch.nn.functional.cross_entropy(logits.view(-1, 99), labels.view(-1)),)
+
+    torch.manual_seed(0)
+    model = OwnModel().eval()
+    input_ids = torch.randint(0, 99, (2, 8))
+    expected = model(input_ids, labels=input_ids)[0]
+    pipelined = to_pipelined(model, IPUConfig(layers_per_ipu=[2, 2]), parallelize=True).train()
+    assert pipelined.plan.derived and pipelined.plan.layers == ("transformer_encoder.layers",)
+    assert torch.equal(pipelined(input_ids, labels=input_ids)[0], expected)
+
+
 def test_model_without_a_layer_list_is_refused_clearly():
     with pytest.raises(
         IncompatibleIPUConfigError, match="Linear holds no list of identical layers.*register_stage_plan"

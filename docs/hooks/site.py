@@ -127,7 +127,7 @@ def field_reference() -> str:
         "",
         "## Keys of `parallelize_kwargs` and `inference_parallelize_kwargs`",
         "",
-        f"- Realised (defaults of the static-cache generation, and the sequence buckets): "
+        f"- Realised (defaults of the static-cache generation, the sequence buckets, int8 linear weights): "
         f"`{'`, `'.join(schema.PARALLELIZE_KWARGS_REALISED)}`.",
         f"- What `transformers`' generation does anyway: `{'`, `'.join(schema.PARALLELIZE_KWARGS_BUILT_IN)}`.",
         "",

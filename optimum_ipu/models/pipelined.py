@@ -18,6 +18,7 @@ from transformers.utils.logging import get_logger
 from ..config import IPUConfig, report_parallelize_kwargs
 from ..errors import IncompatibleIPUConfigError
 from ..runtime.distributed import world_size
+from ..runtime.quantization import quantize_linear_weights, require_torchao
 from ..runtime.serialization import chunked_cross_entropy, swap_serialized
 from ..runtime.stages.balance import auto_layers_per_ipu
 from ..runtime.stages.cut import EncoderSplit, StageCut
@@ -176,7 +177,8 @@ class PipelinedModel(StaticGeneration, nn.Module):
             kwargs: Optimum Graphcore's `parallelize()` knobs, as its Whisper notebook passes them (`use_cache`,
                 `batch_size`, `max_length`, `num_beams`, `on_device_generation_steps`, ...): those of
                 `IPUConfig`'s `inference_parallelize_kwargs` that mean something here become defaults of
-                `generate()` (over the config's own), the rest is named once (see `report_parallelize_kwargs`).
+                `generate()` (over the config's own); `use_group_quantized_linears=True` stores the linear weights of
+                the layers in int8 (`quantize_linears()`); the rest is named once (see `report_parallelize_kwargs`).
 
         Example (Optimum Graphcore's Whisper notebook):
 
@@ -186,11 +188,21 @@ class PipelinedModel(StaticGeneration, nn.Module):
         >>> pipelined.generate(input_features, min_length=3)
         ```
         """
+        quantize = kwargs.pop("use_group_quantized_linears", False)
+        if quantize:
+            self._check_quantizable()  # before anything changes
         if kwargs:
             realised = report_parallelize_kwargs(kwargs, "parallelize(): the knob")
             self.generation_defaults = {**self.generation_defaults, **realised}
-        if self._parallelized:
-            return self
+        if not self._parallelized:
+            self._apply_layout()
+        if quantize:
+            self.quantize_linears()
+        return self
+
+    def _apply_layout(self) -> None:
+        """Check the layout against the model (a clear error now, not mid-run) and turn on the config's execution
+        features, each undone by `deparallelize()`."""
         if self.ipu_config.__dict__.get("auto_layers"):
             self._balance_auto_layers()
         for inference in (False, True):  # both layouts must fit the model: a clear error now, not mid-run
@@ -226,7 +238,31 @@ class PipelinedModel(StaticGeneration, nn.Module):
         elif emb > 1 or proj > 1:
             self._undo.append(swap_serialized(self.model, embedding_factor=emb, projection_factor=proj))
         self._parallelized = True
-        return self
+
+    def quantize_linears(self) -> list[str]:
+        """Optimum Graphcore's `use_group_quantized_linears`: the weight of every linear layer of the pipeline layers
+        (attention projections and feed-forward layers; for Whisper, of the encoder and decoder layers, as there)
+        stored in int8, one scale per group of 128 input features, by `torchao`
+        (`optimum_ipu.runtime.quantization`). The embeddings, convolutions, heads and the output projection (tied to
+        the token embedding) keep their precision. Lossy and in place: `deparallelize()` and `save_pretrained` keep
+        the int8 weights (saved as `torchao` safetensors that `from_pretrained` reads back quantized).
+
+        Returns:
+            `list[str]`: the dotted names (in `self.model`) of the linear layers whose weight is int8.
+        """
+        self._check_quantizable()
+        names = quantize_linear_weights(self.model, self.layer_paths())
+        logger.info(f"use_group_quantized_linears: {len(names)} linear weights in int8 (torchao, per group)")
+        return names
+
+    def _check_quantizable(self) -> None:
+        """torchao installed, the model in inference mode: one line naming the fix otherwise."""
+        require_torchao()
+        if self.training:
+            raise IncompatibleIPUConfigError(
+                "use_group_quantized_linears=True: int8 weights are for inference and cannot be trained; call "
+                ".eval() on the model first"
+            )
 
     def _balance_auto_layers(self) -> None:
         """`layers_per_ipu: "auto"`: the split that balances the stages, from each layer's cost measured here."""
@@ -258,7 +294,8 @@ class PipelinedModel(StaticGeneration, nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The stock model's forward. In training with labels and `projection_serialization_factor > 1`, the
         output projection and its cross-entropy run in chunks and `logits` is `None` (never built whole)."""
-        projection = self.model.get_output_embeddings()
+        # a model of the user's own (a plain `nn.Module`, on a derived plan) has no `get_output_embeddings`
+        projection = getattr(self.model, "get_output_embeddings", lambda: None)()
         kind = self.plan.loss_kind(self.class_name)
         if not (self.training and kind and kwargs.get("labels") is not None and hasattr(projection, "capturing")):
             return self.model(*args, **kwargs)

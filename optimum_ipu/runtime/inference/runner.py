@@ -33,6 +33,7 @@ from ...config_validation import MAX_BUCKETS, check_sequence_buckets, sorted_len
 from ..devices import cpu_supports_bf16, default_device
 from ..engine import Engine
 from ..layouts.inference import inference_layout
+from ..quantization import require_torchao
 
 logger = logging.getLogger(__name__)
 
@@ -229,7 +230,9 @@ class InferenceRunner:
         input_names (`Sequence[str]`, *optional*): the token inputs of the forward, in order (the ONNX export's
             inputs); required for `"onnxruntime"`.
         supported (`Sequence[str]`, *optional*): the backends the caller can feed (see `resolve_backend`).
-        quantize (`bool`, *optional*, defaults to `False`): int8 weights for ONNX Runtime (not exact).
+        quantize (`bool`, *optional*, defaults to `False`): int8 weights (not exact): ONNX Runtime's dynamic
+            quantization; on the other backends, the model's `parallelize(use_group_quantized_linears=True)` (a
+            `PipelinedModel`'s linear weights in int8 per group, by torchao; in place).
         threads (`int`, *optional*): ONNX Runtime's intra-op threads (default: this process's cores).
         fusion_model_type (`str`, *optional*): the model type whose fusions ONNX Runtime applies (the model's
             `StagePlan.onnx_model_type`); the config's `model_type` when not given.
@@ -272,10 +275,11 @@ class InferenceRunner:
         self.engine = Engine(model, ipu_config, precision=self.precision, device=device, compile=compile_)
         self.layout.attach(self.engine, model, self.precision)
         self.onnx = None
-        if quantize and self.backend != "onnxruntime":
-            raise ValueError(f"quantize=True: int8 weights run on backend='onnxruntime', not {self.backend!r}")
         if self.backend == "onnxruntime":
             self.onnx = self._export(model, ipu_config, input_names, requested, quantize, threads, fusion_model_type)
+        if quantize and self.onnx is None:  # eager / compile: the model's own weight-only int8 (torchao)
+            require_torchao(f"quantize=True on backend={self.backend!r}")
+            model.parallelize(use_group_quantized_linears=True)
 
     def _export(
         self,
