@@ -124,6 +124,16 @@ def test_token_classification_and_fill_mask_equal_transformers(tiny_pretrained):
     _assert_same_results(ours(masked[0], targets=["paris", "city"]), theirs(masked[0], targets=["paris", "city"]))
 
 
+def test_token_classification_takes_optimum_graphcores_tokenizer_keywords(tiny_pretrained):
+    """`pipeline("ner", padding="max_length", max_length=N)` (Optimum Graphcore's NER notebook): inputs cut to N
+    tokens, the same results as `max_seq_length=N`."""
+    model, tokenizer = _load("AutoModelForTokenClassification", tiny_pretrained("BertForTokenClassification"))
+    theirs = pipeline("ner", model=model, tokenizer=tokenizer, ipu_config=CONFIG, max_seq_length=24)
+    ours = pipeline("ner", model=model, tokenizer=tokenizer, ipu_config=CONFIG, padding="max_length", max_length=24)
+    assert ours.max_seq_length == 24
+    _assert_same_results(ours(TEXTS), theirs(TEXTS))
+
+
 def test_zero_shot_classification_equals_transformers(tiny_pretrained):
     model, tokenizer = _load("AutoModelForSequenceClassification", tiny_pretrained("RobertaForSequenceClassification"))
     model.config.id2label = {0: "contradiction", 1: "neutral", 2: "entailment"}
@@ -343,3 +353,15 @@ def test_question_windows_fall_back_to_the_call_of_a_tokenizer_that_encodes_its_
     tokenizer = Traced.from_pretrained(tokenizer_for("bert").name_or_path)
     windows = encode_windows(tokenizer, ("who?", "a context " * 80), "only_second", 64, 16)
     assert calls and len(windows) > 1 and all(len(w.ids) <= 64 for w in windows)
+
+
+def test_config_argument_is_the_models_config_as_in_transformers(tiny_pretrained, tmp_path):
+    """`pipeline(..., config=...)` (transformers' argument, which Optimum Graphcore passed on to it: its text
+    summarization notebook gives `config="facebook/bart-large-cnn"`): the model is loaded with that config (an id or
+    folder, or a config object), never handed to the task's calls."""
+    folder = str(tiny_pretrained("BertForSequenceClassification"))
+    labelled = transformers.AutoConfig.from_pretrained(folder, id2label={0: "NO", 1: "YES", 2: "MAYBE"})
+    labelled.save_pretrained(tmp_path)
+    for config in (labelled, str(tmp_path)):
+        classifier = pipeline("text-classification", model=folder, config=config, backend="eager")
+        assert classifier("ok")[0]["label"] in ("NO", "YES", "MAYBE")

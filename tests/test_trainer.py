@@ -224,3 +224,29 @@ def test_pipeline_over_processes_refuses_a_compute_loss_func():
     parts.process_stages_refusal = "its head reads X"
     with pytest.raises(IncompatibleIPUConfigError, match="NoneType cannot run its pipeline stages.*its head reads X"):
         layout.check(parts)
+
+
+def test_half_inputs_of_code_written_for_the_ipu_train_an_fp32_model(tmp_path):
+    """Optimum Graphcore's models ran in fp16 on the IPU, so its collators hand over fp16 inputs (its Wav2Vec2
+    fine-tuning notebook: `batch["input_values"].half()`): they train and evaluate the fp32 model here."""
+    from .tiny_models_vision_speech import tiny_inputs as audio_inputs
+    from .tiny_models_vision_speech import tiny_model as audio_model
+
+    name = "Wav2Vec2ForSequenceClassification"
+    rows = datasets.Dataset.from_dict({k: v.tolist() for k, v in audio_inputs(name, batch=8).items()})
+
+    def half_collator(features):
+        batch = transformers.default_data_collator(features)
+        return {**batch, "input_values": batch["input_values"].half()}
+
+    trainer = IPUTrainer(
+        audio_model(name),
+        IPUConfig(),
+        arguments(tmp_path, max_steps=2),
+        train_dataset=rows,
+        eval_dataset=rows,
+        data_collator=half_collator,
+    )
+    trainer.train()
+    assert len(losses(trainer)) == 2 and all(loss == loss for loss in losses(trainer))
+    assert "eval_loss" in trainer.evaluate()

@@ -38,6 +38,7 @@ from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..models.pipelined import PipelinedModel, to_pipelined
 from ..models.plans import position_offset, registered_classes
+from ..runtime.devices import check_device
 from ..runtime.inference.runner import BACKENDS, InferenceRunner
 from ..runtime.precision import PRECISIONS
 
@@ -128,7 +129,10 @@ class StaticBatchingPipeline(Pipeline):
         buckets (`list[int]`, *optional*): the sequence lengths token inputs are padded to (the last must be
             `max_seq_length`; at most 8); by default the config's `inference_parallelize_kwargs["sequence_buckets"]`,
             else about six (`default_buckets`); `[max_seq_length]` pads every input to the static length.
-        quantize (`bool`, *optional*, defaults to `False`): int8 weights on ONNX Runtime (faster on CPUs, not exact).
+        quantize (`bool`, *optional*, defaults to `False`): int8 weights, not exact: ONNX Runtime's (faster on CPUs);
+            on `"eager"` / `"compile"` (generation and speech run there), the linear weights of the model's layers in
+            int8 per group by torchao (the `[quantization]` extra; the model given is quantized in place), as Optimum
+            Graphcore's `use_group_quantized_linears`, which the config's `inference_parallelize_kwargs` may set too.
         batch_size (`int`, *optional*, defaults to 1): rows per device; a host batch holds `batch_size x
             inference_device_iterations x inference_replication_factor` rows (the replicas of this process).
         kwargs: the task pipeline's own arguments (`tokenizer`, `task`, default call parameters).
@@ -178,12 +182,14 @@ class StaticBatchingPipeline(Pipeline):
         self.pipelined = pipelined
         self.ipu_config: IPUConfig = pipelined.ipu_config
         self.max_seq_length = self._resolve_max_seq_length(pipelined.model.config, max_seq_length)
+        knobs = self.ipu_config.value("parallelize_kwargs", inference=True)
+        quantize = quantize or bool(knobs.get("use_group_quantized_linears"))
         self.runner = InferenceRunner(
             pipelined,
             self.ipu_config,
             backend=backend,
             precision=resolve_precision(precision),
-            device=_torch_device(device),
+            device=pipeline_device(device),
             buckets=self._buckets(buckets),
             max_seq_length=self.max_seq_length,
             input_names=_token_inputs(pipelined.model, kwargs.get("tokenizer")) if self.bucketed else None,
@@ -377,9 +383,28 @@ class StaticBatchingPipeline(Pipeline):
         accepted = {k: v for k, v in model_inputs.items() if takes_any or k in parameters}
         if "use_cache" in parameters:  # as transformers' classification pipelines: no KV cache for one forward
             accepted["use_cache"] = False
+        self._check_token_ids(accepted.get("input_ids"))
         outputs = self.runner(accepted, as_numpy=self.array_outputs)
         floating = {k for k, v in outputs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
         return {k: v.float() if k in floating else v for k, v in outputs.items()}
+
+    def _check_token_ids(self, input_ids: Any) -> None:
+        """Token ids past the model's embeddings: a tokenizer that is not the model's (ONNX Runtime would stop
+        inside its embedding kernel, eager PyTorch with an index error naming neither)."""
+        if not torch.is_tensor(input_ids):
+            return
+        try:
+            embeddings = self.model.get_input_embeddings()
+        except (AttributeError, NotImplementedError):  # a model of another input kind, or one without the method
+            return
+        if not isinstance(embeddings, torch.nn.Embedding):
+            return
+        largest = int(input_ids.max()) if input_ids.numel() else 0
+        if largest >= embeddings.num_embeddings:
+            raise ValueError(
+                f"tokenizer: it gave token id {largest}, and the model's embeddings hold {embeddings.num_embeddings} "
+                "tokens: the tokenizer does not match the model; pass the model's own tokenizer (tokenizer=...)"
+            )
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
         """Save the stock model (`transformers` layout, whatever the config swapped in), its `ipu_config.json` and
@@ -428,12 +453,18 @@ def _token_inputs(model: nn.Module, tokenizer: Any) -> list[str] | None:
     return [name for name in names if name in parameters]
 
 
-def _torch_device(device: int | str | torch.device | None) -> torch.device | None:
-    if device is None or isinstance(device, torch.device):
-        return device
-    if isinstance(device, int):
-        return torch.device("cpu") if device < 0 else torch.device("cuda", device)
-    return torch.device(device)
+def pipeline_device(device: int | str | torch.device | None) -> torch.device | None:
+    """`pipeline(device=...)` as `transformers` takes it (an index, a name, a `torch.device`), checked against the
+    devices of this machine."""
+    if device is None:
+        return None
+    if isinstance(device, int) and not isinstance(device, bool):
+        device = torch.device("cpu") if device < 0 else torch.device("cuda", device)
+    try:
+        device = device if isinstance(device, torch.device) else torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f'device: got {device!r}; pass "cpu", "cuda", "cuda:N" or a GPU index') from None
+    return check_device(device)
 
 
 def supported_classes(mapping_name: str) -> list[str]:

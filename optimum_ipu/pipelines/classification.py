@@ -39,6 +39,19 @@ class IPUTokenClassificationPipeline(TokenClassificationPipeline, StaticBatching
     chunked = True
     _PASSED_ON = ("special_tokens_mask", "offset_mapping", "sentence", "is_last", "word_ids", "word_to_chars_map")
 
+    def __init__(
+        self,
+        *args: Any,
+        padding: Any = None,
+        max_length: int | None = None,
+        max_seq_length: int | None = None,
+        **kwargs,
+    ) -> None:
+        """Optimum Graphcore's pipeline took the tokenizer's `padding` and `max_length` (its NER notebook passes
+        `padding="max_length", max_length=256`): inputs are padded here anyway (to static shapes: the same results),
+        and `max_length` is the length they are cut to, `max_seq_length` when that is not given."""
+        super().__init__(*args, max_seq_length=max_length if max_seq_length is None else max_seq_length, **kwargs)
+
     def preprocess(self, sentence: Any, offset_mapping: Any = None, **preprocess_params: Any) -> Iterator[dict]:
         tokenizer_params = {**preprocess_params.get("tokenizer_params", {}), "max_length": self.max_seq_length}
         yield from super().preprocess(

@@ -17,7 +17,7 @@ from ..models.auto import repo_ipu_config
 from ..models.pipelined import PipelinedModel
 from ..models.stage_loading import loads_stage_only
 from ..models.tensor_parallel import split_for_inference
-from .base import StaticBatchingPipeline, resolve_ipu_config, resolve_precision, supported_classes
+from .base import StaticBatchingPipeline, pipeline_device, resolve_ipu_config, resolve_precision, supported_classes
 from .classification import (
     IPUFillMaskPipeline,
     IPUTextClassificationPipeline,
@@ -143,6 +143,7 @@ def pipeline(
     quantize: bool = False,
     model_kwargs: dict[str, Any] | None = None,
     pipeline_class: type[StaticBatchingPipeline] | None = None,
+    config: str | os.PathLike | transformers.PretrainedConfig | None = None,
     **kwargs: Any,
 ) -> StaticBatchingPipeline:
     """Build a pipeline for `task` that runs `model` pipelined as `ipu_config` says, at static shapes.
@@ -196,9 +197,14 @@ def pipeline(
             `"compile"` on GPUs, for token inputs (generation runs `"eager"`).
         buckets (`list[int]`, *optional*): the sequence lengths inputs are padded to, the last `max_seq_length`
             (at most 8; default `optimum_ipu.runtime.inference.runner.default_buckets`, e.g. 64, 128, ..., 384).
-        quantize (`bool`, *optional*, defaults to `False`): int8 weights on ONNX Runtime (CPU): faster, not exact.
+        quantize (`bool`, *optional*, defaults to `False`): int8 weights, not exact: ONNX Runtime's on its backend
+            (faster on CPUs); otherwise the model's linear weights in int8 per group by torchao (the `[quantization]`
+            extra).
         model_kwargs (`dict`, *optional*): passed to `from_pretrained` when `model` is a path.
         pipeline_class (*optional*): a subclass of the task's class to use instead.
+        config (`str`, `os.PathLike` or `transformers.PretrainedConfig`, *optional*): the model's config (an id, a
+            folder or a config object) when `model` is a path, as `transformers.pipeline(config=...)`; not used with
+            a model object (neither does `transformers`).
         kwargs: the task's own parameters, used as defaults of every call (e.g. `top_k`, `num_beams`,
             `max_new_tokens`, `aggregation_strategy`, `src_lang` / `tgt_lang`).
 
@@ -214,6 +220,7 @@ def pipeline(
     # a truthy string ("false") must not switch an option on
     quantize, bf16 = checked_bool("quantize", quantize), checked_bool("bf16", bf16)
     fp16 = checked_bool("fp16", fp16, allow_none=True)
+    pipeline_device(device)  # a device this machine lacks is said before any model is loaded
     if task is None:
         task = infer_task(model, SUPPORTED_TASKS, model_kwargs)
     if task in DIFFUSION_TASKS:  # diffusers' pipelines, not transformers' (optimum_ipu.pipelines.diffusion)
@@ -231,6 +238,10 @@ def pipeline(
     if model is None:
         model, ipu_config, model_kwargs = default_model(task, ipu_config, model_kwargs)
     precision = resolve_precision(precision, fp16=fp16, bf16=bf16)
+    if config is not None and isinstance(model, (str, os.PathLike)):  # transformers' `pipeline(config=...)`
+        if not isinstance(config, transformers.PretrainedConfig):
+            config = transformers.AutoConfig.from_pretrained(config)
+        model_kwargs = {**(model_kwargs or {}), "config": config}
     if isinstance(feature_extractor, (str, os.PathLike)):
         kwargs.update(load_processors(os.fspath(feature_extractor), ("feature_extractor",), {}))
     elif feature_extractor is not None:

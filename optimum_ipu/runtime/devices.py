@@ -62,6 +62,24 @@ def default_device() -> torch.device:
     return torch.device(kind)
 
 
+def check_device(device: torch.device, name: str = "device") -> torch.device:
+    """`device` if this machine has it; otherwise a `ValueError` naming what there is (`cuda:7` on a machine with
+    two GPUs, or with none: torch said only "Torch not compiled with CUDA enabled" or "invalid device ordinal")."""
+    if device.type in ("cuda", "xpu"):
+        module = getattr(torch, device.type)
+        count = module.device_count() if module.is_available() else 0
+        if device.index is not None and device.index >= count or count == 0:
+            there = (
+                f"{count} {device.type.upper()} device(s) ({device.type}:0 to {device.type}:{count - 1})"
+                if count
+                else f"no {device.type.upper()} device"
+            )
+            raise ValueError(f'{name}: got {str(device)!r}; this machine has {there}: pass one of those, or "cpu"')
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{name}: got 'mps'; this machine has no Apple GPU: pass \"cpu\"")
+    return device
+
+
 def supports_bf16() -> bool:
     """Whether this process's CUDA device computes bf16 natively."""
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()

@@ -46,6 +46,19 @@ from .checkpoints import discard_checkpoint
 from .state import IPUTrainerState
 
 
+def _half_inputs_as_weights(inputs: Any, model: nn.Module) -> Any:
+    """fp16 / bf16 floating inputs cast to fp32 when the model's weights are fp32. Optimum Graphcore ran its models
+    in half precision on the IPU, so code written for it hands over half inputs (its Wav2Vec2 notebook's collator:
+    `batch["input_values"].half()`); here the weights stay fp32 and `--fp16` / `--bf16` act through autocast."""
+    weight = next(model.parameters(), None)
+    if weight is None or weight.dtype != torch.float32 or not hasattr(inputs, "items"):
+        return inputs
+    for key, value in list(inputs.items()):
+        if torch.is_tensor(value) and value.dtype in (torch.float16, torch.bfloat16):
+            inputs[key] = value.float()
+    return inputs
+
+
 class TrainerPrivateHooks(Trainer):
     """The private `Trainer` methods `IPUTrainer` overrides (see the module docstring)."""
 
@@ -89,7 +102,7 @@ class TrainerPrivateHooks(Trainer):
         `mask_mod` reads the sequence ids there) outside any compiled region."""
         inputs = super()._prepare_inputs(inputs)
         self.layout.check_batch(packed_for_flex=PACKED_SEQUENCE_IDS in inputs)
-        return with_packed_block_mask(inputs)
+        return with_packed_block_mask(_half_inputs_as_weights(inputs, self.model))
 
     def _wrap_model(self, model: nn.Module, training: bool = True, dataloader: Any = None) -> nn.Module:
         return self.layout.wrap_model(
