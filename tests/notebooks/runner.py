@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import traceback
+import types
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import nbformat
 
 ONE_IMPORT_CHANGE = ("optimum.graphcore", "optimum_ipu")
 SHELL_PREFIXES = ("!", "%")
+TIMING_MAGICS = ("%%time", "%%timeit")
 
 
 def code_cells(path: Path) -> list[str]:
@@ -34,9 +36,12 @@ def code_cells(path: Path) -> list[str]:
 
 
 def without_shell_lines(source: str) -> tuple[str, int]:
-    """The cell without its shell commands and magics (a `%%` cell magic drops the cell), and how many were left out."""
+    """The cell without its shell commands and magics, and how many lines were left out: a `%%time` / `%%timeit`
+    cell runs its code once, another cell magic drops the cell."""
     lines = source.splitlines()
-    if lines and lines[0].lstrip().startswith("%%"):
+    if lines and lines[0].lstrip().startswith(TIMING_MAGICS):  # the cell's code runs (once), as Jupyter runs it
+        return without_shell_lines("\n".join(lines[1:]))[0], 1
+    if lines and lines[0].lstrip().startswith("%%"):  # another cell magic (%%bash, %%writefile): not Python
         return "", len(lines)
     kept = [line for line in lines if not line.lstrip().startswith(SHELL_PREFIXES)]
     return "\n".join(kept), len(lines) - len(kept)
@@ -68,7 +73,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     cells, unused = apply_stand_ins(cells, spec.get("replace", []))
     if unused:
         raise SystemExit(f"stand-ins whose text is not in the notebook any more: {unused}")
-    namespace: dict[str, Any] = {"__name__": "__main__"}
+    # the cells' globals are a module registered as `__main__`, as IPython's are: `dill` (datasets.map's hashing)
+    # pickles the functions of `__main__` by reference, not by value with every global they see
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    namespace: dict[str, Any] = main.__dict__
     summary = {"cells": len(cells), "ran": 0, "not_applicable": 0, "shell_lines": 0, "shell_only": 0}
     summary["stand_ins"] = len(spec.get("replace", []))
     for index, cell in enumerate(cells):
@@ -97,6 +106,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     os.chdir(spec["cwd"])
+    for folder in spec.get("folders", []):
+        os.makedirs(folder, exist_ok=True)
     # the stand-in downloads: read where the Hub's files are read, at call time (this process forked from a zygote
     # that imported huggingface_hub already, so its environment variable alone would come too late)
     import huggingface_hub.constants
