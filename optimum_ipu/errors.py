@@ -53,6 +53,17 @@ def checked_bool(name: str, value: Any, allow_none: bool = False) -> bool | None
     raise ValueError(f"{name}: got {short_repr(value)}; expected True or False")
 
 
+def positive_int_setting(variable: str, default: int) -> int:
+    """The positive integer an environment variable sets (a limit), or `default` when it is unset; a `ValueError`
+    naming the variable and its value otherwise."""
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{variable}: got {value!r}; expected a positive whole number")
+    return int(value)
+
+
 def elide(text: str, limit: int) -> str:
     """`text` cut in the middle to at most `limit` characters: the start (what is wrong) and the end (the fix) stay."""
     if len(text) <= limit:

@@ -34,7 +34,6 @@ class PeftArguments:
         },
     )
 
-
     def __post_init__(self) -> None:
         if not self.use_peft:
             return

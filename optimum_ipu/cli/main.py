@@ -133,12 +133,7 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
     _require_matplotlib("benchmark")
     from ..benchmark import format_report  # the harness (torch, transformers): only when it runs
 
-    try:  # the results' folder, before the measurement (a file in its path was found only after it)
-        os.makedirs(args.output_dir, exist_ok=True)
-    except OSError as err:
-        raise IncompatibleIPUConfigError(
-            f"--output-dir {args.output_dir}: cannot be made a folder ({err.strerror or err}); give another path"
-        ) from None
+    _check_output_folder(args.output_dir)  # before the measurement: a file in its path was found only after it
     try:
         report = _serve_benchmark(args) if args.mode == "serve" else _step_benchmark(args)
     except ValueError as err:
@@ -147,6 +142,17 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
     drawn = "" if report["mode"] == "recipe" else " and benchmark.png"
     print(f"wrote {args.output_dir}/benchmark.json{drawn}")
     return 0
+
+
+def _check_output_folder(path: str) -> None:
+    """`--output-dir` can be a folder: it is one, or its nearest existing parent is a writable folder (nothing is
+    made here: a run refused for another argument leaves no folder behind)."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe) or not os.access(probe, os.W_OK):
+        what = "a file" if not os.path.isdir(probe) else "not writable"
+        raise IncompatibleIPUConfigError(f"--output-dir {path}: {probe} is {what}; give a folder that can be written")
 
 
 def _step_benchmark(args: argparse.Namespace) -> dict[str, Any]:

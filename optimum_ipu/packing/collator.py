@@ -154,6 +154,19 @@ class PackedTraining:
     features: int
 
 
+def collator_for(model: nn.Module, max_seq_length: int, max_sequences_per_row: int, pad_token_id: int):
+    """The `PackedDataCollator` of `model`: its position offset, its weights' type for the mask, and the attention
+    kind it takes (a dense mask for eager and sdpa, a `BlockMask` for flex_attention)."""
+    return PackedDataCollator(
+        max_seq_length,
+        max_sequences_per_row,
+        pad_token_id=pad_token_id,
+        position_offset=position_offset(model.config),
+        mask_dtype=model.dtype,
+        attention=packing_attention(model),
+    )
+
+
 def prepare_packed_training(
     model: nn.Module,
     train_dataset: Any,
@@ -195,14 +208,7 @@ def prepare_packed_training(
         max_seq_length,
         features / len(rows),
     )
-    pack_collator = PackedDataCollator(
-        max_seq_length,
-        max(map(len, packed["feature_index"])),
-        pad_token_id=pad_token_id,
-        position_offset=position_offset(model.config),
-        mask_dtype=model.dtype,
-        attention=packing_attention(model),  # a dense mask (eager, sdpa) or a BlockMask (flex_attention)
-    )
+    pack_collator = collator_for(model, max_seq_length, max(map(len, packed["feature_index"])), pad_token_id)
     extra = {"output_hidden_states": True} if output_hidden_states else {}
 
     def collate(batch: list[dict]) -> dict:

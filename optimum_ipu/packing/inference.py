@@ -16,11 +16,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..models.plans import position_offset
 from .binpack import pack_features
-from .collator import PackedDataCollator
+from .collator import collator_for
 from .losses import sequence_classification_logits
-from .masks import check_packing_support, packing_attention, with_packed_block_mask
+from .masks import check_packing_support, with_packed_block_mask
 
 
 def _packed_batches(model: nn.Module, features: dict[str, list], max_seq_length: int, pad_token_id: int, **pack):
@@ -28,14 +27,7 @@ def _packed_batches(model: nn.Module, features: dict[str, list], max_seq_length:
     check_packing_support(model, training=False)
     batch_size = pack.pop("batch_size")
     packed = pack_features(features, max_seq_length, pack.pop("max_sequences_per_row"))
-    collate = PackedDataCollator(
-        max_seq_length,
-        max(map(len, packed["feature_index"])),
-        pad_token_id=pad_token_id,
-        position_offset=position_offset(model.config),
-        mask_dtype=model.dtype,
-        attention=packing_attention(model),
-    )
+    collate = collator_for(model, max_seq_length, max(map(len, packed["feature_index"])), pad_token_id)
     columns = [name for name in ("input_ids", "token_type_ids", "position_ids", "labels") if name in packed]
     rows = [{name: packed[name][r] for name in columns} for r in range(len(packed["input_ids"]))]
     for start in range(0, len(rows), batch_size):

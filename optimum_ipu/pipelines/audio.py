@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import positive_int_setting
+
 METADATA_FILES = ("metadata.csv", "metadata.jsonl")
 
 
@@ -163,12 +165,7 @@ def read_audio(source: str | os.PathLike | bytes, sampling_rate: int | None = No
 
 def max_decoded_samples() -> int:
     """The most samples (frames x channels) a file may decode to: `OPTIMUM_IPU_MAX_AUDIO_SAMPLES`, else 2^27."""
-    value = os.environ.get(MAX_SAMPLES_VARIABLE, "").strip()
-    if not value:
-        return DEFAULT_MAX_DECODED_SAMPLES
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"{MAX_SAMPLES_VARIABLE}: got {value!r}; expected a positive number of samples")
-    return int(value)
+    return positive_int_setting(MAX_SAMPLES_VARIABLE, DEFAULT_MAX_DECODED_SAMPLES)
 
 
 def check_decoded_size(frames: int, channels: int, rate: int, name: str) -> None:

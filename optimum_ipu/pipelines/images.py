@@ -16,7 +16,7 @@ import io
 import os
 from typing import Any
 
-from ..errors import short_repr
+from ..errors import positive_int_setting, short_repr
 from ..files import nearest_sibling, not_a_file
 
 
@@ -31,12 +31,7 @@ DEFAULT_MAX_PIXELS = 64_000_000
 
 def max_image_pixels() -> int:
     """The most pixels an image may have to be decoded: `OPTIMUM_IPU_MAX_IMAGE_PIXELS`, else 64 million."""
-    value = os.environ.get(MAX_PIXELS_VARIABLE, "").strip()
-    if not value:
-        return DEFAULT_MAX_PIXELS
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"{MAX_PIXELS_VARIABLE}: got {value!r}; expected a positive number of pixels")
-    return int(value)
+    return positive_int_setting(MAX_PIXELS_VARIABLE, DEFAULT_MAX_PIXELS)
 
 
 def check_image_size(image: Any, where: str, limit: int | None = None) -> None:
