@@ -489,14 +489,32 @@ class IPUTrainer(TrainerPrivateHooks):
             self.gather_function = gather
             self.layout.after_evaluation()
 
+    def _check_eval_rows(self, dataset: Any, what: str) -> None:
+        """With `dataloader_drop_last`, a set smaller than one host call would be dropped whole: `evaluate()` returned
+        no metric, without a word (training refuses the same case)."""
+        rows = len(dataset) if dataset is not None and hasattr(dataset, "__len__") else None
+        if self.args.dataloader_drop_last and rows is not None and rows < self.eval_batch_per_call:
+            raise ValueError(
+                f"the {what} set has {rows} samples, fewer than one host call takes ({self.eval_batch_per_call} = "
+                f"--per_device_eval_batch_size {self.args.per_device_eval_batch_size} x inference device iterations x "
+                "replicas), and --dataloader_drop_last drops it whole: lower the batch size, give more data, or pass "
+                "--dataloader_drop_last false"
+            )
+
     def get_eval_dataloader(self, eval_dataset: Any = None) -> torch.utils.data.DataLoader:
         """`Trainer`'s, handing over `eval_batch_per_call` samples per host call, with `eval_data_collator`."""
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if isinstance(dataset, str) and isinstance(self.eval_dataset, dict):  # a name among the evaluation sets
+            dataset = self.eval_dataset.get(dataset)
+        if not isinstance(dataset, (dict, str)):  # a dict of sets is evaluated set by set, each through here again
+            self._check_eval_rows(dataset, "evaluation")
         with self._scoped_args(per_device_eval_batch_size=self.eval_batch_per_call, **self._loader_args()):
             with self._scoped_collator(self.eval_data_collator):
                 return self.layout.eval_loader(super().get_eval_dataloader(eval_dataset))
 
     def get_test_dataloader(self, test_dataset: Any) -> torch.utils.data.DataLoader:
         """`Trainer`'s, handing over `eval_batch_per_call` samples per host call, with `eval_data_collator`."""
+        self._check_eval_rows(test_dataset, "prediction")
         with self._scoped_args(per_device_eval_batch_size=self.eval_batch_per_call, **self._loader_args()):
             with self._scoped_collator(self.eval_data_collator):
                 return self.layout.eval_loader(super().get_test_dataloader(test_dataset))

@@ -38,3 +38,19 @@ def test_a_batch_of_ignored_labels_is_no_nan(tmp_path):
     data["labels"][2:] = -100  # 4 of 6 rows in batches of 2: one batch at least has no label
     mean_loss = lambda outputs, labels, num_items_in_batch=None: F.cross_entropy(outputs.logits, labels)  # noqa: E731
     _train(tmp_path, tiny_model("BertForSequenceClassification"), data, compute_loss_func=mean_loss)
+
+
+@pytest.mark.parametrize("call", ["evaluate", "predict"])
+def test_a_set_smaller_than_one_host_call_is_refused_not_dropped(tmp_path, call, reliability):
+    """With --dataloader_drop_last, 3 rows under a host call of 4 were dropped whole: `evaluate()` returned no
+    metric, exit 0 (the notebooks' helper found it)."""
+    args = IPUTrainingArguments(
+        output_dir=str(tmp_path), per_device_eval_batch_size=4, dataloader_drop_last=True, report_to=[]
+    )
+    data = tiny_inputs("BertForSequenceClassification", batch=3, seed=0)
+    dataset = datasets.Dataset.from_dict({k: v.tolist() for k, v in data.items()}).with_format("torch")
+    trainer = IPUTrainer(tiny_model("BertForSequenceClassification"), IPUConfig(), args, eval_dataset=dataset)
+    run = trainer.evaluate if call == "evaluate" else lambda: trainer.predict(dataset)
+    reliability.expect_clear_error(run, ("3 samples", "--dataloader_drop_last"))
+    args.dataloader_drop_last = False
+    assert "eval_loss" in trainer.evaluate()
