@@ -20,6 +20,7 @@ of `transformers`, and outputs equal `transformers`' pipeline on the same model 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
@@ -388,22 +389,27 @@ class StaticBatchingPipeline(Pipeline):
         floating = {k for k, v in outputs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
         return {k: v.float() if k in floating else v for k, v in outputs.items()}
 
-    def _check_token_ids(self, input_ids: Any) -> None:
-        """Token ids past the model's embeddings: a tokenizer that is not the model's (ONNX Runtime would stop
-        inside its embedding kernel, eager PyTorch with an index error naming neither)."""
-        if not torch.is_tensor(input_ids):
-            return
+    @functools.cached_property
+    def _embedding_rows(self) -> int | None:
+        """The rows of the model's token embedding (looked up once: every call checks its ids against it); None for
+        a model of another input kind."""
         try:
             embeddings = self.model.get_input_embeddings()
         except (AttributeError, NotImplementedError):  # a model of another input kind, or one without the method
+            return None
+        return embeddings.num_embeddings if isinstance(embeddings, torch.nn.Embedding) else None
+
+    def _check_token_ids(self, input_ids: Any) -> None:
+        """Token ids past the model's embeddings: a tokenizer that is not the model's (ONNX Runtime would stop
+        inside its embedding kernel, eager PyTorch with an index error naming neither)."""
+        rows = self._embedding_rows if torch.is_tensor(input_ids) and input_ids.numel() else None
+        if rows is None:
             return
-        if not isinstance(embeddings, torch.nn.Embedding):
-            return
-        largest = int(input_ids.max()) if input_ids.numel() else 0
-        if largest >= embeddings.num_embeddings:
+        largest = int(input_ids.max())
+        if largest >= rows:
             raise ValueError(
-                f"tokenizer: it gave token id {largest}, and the model's embeddings hold {embeddings.num_embeddings} "
-                "tokens: the tokenizer does not match the model; pass the model's own tokenizer (tokenizer=...)"
+                f"tokenizer: it gave token id {largest}, and the model's embeddings hold {rows} tokens: the tokenizer "
+                "does not match the model; pass the model's own tokenizer (tokenizer=...)"
             )
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:

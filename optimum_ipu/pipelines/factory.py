@@ -220,7 +220,7 @@ def pipeline(
     # a truthy string ("false") must not switch an option on
     quantize, bf16 = checked_bool("quantize", quantize), checked_bool("bf16", bf16)
     fp16 = checked_bool("fp16", fp16, allow_none=True)
-    pipeline_device(device)  # a device this machine lacks is said before any model is loaded
+    device = pipeline_device(device)  # a device this machine lacks is said before any model is loaded
     if task is None:
         task = infer_task(model, SUPPORTED_TASKS, model_kwargs)
     if task in DIFFUSION_TASKS:  # diffusers' pipelines, not transformers' (optimum_ipu.pipelines.diffusion)

@@ -127,7 +127,10 @@ def speech_samples() -> datasets.Dataset:
 
 
 def _decoded(batch: dict) -> dict:
-    """Audio as `datasets` returns it decoded: a float32 array and an `int` rate (its lists, otherwise)."""
+    """Audio as `datasets` returns it decoded: a float32 array and an `int` rate (its lists, otherwise); a mapped
+    copy of the set keeps the transform but may have dropped the column."""
+    if "audio" not in batch:
+        return batch
     audio = [
         {"array": np.asarray(a["array"], np.float32), "sampling_rate": int(a["sampling_rate"])} for a in batch["audio"]
     ]
@@ -340,18 +343,22 @@ def wikitext2(rows: int) -> datasets.DatasetDict:
 class LocalMetric:
     """A metric of `evaluate` computed here: `evaluate.load(name)` (the successor of `datasets.load_metric`, gone
     in datasets 3) fetches the metric's script from the Hub. Same `compute(predictions=, references=)` results:
-    GLUE's (accuracy; F1 for MRPC/QQP; Matthews for CoLA), seqeval's and SQuAD v1.1's (exact match and F1)."""
+    GLUE's (accuracy; F1 for MRPC/QQP; Matthews for CoLA), seqeval's, SQuAD v1.1's (exact match and F1), ROUGE
+    (`rouge_score`, with the bootstrap aggregation `load_metric("rouge")` returned: `low`/`mid`/`high`), sacreBLEU,
+    WER (`jiwer`) and accuracy."""
+
+    NAMES = ("glue", "seqeval", "squad", "rouge", "sacrebleu", "wer", "accuracy")
 
     def __init__(self, name: str, config_name: str | None = None) -> None:
-        if name not in ("glue", "seqeval", "squad"):
+        if name not in self.NAMES:
             raise ValueError(f"no local stand-in for the metric {name!r}")
         self.name, self.config_name = name, config_name
 
     def __repr__(self) -> str:
         return f"LocalMetric(name={self.name!r}, config_name={self.config_name!r})"
 
-    def compute(self, *, predictions, references) -> dict:
-        return getattr(self, f"_{self.name}")(predictions, references)
+    def compute(self, *, predictions, references, **kwargs) -> dict:
+        return getattr(self, f"_{self.name}")(predictions, references, **kwargs)
 
     def _glue(self, predictions, references) -> dict:
         from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
@@ -383,35 +390,57 @@ class LocalMetric:
 
     @staticmethod
     def _squad(predictions, references) -> dict:
-        """SQuAD v1.1's official evaluation (`evaluate-v1.1.py`): the best over the gold answers, in percent."""
-        import collections
-        import re
-        import string
+        """SQuAD v1.1's exact match and F1 (percent), by torchmetrics' SQuAD metric as `utils_qa.squad_metrics`."""
+        from torchmetrics.functional.text import squad
 
-        def normalize(text: str) -> str:
-            text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
-            return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+        scores = squad(list(predictions), list(references))
+        return {"exact_match": float(scores["exact_match"]), "f1": float(scores["f1"])}
 
-        def f1(prediction: str, truth: str) -> float:
-            pred, gold = normalize(prediction).split(), normalize(truth).split()
-            common = sum((collections.Counter(pred) & collections.Counter(gold)).values())
-            if common == 0:
-                return 0.0
-            precision, recall = common / len(pred), common / len(gold)
-            return 2 * precision * recall / (precision + recall)
+    @staticmethod
+    def _rouge(predictions, references, rouge_types=None, use_stemmer=False):
+        from rouge_score import rouge_scorer, scoring
 
-        answers = {r["id"]: r["answers"]["text"] for r in references}
-        exact = total_f1 = 0.0
-        for p in predictions:
-            truths = answers[p["id"]]
-            exact += max(float(normalize(p["prediction_text"]) == normalize(t)) for t in truths)
-            total_f1 += max(f1(p["prediction_text"], t) for t in truths)
-        return {"exact_match": 100.0 * exact / len(predictions), "f1": 100.0 * total_f1 / len(predictions)}
+        rouge_types = rouge_types or ["rouge1", "rouge2", "rougeL", "rougeLsum"]
+        scorer = rouge_scorer.RougeScorer(rouge_types=rouge_types, use_stemmer=use_stemmer)
+        aggregator = scoring.BootstrapAggregator()
+        for reference, prediction in zip(references, predictions, strict=True):
+            aggregator.add_scores(scorer.score(reference, prediction))
+        return aggregator.aggregate()
+
+    @staticmethod
+    def _sacrebleu(predictions, references):
+        import sacrebleu
+
+        transposed = [list(group) for group in zip(*references, strict=True)]  # one list per reference position
+        bleu = sacrebleu.corpus_bleu(predictions, transposed)
+        return {
+            "score": bleu.score,
+            "counts": bleu.counts,
+            "totals": bleu.totals,
+            "precisions": bleu.precisions,
+            "bp": bleu.bp,
+            "sys_len": bleu.sys_len,
+            "ref_len": bleu.ref_len,
+        }
+
+    @staticmethod
+    def _wer(predictions, references):
+        import jiwer
+
+        return float(jiwer.wer(references, predictions))
+
+    @staticmethod
+    def _accuracy(predictions, references):
+        return {"accuracy": float(np.mean(np.asarray(predictions) == np.asarray(references)))}
 
 
 def load_metric(name: str, config_name: str | None = None) -> LocalMetric:
-    """`datasets.load_metric(name, config_name)` (removed in datasets 3) for the metrics these notebooks load."""
+    """`datasets.load_metric(name, config_name)` (removed in datasets 3) and `evaluate.load(name)` for the metrics
+    these notebooks load."""
     return LocalMetric(name, config_name)
+
+
+local_metric = load_metric  # the name the generation and speech notebooks' stand-ins import
 
 
 # --- seq2seq, vision and audio notebooks (summarization, translation, mT5, Flan-T5, image/audio classification,
@@ -618,12 +647,7 @@ def _fsdd(split: str, rows: int) -> list[dict]:
 def _audio_split(rows: list[dict], columns: dict[str, str]) -> datasets.Dataset:
     """`rows` with their columns renamed as `columns` says (`"audio"` kept), decoded as `datasets` decodes audio."""
     table = [{new: r[old] for old, new in columns.items()} for r in rows]
-    return datasets.Dataset.from_list(table).with_transform(_decoded_audio)
-
-
-def _decoded_audio(batch: dict) -> dict:
-    """`_decoded`, for the rows that still hold audio (a mapped copy of the set keeps the transform, not the column)."""
-    return _decoded(batch) if "audio" in batch else batch
+    return datasets.Dataset.from_list(table).with_transform(_decoded)
 
 
 def keyword_spotting(train_rows: int = 16, eval_rows: int = 16) -> datasets.DatasetDict:
@@ -641,7 +665,7 @@ def keyword_spotting(train_rows: int = 16, eval_rows: int = 16) -> datasets.Data
             _fsdd(source, rows),
             {"file": "file", "audio": "audio", "label": "label"},
         )
-        splits[split] = part.cast_column("label", names).with_transform(_decoded_audio)
+        splits[split] = part.cast_column("label", names).with_transform(_decoded)
     return datasets.DatasetDict(splits)
 
 
@@ -650,65 +674,6 @@ def spoken_sentences(rows: int, columns: dict[str, str], split: str = "train") -
     `path`, `audio`, `sentence`): FSDD's spoken digits of `split` at 16 kHz, its columns named as `columns` maps
     FSDD's (`file`, `audio`, `text`, `speaker`)."""
     return _audio_split(_fsdd(split, rows), columns)
-
-
-class GenerationMetric:
-    """The metrics of the generation and speech notebooks, computed as `datasets.load_metric` / `evaluate` did
-    (both fetch the metric's script from the Hub): ROUGE (`rouge_score`, with the bootstrap aggregation that
-    `load_metric("rouge")` returned: `low`/`mid`/`high` scores), sacreBLEU (`sacrebleu`), WER (`jiwer`), accuracy."""
-
-    NAMES = ("rouge", "sacrebleu", "wer", "accuracy")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"GenerationMetric(name={self.name!r})"
-
-    def compute(self, *, predictions, references, **kwargs):
-        return getattr(self, f"_{self.name}")(list(predictions), list(references), **kwargs)
-
-    @staticmethod
-    def _rouge(predictions, references, rouge_types=None, use_stemmer=False):
-        from rouge_score import rouge_scorer, scoring
-
-        rouge_types = rouge_types or ["rouge1", "rouge2", "rougeL", "rougeLsum"]
-        scorer = rouge_scorer.RougeScorer(rouge_types=rouge_types, use_stemmer=use_stemmer)
-        aggregator = scoring.BootstrapAggregator()
-        for reference, prediction in zip(references, predictions, strict=True):
-            aggregator.add_scores(scorer.score(reference, prediction))
-        return aggregator.aggregate()
-
-    @staticmethod
-    def _sacrebleu(predictions, references):
-        import sacrebleu
-
-        transposed = [list(group) for group in zip(*references, strict=True)]  # one list per reference position
-        bleu = sacrebleu.corpus_bleu(predictions, transposed)
-        return {
-            "score": bleu.score,
-            "counts": bleu.counts,
-            "totals": bleu.totals,
-            "precisions": bleu.precisions,
-            "bp": bleu.bp,
-            "sys_len": bleu.sys_len,
-            "ref_len": bleu.ref_len,
-        }
-
-    @staticmethod
-    def _wer(predictions, references):
-        import jiwer
-
-        return float(jiwer.wer(references, predictions))
-
-    @staticmethod
-    def _accuracy(predictions, references):
-        return {"accuracy": float(np.mean(np.asarray(predictions) == np.asarray(references)))}
-
-
-def local_metric(name: str, config_name: str | None = None):
-    """`load_metric(name)` / `evaluate.load(name)` here: the metrics of `GenerationMetric`, else `LocalMetric`'s."""
-    return GenerationMetric(name) if name in GenerationMetric.NAMES else load_metric(name, config_name)
 
 
 def nltk_sentences(text: str, language: str = "english") -> list[str]:
