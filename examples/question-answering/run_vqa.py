@@ -305,7 +305,9 @@ def reset_answer_layer(model: Any) -> None:
         layer.bias.zero_()
 
 
-def region_arrays(features: list, boxes: list, config: Any, source: str) -> tuple[np.ndarray, np.ndarray]:
+def region_arrays(
+    features: list, boxes: list, config: Any, source: str, questions: list | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """
     A batch's region features and boxes as float32 arrays (rows x regions x dims), checked against the model.
 
@@ -336,7 +338,20 @@ def region_arrays(features: list, boxes: list, config: Any, source: str) -> tupl
             f"{source}: {feats.shape[1]} regions of features but {pos.shape[1]} normalized_boxes per row; "
             "give one box per region"
         )
+    for name, values in (("features", feats), ("normalized_boxes", pos)):
+        bad = ~np.isfinite(values).all(axis=(1, 2))
+        if bad.any():  # a NaN region trains and evaluates to a NaN loss beside a plausible accuracy
+            first = f" (first: the row asking {questions[int(np.argmax(bad))]!r})" if questions else ""
+            raise ValueError(
+                f"{source}: the {name} of {int(bad.sum())} rows hold NaN or infinite values{first}; give finite "
+                "numbers, or leave those rows out"
+            )
     return feats, pos
+
+
+def is_class_id(value: Any) -> bool:
+    """A whole number that is not a boolean: JSON's `true` reads as a `bool`, which Python counts as 1."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def encode_labels(labels: list, soft: bool, num_labels: int, source: str) -> list:
@@ -344,7 +359,7 @@ def encode_labels(labels: list, soft: bool, num_labels: int, source: str) -> lis
     fix = f"the model's answer head has {num_labels} answers (num_qa_labels): use ids below it, or --replace_qa_head"
     if not soft:
         for label in labels:
-            if not isinstance(label, (int, np.integer)) or not 0 <= label < num_labels:
+            if not is_class_id(label) or not 0 <= label < num_labels:
                 raise ValueError(f"{source}: label {label!r} is not an answer class id; {fix}")
         return labels
     dense = []
@@ -356,8 +371,14 @@ def encode_labels(labels: list, soft: bool, num_labels: int, source: str) -> lis
             )
         vector = np.zeros(num_labels, dtype=np.float32)
         for answer, weight in zip(ids, weights, strict=True):
-            if not 0 <= answer < num_labels:
-                raise ValueError(f"{source}: soft label id {answer} is not an answer class id; {fix}")
+            if not is_class_id(answer) or not 0 <= answer < num_labels:
+                raise ValueError(f"{source}: soft label id {answer!r} is not an answer class id; {fix}")
+            # VQA's score is the top answer's weight: one above 1 or below 0 made accuracies of 1.875 or -0.94
+            if isinstance(weight, bool) or not isinstance(weight, (int, float, np.number)) or not 0 <= weight <= 1:
+                raise ValueError(
+                    f"{source}: soft label {label!r}: weight {weight!r} of answer {answer} is not a share in [0, 1] "
+                    "(the share of annotators giving that answer); give weights in [0, 1]"
+                )
             vector[answer] = weight
         dense.append(vector)
     return dense
@@ -385,7 +406,7 @@ def tokenized_splits(
             padding = "max_length" if data_args.pad_to_max_length else False
             result = dict(tokenizer(examples["question"], truncation=True, max_length=max_seq_length, padding=padding))
             result["visual_feats"], result["visual_pos"] = region_arrays(
-                examples["features"], examples["normalized_boxes"], config, source
+                examples["features"], examples["normalized_boxes"], config, source, examples["question"]
             )
             if "label" in examples:
                 result["labels"] = encode_labels(examples["label"], soft, config.num_qa_labels, source)

@@ -59,20 +59,13 @@ from .checkpoints import (
 )
 from .compat import TrainerPrivateHooks
 from .label_check import UsedLabelWatch, ZeroLossWatch, check_some_label_used
+from .nonfinite import EvalLossWatch, nonfinite_cause
 from .static_batch import pad_to_static_batch, select_rows
 from .training_args import IPUTrainingArguments
 
 logger = logging.getLogger(__name__)
 
 LOSS_SCALER_FILE = "loss_scaler.json"
-
-
-def _nonfinite_cause(inputs: dict[str, Any]) -> str | None:
-    """What in a micro-batch makes its loss NaN whatever the learning rate, in words; None when nothing does."""
-    for name, value in inputs.items():
-        if torch.is_tensor(value) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            return f"the batch's {name!r} holds NaN or infinite values: check the data where it is read"
-    return None
 
 
 class IPUTrainer(TrainerPrivateHooks):
@@ -115,6 +108,7 @@ class IPUTrainer(TrainerPrivateHooks):
         self._nonfinite_loss = torch.zeros((), dtype=torch.bool, device=self.engine.device)
         self._label_watch = UsedLabelWatch(enabled=False)  # armed by train()
         self._zero_loss_watch = ZeroLossWatch(enabled=False)  # armed by train()
+        self._eval_loss_watch = EvalLossWatch()
         self._loss_shifts_labels_here = self._shifts_labels(model)
         self.run_record: dict[str, Any] | None = None  # the run id and identity written into checkpoint markers
         self._check_processes_agree()
@@ -330,7 +324,7 @@ class IPUTrainer(TrainerPrivateHooks):
     def _check_finite_loss(self, nonfinite: torch.Tensor, inputs: dict[str, Any]) -> None:
         if self.args.stop_on_nan and bool(nonfinite):
             where = f"at step {self.state.global_step + 1} (epoch {self.state.epoch:.2f})"
-            cause = _nonfinite_cause(inputs)  # the data's fault is not the learning rate's
+            cause = nonfinite_cause(inputs)  # the data's fault is not the learning rate's
             fix = cause or "lower the learning rate, use bf16 or loss scaling"
             raise FloatingPointError(
                 f"the loss is NaN or infinite {where}; {fix}, or pass --stop_on_nan false to train on"
@@ -482,9 +476,15 @@ class IPUTrainer(TrainerPrivateHooks):
         """`Trainer`'s, run as the layout says (its gather of predictions, the arguments it reads differently)."""
         scope = self.layout.evaluation_scope(self.args.eval_batch_size)
         gather, self.gather_function = self.gather_function, scope.gather or self.gather_function
+        self._eval_loss_watch.start()
         try:
             with self._scoped_args(**scope.args):
-                return super().evaluation_loop(*args, **kwargs)
+                output = super().evaluation_loop(*args, **kwargs)
+            if self.args.stop_on_nan:  # a NaN eval_loss beside a plausible metric, exit 0: the data's or the model's
+                prefix = kwargs.get("metric_key_prefix", args[4] if len(args) > 4 else "eval")
+                one_process = self.args.world_size == 1
+                self._eval_loss_watch.check(output.metrics, prefix, self.eval_batch_per_call, one_process)
+            return output
         finally:
             self.gather_function = gather
             self.layout.after_evaluation()
@@ -548,6 +548,7 @@ class IPUTrainer(TrainerPrivateHooks):
         inputs = trimmed
         with self.engine.autocast():
             loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+        self._eval_loss_watch.see(loss, inputs)
         if real is not None and not bool(real.all()):
             real = real.to(self.args.device)
             logits = select_rows(logits, real)

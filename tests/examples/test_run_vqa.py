@@ -212,7 +212,7 @@ def test_two_stages_give_the_one_stage_losses(tmp_path, shared_data, tiny_lxmert
 
 def bad_rows(shared_data, fault: str) -> list[dict]:
     """Two real rows with one fault."""
-    rows = digit_rows(shared_data, "validation", 1)[:2]
+    rows = digit_rows(shared_data, "validation", 1, soft=fault.startswith("soft"))[:2]
     for row in rows:
         if fault == "no features":
             del row["features"]
@@ -222,6 +222,12 @@ def bad_rows(shared_data, fault: str) -> list[dict]:
             row["normalized_boxes"] = [box[:3] for box in row["normalized_boxes"]]
         elif fault == "answer 12 of 12":
             row["label"] = ANSWERS
+        elif fault == "label true":  # JSON's true reads as a bool, which Python counts as class 1
+            row["label"] = True
+        elif fault == "NaN features":  # JSON's NaN: the JSON reader gives None, NumPy's float NaN
+            row["features"][3][5] = float("nan")
+        elif fault.startswith("soft weight"):
+            row["label"]["weights"][0] = float(fault.split()[-1])
     return rows
 
 
@@ -230,6 +236,14 @@ BAD_INPUTS = [
     ("6 features a region", "--validation_file {path}: features are 8x6 per row; the model takes regions x 8"),
     ("3 coordinates a box", "--validation_file {path}: normalized_boxes are 8x3 per row; expected regions x 4"),
     ("answer 12 of 12", "--validation_file {path}: label 12 is not an answer class id; the model's answer head"),
+    ("label true", "--validation_file {path}: label True is not an answer class id; the model's answer head"),
+    (
+        "NaN features",
+        "--validation_file {path}: the features of 2 rows hold NaN or infinite values (first: the row asking "
+        "'which digit is written?'); give finite numbers",
+    ),
+    ("soft weight 1.5", "weight 1.5 of answer 0 is not a share in [0, 1]"),
+    ("soft weight -0.5", "weight -0.5 of answer 0 is not a share in [0, 1]"),
     ("JSON lines", '--validation_file {path}: a .json file is one JSON object with its rows under "data"'),
     ("--soft_label", "--soft_label: --validation_file {path} has class ids as labels"),
 ]

@@ -54,3 +54,40 @@ def test_a_set_smaller_than_one_host_call_is_refused_not_dropped(tmp_path, call,
     reliability.expect_clear_error(run, ("3 samples", "--dataloader_drop_last"))
     args.dataloader_drop_last = False
     assert "eval_loss" in trainer.evaluate()
+
+
+def _evaluation(tmp_path, data: dict[str, torch.Tensor], **arg_kwargs):
+    args = IPUTrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=2, report_to=[], **arg_kwargs)
+    dataset = datasets.Dataset.from_dict({k: v.tolist() for k, v in data.items()}).with_format("torch")
+    model = vision_model("ConvNextForImageClassification")
+    return IPUTrainer(model, IPUConfig(), args, eval_dataset=dataset)
+
+
+@pytest.mark.parametrize("call", ["evaluate", "predict"])
+def test_a_nan_evaluation_loss_names_its_first_batch_and_input(tmp_path, call, reliability):
+    """`run_vqa.py` with NaN region features reported eval_loss NaN beside an accuracy, exit 0 (issue 42, item 5):
+    the loop's loss is an error naming the first batch whose loss was NaN and the input that holds NaN."""
+    data = vision_inputs("ConvNextForImageClassification", batch=6)
+    data["pixel_values"][3, 0, 1, 1] = float("nan")  # row 3: the second batch of 2
+    trainer = _evaluation(tmp_path, data)
+    dataset = trainer.eval_dataset
+    run = trainer.evaluate if call == "evaluate" else lambda: trainer.predict(dataset)
+    prefix = "eval" if call == "evaluate" else "test"
+    with pytest.raises(FloatingPointError) as error:
+        run()
+    message = str(error.value)
+    assert f"the {prefix} loss is nan, first at batch 1 of 2 samples, rows 2-3 of the set" in message, message
+    assert "batch 1's inputs hold NaN or infinite values" in message and "--stop_on_nan false" in message
+    reliability.bad_input("\n" not in message)
+
+
+def test_a_nan_evaluation_loss_is_reported_with_stop_on_nan_false(tmp_path):
+    data = vision_inputs("ConvNextForImageClassification", batch=4)
+    data["pixel_values"][0] = float("inf")
+    metrics = _evaluation(tmp_path, data, stop_on_nan=False).evaluate()
+    assert metrics["eval_loss"] != metrics["eval_loss"]  # NaN, as asked
+
+
+def test_a_finite_evaluation_is_untouched(tmp_path):
+    metrics = _evaluation(tmp_path, vision_inputs("ConvNextForImageClassification", batch=4)).evaluate()
+    assert metrics["eval_loss"] == metrics["eval_loss"] and metrics["eval_loss"] > 0
