@@ -34,13 +34,17 @@ except ModuleNotFoundError as err:  # a source checkout run without installing t
     raise SystemExit(f"{err}. To fix: {fix}") from None
 
 import inspect
+import json
 import logging
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import datasets
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 from example_utils import language_modeling as lm
 from example_utils.pretraining import PAIR_COLUMNS, make_pairs
@@ -128,9 +132,26 @@ class DataTrainingArguments:
 def load_data(data_args: Any, model_args: Any) -> datasets.DatasetDict:
     """The splits as stored: a `save_to_disk` folder, a Hub data set or local text files."""
     if data_args.dataset_path is not None:
-        loaded = datasets.load_from_disk(data_args.dataset_path)
+        try:
+            loaded = datasets.load_from_disk(data_args.dataset_path)
+        except IndexError:  # datasets saves an empty split without a shard, then cannot load it
+            empty = [p.parent.name for p in Path(data_args.dataset_path).glob("*/state.json") if no_shard(p)]
+            if not empty:
+                raise
+            raise ValueError(
+                f"--dataset_path {data_args.dataset_path}: its {', '.join(sorted(empty))} split has no rows; give "
+                "data with rows"
+            ) from None
         return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict({"train": loaded})
     return lm.load_raw_datasets(data_args, model_args)
+
+
+def no_shard(state_file: Path) -> bool:
+    """Whether a saved split's `state.json` lists no data file (a split saved with no rows)."""
+    try:
+        return not json.loads(state_file.read_text(encoding="utf-8")).get("_data_files", [None])
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def is_pairs(dataset: datasets.Dataset) -> bool:
@@ -146,6 +167,8 @@ def pretraining_data(data_args: Any, model_args: Any, tokenizer: Any, max_seq_le
     `--packing`; a validation split cut from the training pairs when there is none."""
     data = load_data(data_args, model_args)
     for split in list(data):
+        if len(data[split]) == 0:  # the split of a text file with no line, or a saved folder's empty split
+            raise ValueError(f"{data_source(data_args, split)}: its {split} split has no rows; give data with rows")
         if is_pairs(data[split]):
             continue
         if data_args.is_already_preprocessed:
@@ -163,7 +186,7 @@ def pretraining_data(data_args: Any, model_args: Any, tokenizer: Any, max_seq_le
     if "validation" in data and is_packed(data["validation"]):
         raise ValueError("the validation split is packed; evaluation takes unpacked pairs (prepare_dataset.py's)")
     for split, dataset in data.items():
-        longest = max((len(ids) for ids in dataset["input_ids"]), default=0)
+        longest = pc.max(pc.list_value_length(dataset.data.column("input_ids"))).as_py() or 0
         if longest > max_seq_length:
             raise ValueError(
                 f"the {split} data has rows of {longest} tokens, more than --max_seq_length {max_seq_length}: "
@@ -174,6 +197,48 @@ def pretraining_data(data_args: Any, model_args: Any, tokenizer: Any, max_seq_le
         logger.info("packing: %d training pairs in %d rows", len(data["train"]), len(packed["input_ids"]))
         data["train"] = datasets.Dataset.from_dict(packed).shuffle(seed=seed)
     return data
+
+
+def data_source(data_args: Any, split: str) -> str:
+    """Where a split's rows come from, as the flag that named them."""
+    if data_args.dataset_path is not None:
+        return f"--dataset_path {data_args.dataset_path}"
+    if data_args.dataset_name is not None:
+        return f"--dataset_name {data_args.dataset_name}"
+    if split == "validation" and data_args.validation_file is not None:
+        return f"--validation_file {data_args.validation_file}"
+    return f"--train_file {data_args.train_file}"  # a validation split cut from the training pairs comes from it
+
+
+def check_pair_values(data: datasets.DatasetDict, data_args: Any, vocab_size: int) -> None:
+    """Every token id inside the model's vocabulary and every next-sentence label 0, 1 or -100 (ignored), counted
+    over the stored columns with Arrow (no row is read into Python): an id past the embeddings stopped training in
+    an IndexError from inside the model, and an NSP label of 2 in one from inside the loss.
+
+    Raises:
+        `ValueError`: one line naming the split's source, the column, the value found and the fix.
+    """
+    for split, dataset in data.items():
+        source = f"{data_source(data_args, split)} ({split})"
+        ids = pc.list_flatten(dataset.data.column("input_ids"))
+        low, high = (pc.min_max(ids)[key].as_py() for key in ("min", "max"))
+        if high is not None and (low < 0 or high >= vocab_size):
+            bad = high if high >= vocab_size else low
+            raise ValueError(
+                f"{source}: input_ids holds token id {bad}, outside the model's vocabulary of {vocab_size} "
+                "(vocab_size); prepare the data with the model's tokenizer, or give a model of that vocabulary"
+            )
+        column = "labels" if is_packed(dataset) else "next_sentence_label"
+        labels = dataset.data.column(column)
+        labels = (
+            pc.list_flatten(labels) if pa.types.is_list(labels.type) or pa.types.is_large_list(labels.type) else labels
+        )
+        found = set(pc.unique(labels).to_pylist()) - {0, 1, -100}
+        if found:
+            raise ValueError(
+                f"{source}: {column} holds {sorted(found, key=str)[:5]}; a next-sentence label is 0 (B follows A), "
+                "1 (B is random) or -100 (ignored): prepare the data with prepare_dataset.py"
+            )
 
 
 def preprocess_logits(model: torch.nn.Module) -> Any:
@@ -259,6 +324,7 @@ def main() -> None:
         )
     max_seq_length = lm.sequence_length(data_args.max_seq_length, "max_seq_length", tokenizer, model.config)
     data = pretraining_data(data_args, model_args, tokenizer, max_seq_length, training_args.seed)
+    check_pair_values(data, data_args, model.config.vocab_size)
     too_short = "the {name} data holds no pair; give more text (documents of two sentences or more)"
     train_dataset, eval_dataset = lm.select_splits(data, data_args, training_args, too_short)
     packed = train_dataset is not None and is_packed(train_dataset)

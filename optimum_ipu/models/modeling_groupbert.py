@@ -70,13 +70,38 @@ class GroupBertConfig(BertConfig):
         self.ffn_groups = ffn_groups
         self.conv_group_size = conv_group_size
         self.conv_kernel_size = conv_kernel_size
-        if self.hidden_size % conv_group_size or self.intermediate_size % ffn_groups or self.hidden_size % ffn_groups:
+        self.check_sizes()
+
+    def check_sizes(self) -> None:
+        """GroupBERT's three sizes against the config's: checked when the config is made and again when a model is
+        built (`--config_overrides` sets fields after `__init__`), before anything is allocated: a kernel of
+        99,999,999 asked for terabytes, a group size of 0 divided by zero, a kernel of -3 failed inside torch.
+
+        Raises:
+            `ValueError`: one line naming the field, its value and the values it takes.
+        """
+        sizes = {"ffn_groups": self.ffn_groups, "conv_group_size": self.conv_group_size}
+        sizes["conv_kernel_size"] = self.conv_kernel_size
+        for name, value in sizes.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"GroupBertConfig: {name} {value!r} must be a whole number >= 1 (default: 4, 16, 7)")
+        h, i = self.hidden_size, self.intermediate_size
+        if h % self.conv_group_size or i % self.ffn_groups or h % self.ffn_groups:
             raise ValueError(
-                f"GroupBertConfig: hidden_size {self.hidden_size} must divide by conv_group_size {conv_group_size}, "
-                f"and hidden_size and intermediate_size {self.intermediate_size} by ffn_groups {ffn_groups}"
+                f"GroupBertConfig: hidden_size {self.hidden_size} must divide by conv_group_size "
+                f"{self.conv_group_size}, and hidden_size and intermediate_size {self.intermediate_size} by "
+                f"ffn_groups {self.ffn_groups}"
             )
-        if conv_kernel_size % 2 == 0:
-            raise ValueError(f"GroupBertConfig: conv_kernel_size {conv_kernel_size} must be odd (e.g. 7)")
+        if self.conv_kernel_size % 2 == 0:
+            raise ValueError(f"GroupBertConfig: conv_kernel_size {self.conv_kernel_size} must be odd (e.g. 7)")
+        # a kernel wider than twice the longest sequence sees nothing more (padding="same"): only memory
+        widest = 2 * self.max_position_embeddings - 1
+        if self.conv_kernel_size > widest:
+            raise ValueError(
+                f"GroupBertConfig: conv_kernel_size {self.conv_kernel_size} is wider than any sequence of "
+                f"max_position_embeddings {self.max_position_embeddings} reaches ({widest}); give an odd size up to "
+                f"{widest} (GroupBERT's is 7)"
+            )
 
 
 class GroupBertConvolution(nn.Module):
@@ -215,6 +240,7 @@ class GroupBertLayer(GradientCheckpointingLayer):
 class GroupBertEncoder(nn.Module):
     def __init__(self, config: GroupBertConfig):
         super().__init__()
+        config.check_sizes()  # again: --config_overrides sets fields after the config's __init__
         self.layer = nn.ModuleList([GroupBertLayer(config) for _ in range(config.num_hidden_layers)])
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)  # pre-norm layers end unnormed
 

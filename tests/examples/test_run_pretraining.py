@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 
 import datasets
 import pytest
@@ -20,6 +21,7 @@ LENGTH = 48
 def load_script(name: str):
     spec = importlib.util.spec_from_file_location(f"lm_{name}", LM_DIR / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -159,3 +161,42 @@ def test_run_pretraining_refuses_a_model_without_a_next_sentence_head(prepared, 
     assert run.returncode == 2
     assert "has no next-sentence head" in run.stderr.strip().splitlines()[-1], run.stderr[-2000:]
     assert "Traceback" not in run.stderr
+
+
+def _spoil(rows: datasets.Dataset, column: str, value) -> datasets.Dataset:
+    """`rows` with the first row's `column` (its second item for a list) set to `value`."""
+
+    def spoil(row: dict, index: int) -> dict:
+        if index == 0:
+            row[column] = [row[column][0], value, *row[column][2:]] if isinstance(row[column], list) else value
+        return row
+
+    return rows.map(spoil, with_indices=True)
+
+
+BAD_PAIRS = [
+    ("pairs", "train", "input_ids", 1500, "input_ids holds token id 1500, outside the model's vocabulary of 1500"),
+    ("pairs", "train", "input_ids", -1, "input_ids holds token id -1, outside the model's vocabulary"),
+    ("pairs", "validation", "next_sentence_label", 2, "next_sentence_label holds [2]; a next-sentence label is 0"),
+    ("packed", "train", "labels", 7, "labels holds [7]; a next-sentence label is 0 (B follows A), 1"),
+    ("pairs", "train", None, None, "its train split has no rows; give data with rows"),
+]
+
+
+@pytest.mark.parametrize(
+    ("stored", "split", "column", "value", "message"), BAD_PAIRS, ids=[f"{r[1]}-{r[2]}={r[3]}" for r in BAD_PAIRS]
+)
+def test_bad_pairs_are_one_line_naming_the_data(prepared, tmp_path, stored, split, column, value, message):
+    """Token ids past the model's vocabulary stopped in an IndexError inside the embedding, an NSP label of 2 inside
+    the loss, an empty split in datasets' split (issue 42, item 12): each is one line naming the data, checked when
+    the data is read (Arrow's min/max/unique over the columns, no row read into Python)."""
+    folder, tokenizer = prepared[0], prepared[1]
+    data = datasets.load_from_disk(str(folder / stored))
+    data[split] = data[split].select([]) if column is None else _spoil(data[split], column, value)
+    data.save_to_disk(str(tmp_path / "bad"))
+    script = load_script("run_pretraining")
+    args = script.DataTrainingArguments(dataset_path=str(tmp_path / "bad"), max_seq_length=LENGTH)
+    with pytest.raises(ValueError) as error:
+        script.check_pair_values(script.pretraining_data(args, None, tokenizer, LENGTH, 0), args, 1500)
+    assert str(error.value).startswith(f"--dataset_path {tmp_path / 'bad'}"), error.value
+    assert message in str(error.value) and "\n" not in str(error.value), error.value
