@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from .config_hub import download_config_file
 from .config_schema import CONFIG_NAME, DEPRECATED_KEYS, FIELDS, METADATA_KEYS, OUTPUT_MODES
 from .errors import MAX_LINE, IncompatibleIPUConfigError, elide, short_repr
-from .files import nearest_sibling, not_a_file, read_json_file
+from .files import nearest_sibling, not_a_file, path_length_problem, read_json_file
 
 logger = logging.getLogger(__name__)
 BUNDLED_DIR = Path(__file__).parent / "ipu_configs"
@@ -94,7 +95,7 @@ def check_unknown_keys(keys: list[str]) -> None:
     for key in keys:
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hint = f"did you mean `{close[0]}`?" if close else "see docs/ipu-config.md for the keys allowed"
-        raise IncompatibleIPUConfigError(f"IPUConfig has no field `{key}`; {hint}")
+        raise IncompatibleIPUConfigError(f"IPUConfig has no field `{elide(key, 80)}`; {hint}")
 
 
 def resolve_pod_values(values: dict[str, Any], n_ipu: int | None, pod_type: str | None) -> dict[str, Any]:
@@ -205,6 +206,11 @@ def check_field_types(values: dict[str, Any], allow_none: bool = False) -> None:
     if not isinstance(values["executable_cache_dir"], str):
         raise _fail(
             "executable_cache_dir", values["executable_cache_dir"], 'expected a folder path as a string ("" for none)'
+        )
+    problem = path_length_problem(values["executable_cache_dir"]) if values["executable_cache_dir"] else None
+    if problem is not None:  # no filesystem holds it: said now, not when the first graph is cached
+        raise _fail(
+            "executable_cache_dir", values["executable_cache_dir"], f"{problem}; give a folder path it can hold"
         )
     for prefix in ("", "inference_"):
         field = f"{prefix}matmul_proportion"
@@ -490,6 +496,12 @@ def _parse_value(text: str, key: str = "value") -> Any:
         return json.loads(literal)
     except json.JSONDecodeError:
         return text  # a bare string, e.g. output_mode=all or a folder path
+    except ValueError:  # Python's limit on integer digits: json.loads' own words name no field
+        digits = max(len(run) for run in re.findall(r"\d+", text))
+        raise IncompatibleIPUConfigError(
+            f"IPUConfig update `{key}`: a {digits}-digit number, over the {sys.get_int_max_str_digits()} digits Python "
+            "reads as an integer; no field takes such a value: give a smaller one"
+        ) from None
 
 
 def parse_update_string(update_str: str) -> dict[str, Any]:

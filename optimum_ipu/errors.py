@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from .files import disk_full as _disk_full  # pure Python, as this module
 
 MAX_ECHO = 200  # characters of a user's value an error message repeats
 MAX_LINE = 200  # characters of the one line that says a file or an id is not found (with its fix, never cut)
@@ -108,14 +109,6 @@ def _exit_code(err: BaseException) -> int | None:
     return None
 
 
-def _disk_full(err: BaseException) -> bool:
-    """A full disk, however the writer reports it: an OSError, safetensors' `StorageFull`, torch's bare "file write
-    failed" (torch.save gives no errno)."""
-    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    return any(text in str(err) for text in ("No space left on device", "file write failed"))
-
-
 _COLLECTIVE_FAILURES = ("Timed out waiting", "Connection closed by peer", "Connection reset by peer", "NCCL")
 
 
@@ -161,7 +154,7 @@ def run_script(main: Callable[[], Any], prog: str | None = None) -> None:
         rank = os.environ.get("RANK")
         who = f"{prog} (rank {rank})" if rank is not None and os.environ.get("WORLD_SIZE", "1") != "1" else prog
         message = _one_line(err) + (_collective_failure_notes() if _collective_failed(err) else "")
-        if _disk_full(err) and "No space left" not in message:
+        if _disk_full(err) and "no space left" not in message.lower():
             message = f"No space left on device? {message}"
         line = f"{who}: error: {message}"
         hint = f" (set {DEBUG_ENV}=1 for the traceback)"

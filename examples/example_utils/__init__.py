@@ -16,6 +16,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,7 +33,9 @@ import transformers  # noqa: E402
 from transformers import HfArgumentParser  # noqa: E402
 
 import optimum_ipu  # noqa: E402
-from optimum_ipu.files import nearest_sibling, read_json_file  # noqa: E402
+from optimum_ipu.config_schema import CONFIG_NAME as IPU_CONFIG_NAME  # noqa: E402
+from optimum_ipu.errors import elide, short_repr  # noqa: E402
+from optimum_ipu.files import nearest_sibling, read_json_file, utf8_problem  # noqa: E402
 
 from .json_args import checked_json_args  # noqa: E402
 
@@ -123,8 +126,64 @@ def parse_args(*dataclass_types: type) -> tuple:
             raise ValueError(f"{sys.argv[1]}: an argument file holds one JSON object of flag names and values")
         names = [flag.removeprefix("--") for flag in optimum_graphcore_argv([f"--{key}" for key in values])]
         named = dict(zip(names, values.values(), strict=True))
-        return parser.parse_dict(checked_json_args(parser, dataclass_types, named, sys.argv[1]))
-    return parser.parse_args_into_dataclasses(args=optimum_graphcore_argv(sys.argv[1:]))
+        parsed = parser.parse_dict(checked_json_args(parser, dataclass_types, named, sys.argv[1]))
+    else:
+        parsed = parser.parse_args_into_dataclasses(args=optimum_graphcore_argv(sys.argv[1:]))
+    check_text_encodings(*parsed)
+    return parsed
+
+
+# the flags that name a model's folder, whose JSON and text files `transformers` reads as UTF-8 without a BOM
+MODEL_FOLDER_FLAGS = (
+    "model_name_or_path",
+    "config_name",
+    "tokenizer_name",
+    "feature_extractor_name",
+    "image_processor_name",
+    "processor_name",
+)
+MODEL_TEXT_FILES = (".json", ".txt", ".jinja")  # config.json, tokenizer.json, vocab.txt, merges.txt, chat templates
+# the data files a `--*_file` flag names that `datasets` (or a script) reads as UTF-8 text; compressed or binary
+# files (.gz, .parquet, .arrow) are read by their own decoders
+DATA_TEXT_FILES = (".csv", ".tsv", ".json", ".jsonl", ".txt", ".text", ".raw", ".tokens")
+
+
+def check_text_encodings(*parsed: Any) -> None:
+    """
+    The text files the flags name, checked before anything reads them: a data file (`--train_file`, ... of a text
+    format) must be UTF-8 (a byte-order mark is read as none); a local model folder's JSON and text files
+    (`config.json`, `tokenizer.json`, `vocab.txt`, ...) must be UTF-8 without a byte-order mark, which
+    `transformers` fails on ("not a valid JSON file", or a decoding error that names no file) or, in `vocab.txt`,
+    reads into the first token. `ipu_config.json` is read with a BOM (`files.read_json_file`).
+
+    Raises:
+        `ValueError`: one line naming the flag, the file, the first byte that is not UTF-8 (or the BOM) and how to
+            convert it (`iconv -f latin1 -t utf-8`).
+    """
+    for args in parsed:
+        if isinstance(args, transformers.TrainingArguments):
+            continue
+        for name, value in vars(args).items():
+            if not isinstance(value, str) or not value:
+                continue
+            if name.endswith("_file") and value.lower().endswith(DATA_TEXT_FILES) and os.path.isfile(value):
+                problem = _utf8_problem(value, bom_allowed=True)
+                if problem is not None:
+                    raise ValueError(f"--{name} {value} {problem}")
+            elif name in MODEL_FOLDER_FLAGS and os.path.isdir(value):
+                for entry in sorted(os.listdir(value)):
+                    path = os.path.join(value, entry)
+                    if entry.endswith(MODEL_TEXT_FILES) and entry != IPU_CONFIG_NAME and os.path.isfile(path):
+                        problem = _utf8_problem(path, bom_allowed=False)
+                        if problem is not None:
+                            raise ValueError(f"--{name} {value}: {entry} {problem}")
+
+
+def _utf8_problem(path: str, bom_allowed: bool) -> str | None:
+    try:
+        return utf8_problem(path, bom_allowed=bom_allowed)
+    except OSError:  # unreadable: said by whatever reads it, with its own words
+        return None
 
 
 def new_config(model_type: str, overrides: str | None) -> transformers.PretrainedConfig:
@@ -145,7 +204,21 @@ def new_config(model_type: str, overrides: str | None) -> transformers.Pretraine
             config.update_from_string(overrides)
         return config
     except (ValueError, TypeError) as err:
-        raise ValueError(f"--config_overrides {overrides!r}: {err}") from None
+        raise overrides_error(overrides, err) from None
+
+
+def overrides_error(overrides: str, err: Exception) -> ValueError:
+    """The one line for `--config_overrides` that a config refused with `err`: the value (cut), and for a number
+    past Python's limit on integer digits (whose own words name no key) the key that holds it and the limit."""
+    limit = sys.get_int_max_str_digits()
+    long_number = re.search(rf"([\w.]+)\"?\s*[=:]\s*[-+]?(\d{{{limit + 1},}})", overrides or "")
+    if "integer string conversion" in str(err) and long_number:
+        key, digits = long_number.group(1), len(long_number.group(2))
+        return ValueError(
+            f"--config_overrides: `{elide(key, 80)}` has a {digits}-digit number, over the {limit} digits Python reads "
+            "as an integer; no config value needs one: give a smaller value"
+        )
+    return ValueError(f"--config_overrides {short_repr(overrides)}: {elide(' '.join(str(err).split()), 600)}")
 
 
 def setup_logging(training_args: Any, *loggers: logging.Logger) -> None:

@@ -141,6 +141,7 @@ def load_raw_datasets(data_args: Any, model_args: ModelArguments) -> datasets.Da
     kwargs: dict[str, Any] = {"cache_dir": model_args.cache_dir, "token": model_args.token}
     if builder == "text":
         kwargs["keep_linebreaks"] = getattr(data_args, "keep_linebreaks", True)
+        kwargs["encoding"] = "utf-8-sig"  # a byte-order mark is no text: not the start of the first line
     raw = datasets.load_dataset(builder, data_files=data_files, **kwargs)
     if "validation" not in raw and "train" in raw:
         raw["validation"] = datasets.load_dataset(builder, data_files=data_files, split=f"train[:{percent}%]", **kwargs)
@@ -163,7 +164,7 @@ def load_config_and_tokenizer(model_args: ModelArguments) -> tuple[Any, Any]:
             try:
                 config.update_from_string(model_args.config_overrides)
             except ValueError as err:
-                raise ValueError(f"--config_overrides {model_args.config_overrides!r}: {err}") from None
+                raise example_utils.overrides_error(model_args.config_overrides, err) from None
             logger.info("New config: %s", config)
     name = model_args.tokenizer_name or model_args.model_name_or_path
     if not name:

@@ -22,6 +22,9 @@ from collections.abc import Iterator
 import torch
 from transformers.utils.logging import get_logger
 
+from ..errors import IncompatibleIPUConfigError
+from ..files import checked_writable_folder
+
 logger = get_logger(__name__)
 
 
@@ -57,12 +60,27 @@ def half_partials(device: torch.device, enabled: bool) -> Iterator[None]:
         _set_matmul_flags(*before)
 
 
+CACHE_DIR_FIX = 'give a folder this process can write to, or "" for no cache'
+
+
+def checked_cache_dir(cache_dir: str) -> str:
+    """The config's `executable_cache_dir` as an absolute folder, made if needed and checked writable, when the cache
+    is first used: a file, `/dev/null` or a read-only folder is one line naming the field, not an `OSError` from
+    inside the compiler or the ONNX exporter."""
+    return checked_writable_folder(
+        cache_dir, "IPUConfig field `executable_cache_dir`", CACHE_DIR_FIX, IncompatibleIPUConfigError
+    )
+
+
 def configure_compile_cache(cache_dir: str) -> None:
-    """`executable_cache_dir`: keep inductor's compiled graphs there, so a second run starts warm."""
+    """`executable_cache_dir`: keep inductor's compiled graphs there, so a second run starts warm.
+
+    Raises:
+        IncompatibleIPUConfigError: the folder is a file, a device, or cannot be made or written to (one line).
+    """
     if cache_dir:
         # Set even if present: inductor writes its default folder into this variable on first use.
-        os.makedirs(cache_dir, exist_ok=True)
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(cache_dir)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = checked_cache_dir(cache_dir)
         import torch._inductor.config as inductor_config
 
         inductor_config.fx_graph_cache = True  # on by default in recent torch; explicit, since we rely on it

@@ -17,12 +17,16 @@ records the run: a run id and the arguments that shape training (its identity). 
 - refuses a checkpoint written with other training arguments, naming them.
 
 A folder about to be rewritten loses its marker first, so a kill in the middle never leaves a marked,
-half-written folder.
+half-written folder. A save that finds the disk full (`full_disk_said`) ends in one line naming the file, the size
+the save needs and the space free there; the checkpoint it cut short is removed (the earlier ones stay: they are
+rotated only once a new one is marked), and a model saved into `output_dir` keeps no cut-short file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import functools
 import hashlib
 import json
 import logging
@@ -31,8 +35,10 @@ import re
 import shutil
 import uuid
 import zipfile
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from safetensors import SafetensorError, safe_open
 from transformers import TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
@@ -40,7 +46,7 @@ from transformers.trainer_utils import rotate_checkpoints
 
 from ..config_schema import CONFIG_NAME as IPU_CONFIG_NAME
 from ..errors import short_repr
-from ..files import write_text_atomic
+from ..files import NoSpaceLeftError, disk_full, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -469,3 +475,113 @@ class MarkCheckpointComplete(TrainerCallback):
         if args.should_save and rotation is not None:
             run_dir, limit = rotation
             rotate_checkpoints(run_dir, limit, state.best_model_checkpoint, use_mtime=True)
+
+
+# ---------------------------------------------------------------------------------------------------- a full disk
+CHECKPOINT_SPACE_FIX = (
+    "free space there, save elsewhere (--output_dir), or keep fewer checkpoints (--save_total_limit; the oldest goes "
+    "only once a new one is whole, so there must be room for one more)"
+)
+MODEL_SPACE_FIX = "free space there, or save elsewhere (--output_dir)"
+
+
+def state_nbytes(*sources: Any) -> int:
+    """Bytes of the tensors a save writes of `sources`: modules (their `state_dict()`) and optimizers (their state;
+    accelerate's wrapper is looked through); a tensor shared by several names (tied weights) counts once, a DTensor
+    as its local shard, a tensor on the meta device (a stage another process holds) not at all."""
+    seen, total = set(), 0
+    for source in sources:
+        if isinstance(source, torch.nn.Module):
+            tensors = list(source.state_dict().values())
+        else:
+            state = getattr(getattr(source, "optimizer", source), "state", None) or {}
+            tensors = [value for entry in state.values() if isinstance(entry, dict) for value in entry.values()]
+        for tensor in tensors:
+            tensor = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+            if not torch.is_tensor(tensor) or tensor.is_meta:
+                continue
+            key = (tensor.device, tensor.data_ptr(), tensor.numel(), tensor.dtype)
+            if key not in seen:
+                seen.add(key)
+                total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def checkpoint_bytes(run_dir: str, model: Any, optimizer: Any = None) -> int:
+    """About how many bytes a checkpoint of `model` (and `optimizer`) takes: its tensors, or the files of the
+    newest whole checkpoint of `run_dir` (as its marker lists them) when they are more (every stage's, on any
+    process)."""
+    tensors = state_nbytes(model, optimizer)
+    for _, path in _checkpoints_newest_first(run_dir):
+        marker = read_marker(path) if is_complete(path) else None
+        if marker is not None and has_checksums(marker):
+            return max(tensors, sum(entry["size"] for entry in marker["files"].values()))
+    return tensors
+
+
+def _stamps(folder: str) -> dict[str, tuple[int, int, int]]:
+    """Each file under `folder` (but the `checkpoint-N` folders inside it) -> (inode, size, mtime): what a save
+    wrote since is what differs."""
+    stamps = {}
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = [name for name in dirs if not (root == folder and _CHECKPOINT.match(name))]
+        for name in names:
+            path = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                st = os.stat(path)
+                stamps[os.path.relpath(path, folder)] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return stamps
+
+
+@contextlib.contextmanager
+def full_disk_said(
+    folder: str, what: str, needed: Callable[[], int | None], fix: str, cleanup: str | None = None
+) -> Iterator[None]:
+    """A save into `folder` (a checkpoint, or a model's files) that finds the disk full, however its writer says it
+    (`files.disk_full`), ends in one `NoSpaceLeftError`: "no space left on device writing <the file being written>:
+    <what> needs about <needed()>, <free> free there; <fix>" (what run_script prints, exit 1).
+
+    `cleanup` (on the process that writes the shared files, `should_save`; None elsewhere: another process may
+    still be writing) says what goes: `"folder"`, a checkpoint folder, removed whole (unmarked, a resume would skip
+    it anyway, and its space is free again); `"files"`, each file the save wrote that does not load (cut short), so
+    that `folder` keeps no truncated model file beside the others."""
+    before = _stamps(folder)
+    try:
+        yield
+    except Exception as err:
+        if not disk_full(err):
+            raise
+        after = _stamps(folder)
+        written = [rel for rel, stamp in after.items() if before.get(rel) != stamp]
+        newest = max(written, key=lambda rel: after[rel][2], default=None)
+        path = getattr(err, "path", None) or (os.path.join(folder, newest) if newest else folder)
+        note = ""
+        if cleanup == "folder" and os.path.isdir(folder):
+            discard_checkpoint(folder)
+            note = f"{os.path.basename(folder)} was removed, earlier checkpoints kept"
+        elif cleanup == "files":
+            cut = [rel for rel in written if _load_problem(os.path.join(folder, rel)) is not None]
+            for rel in cut:
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(folder, rel))
+            note = f"the cut-short {', '.join(cut[:3])} removed" if cut else ""
+        try:
+            size = needed()
+        except Exception:  # an estimate only: never hide the full disk behind another error
+            size = None
+        raise NoSpaceLeftError(path, size, what, f"{fix}{f' ({note})' if note else ''}") from err
+
+
+def reports_full_disk(save_model: Callable[..., Any]) -> Callable[..., Any]:
+    """`IPUTrainer.save_model` that ends a full disk in one line (`full_disk_said`: the file, the model's size, the
+    space free there), leaving no cut-short file in the folder; in a checkpoint, `_save_checkpoint` says it for the
+    whole checkpoint."""
+
+    @functools.wraps(save_model)
+    def save(self: Any, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        folder = output_dir or self.args.output_dir
+        cleanup = "files" if self.args.should_save else None
+        with full_disk_said(folder, "the model", lambda: state_nbytes(self.model), MODEL_SPACE_FIX, cleanup):
+            return save_model(self, output_dir, _internal_call)
+
+    return save

@@ -13,9 +13,9 @@
 - `_maybe_log_save_evaluate`: a NaN loss does not poison every later logged loss;
 - `_save` (through `save_state_dict`), `_save_checkpoint`, `_save_optimizer_and_scheduler`, `_load_from_checkpoint`,
   `_load_best_model`, `_load_optimizer_and_scheduler`: checkpoints marked complete only once whole, old ones rotated
-  after; the tensors are the layout's to write and read (`runtime/layouts/`: FSDP state gathered in the one-process
-  layout, a model held stage by stage saves and loads its optimizer state per stage), and any layout resumes from
-  either;
+  after, a full disk said in one line with the size needed (`checkpoints.full_disk_said`); the tensors are the
+  layout's to write and read (`runtime/layouts/`: FSDP state gathered in the one-process layout, a model held stage
+  by stage saves and loads its optimizer state per stage), and any layout resumes from either;
 - `_push_from_checkpoint`: each checkpoint's push carries its `ipu_config.json` beside the model's files.
 
 Where `Trainer` reads a value from `self.args` that must differ for one call (the static evaluation batch, the
@@ -42,7 +42,7 @@ from transformers import Trainer
 from ..config_schema import CONFIG_NAME as IPU_CONFIG_NAME
 from ..files import write_text_atomic
 from ..packing import PACKED_SEQUENCE_IDS, with_packed_block_mask
-from .checkpoints import discard_checkpoint
+from .checkpoints import CHECKPOINT_SPACE_FIX, checkpoint_bytes, discard_checkpoint, full_disk_said
 from .state import IPUTrainerState
 
 
@@ -131,9 +131,14 @@ class TrainerPrivateHooks(Trainer):
         if self.args.should_save and os.path.isdir(folder):
             discard_checkpoint(folder)
         self.accelerator.wait_for_everyone()
-        with self._scoped_args(save_total_limit=None):
-            super()._save_checkpoint(model, trial)
-        self.pending_rotation = (self._get_output_dir(trial=trial), limit) if limit else None
+        # A full disk: one line with the file, the size needed and the space free; the cut-short folder removed
+        run_dir, optimizer = self._get_output_dir(trial=trial), None if self.args.save_only_model else self.optimizer
+        needed = functools.partial(checkpoint_bytes, run_dir, self.model, optimizer)
+        cleanup = "folder" if self.args.should_save else None
+        with full_disk_said(folder, "the checkpoint", needed, CHECKPOINT_SPACE_FIX, cleanup):
+            with self._scoped_args(save_total_limit=None):
+                super()._save_checkpoint(model, trial)
+        self.pending_rotation = (run_dir, limit) if limit else None
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         # Trainer copies the model's files from the checkpoint into output_dir and uploads that folder; without the

@@ -54,6 +54,7 @@ from .checkpoints import (
     check_run_identity,
     discard_checkpoints,
     new_run_id,
+    reports_full_disk,
     resolve_resume,
     run_identity,
 )
@@ -574,6 +575,7 @@ class IPUTrainer(TrainerPrivateHooks):
             self.processing_class.save_pretrained(folder)
         torch.save(self.args, os.path.join(folder, TRAINING_ARGS_NAME))
 
+    @reports_full_disk
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Save the stock model (`transformers` layout) and `ipu_config.json` beside it; in checkpoints also
         the fp16 loss scale, so a resumed run continues with it."""

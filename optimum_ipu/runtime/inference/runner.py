@@ -33,6 +33,7 @@ from ...config_validation import MAX_BUCKETS, check_sequence_buckets, sorted_len
 from ..devices import cpu_supports_bf16, default_device
 from ..engine import Engine
 from ..layouts.inference import inference_layout
+from ..process_flags import checked_cache_dir
 from ..quantization import require_torchao
 
 logger = logging.getLogger(__name__)
@@ -294,11 +295,13 @@ class InferenceRunner:
         from .onnx import OnnxRuntimeModel
 
         stock = getattr(model, "model", model)  # the transformers model inside the PipelinedModel
+        # a bad folder is the config's fault, said in one line (with backend="auto" too: not a fall back to eager)
+        cache_dir = checked_cache_dir(ipu_config.executable_cache_dir) if ipu_config.executable_cache_dir else None
         try:
             return OnnxRuntimeModel(
                 stock,
                 input_names,
-                cache_dir=ipu_config.executable_cache_dir or None,
+                cache_dir=cache_dir,
                 threads=threads,
                 quantize=quantize,
                 device=self.engine.device,
