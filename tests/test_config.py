@@ -181,6 +181,11 @@ def test_wildcard_broadcast_and_resolution():
         layers_per_stage(IPUConfig(layers_per_ipu=[2, 0, 4]), 12)
     with pytest.raises(IncompatibleIPUConfigError, match="explicitly but the model has only 4"):
         layers_per_stage(IPUConfig(layers_per_ipu=[3, 3, -1]), 4)
+    # a wildcard asks for layers, as a count does: 2 layers over 3 wildcards would leave a stage empty
+    with pytest.raises(IncompatibleIPUConfigError, match="its 3 -1 wildcards share the 2 layers .* would hold none"):
+        layers_per_stage(IPUConfig(layers_per_ipu=[-1, -1, -1]), 2)
+    with pytest.raises(IncompatibleIPUConfigError, match="its 1 -1 wildcards share the 0 layers"):
+        layers_per_stage(IPUConfig(layers_per_ipu=[4, -1]), 4)
     # the mode's layout, or the one asked for
     c = IPUConfig(layers_per_ipu=[-1, -1], inference_layers_per_ipu=[-1])
     assert layers_per_stage(c.eval(), 6) == [6] and layers_per_stage(c, 6, inference=False) == [3, 3]

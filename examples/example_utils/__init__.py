@@ -290,7 +290,9 @@ def load_pretrained(
         "loading stage %d of %d only of %s (the others stay on the meta device)", stage, stages, name_or_path
     )
     stage_class = getattr(optimum_ipu, auto_class.__name__)
-    return stage_class.from_pretrained(name_or_path, ipu_config=ipu_config, **kwargs).model
+    # the stock modules, unserialized, as `from_pretrained` gives them: the adapters of `--use_peft` go on them, and
+    # IPUTrainer parallelizes the model as it does without stages (an adapted serialized module refused there)
+    return stage_class.from_pretrained(name_or_path, ipu_config=ipu_config, **kwargs).deparallelize()
 
 
 def grow_embeddings(model: Any, tokenizer: Any) -> None:

@@ -52,6 +52,12 @@ def resolve_layers_per_ipu(layers_per_ipu: list[int], num_layers: int, field: st
             f"IPUConfig field `{field}`: got {short_repr(layers_per_ipu)}; it places {fixed} layers explicitly but the "
             f"model has only {num_layers}."
         )
+    if left < len(wildcards):  # a wildcard asks for layers, as an explicit count does: none would be an empty stage
+        raise IncompatibleIPUConfigError(
+            f"IPUConfig field `{field}`: got {short_repr(layers_per_ipu)}; its {len(wildcards)} -1 wildcards share the "
+            f"{left} layers the other entries leave of the model's {num_layers}, so a wildcard would hold none; use "
+            f"at most {left} wildcards, or place fewer layers explicitly"
+        )
     base, extra = divmod(left, len(wildcards))
     resolved = list(layers_per_ipu)
     for rank, i in enumerate(wildcards):
@@ -95,7 +101,46 @@ def layers_per_stage(ipu_config: IPUConfig, num_layers: int, inference: bool | N
     """
     inference = ipu_config.mode == "inference" if inference is None else inference
     field = "inference_layers_per_ipu" if inference else "layers_per_ipu"
-    return resolve_layers_per_ipu(ipu_config.value("layers_per_ipu", inference=inference), num_layers, field=field)
+    layers_per_ipu = ipu_config.value("layers_per_ipu", inference=inference)
+    if field in ipu_config.__dict__.get("auto_layers", ()):
+        _check_auto_fits(field, len(layers_per_ipu), num_layers)
+    return resolve_layers_per_ipu(layers_per_ipu, num_layers, field=field)
+
+
+def _check_auto_fits(field: str, stages: int, num_layers: int) -> None:
+    """`"auto"` asks a layer of every stage, as an explicit count does (`resolve_layers_per_ipu`): more stages than
+    layers would leave one empty without a word. (A model without layers is refused where "auto" measures.)"""
+    if 0 < num_layers < stages:
+        ipus_field = "inference_ipus_per_replica" if field.startswith("inference_") else "ipus_per_replica"
+        raise IncompatibleIPUConfigError(
+            f'IPUConfig field `{field}`: "auto" over {stages} stages (`{ipus_field}`) but the model has {num_layers} '
+            f"layers, so a stage would hold none; set `{ipus_field}` to at most {num_layers}"
+        )
+
+
+def measured_auto_fields(ipu_config: IPUConfig) -> tuple[str, ...]:
+    """The layout fields given as `"auto"` that `parallelize()` balances by measuring the model: those of more than
+    one stage (one stage holds every layer, nothing to measure)."""
+    return tuple(f for f in ipu_config.__dict__.get("auto_layers", ()) if len(ipu_config.__dict__[f]) > 1)
+
+
+def check_auto_on_stage_processes(ipu_config: IPUConfig, model_name: str) -> None:
+    """`"auto"` measures each layer of the whole model in one process (`runtime.stages.balance`); with the stages on
+    separate processes no process ever holds the whole model: refused in one line, before anything is built.
+
+    Args:
+        ipu_config (`IPUConfig`): the layout.
+        model_name (`str`): the model folder or id, named in the `optimum-ipu config balance` command of the fix.
+    """
+    fields = measured_auto_fields(ipu_config)
+    if not fields:
+        return
+    stages = len(ipu_config.__dict__[fields[0]])
+    raise IncompatibleIPUConfigError(
+        f'IPUConfig field `{fields[0]}`: "auto" cannot balance the stages when they run on separate processes (it '
+        "measures every layer of the whole model in one process, and each process holds only its own stage); give "
+        f"the {stages} counts instead: `optimum-ipu config balance {model_name} --n-ipu {stages}` prints balanced ones"
+    )
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,14 @@ from ..runtime.serialization import chunked_cross_entropy, swap_serialized
 from ..runtime.stages.balance import auto_layers_per_ipu
 from ..runtime.stages.cut import EncoderSplit, StageCut
 from .generation import StaticGeneration
-from .layout import StageSpec, format_layout, stage_layout
+from .layout import (
+    StageSpec,
+    check_auto_on_stage_processes,
+    format_layout,
+    layers_per_stage,
+    measured_auto_fields,
+    stage_layout,
+)
 from .plans import plan_for_model, unwrap_adapters
 from .stage_plan import StagePlan
 
@@ -36,6 +43,18 @@ def _report_ipu_only_knobs(ipu_config: IPUConfig) -> None:
         logger.warning_once(
             f"{', '.join(fields)}: IPU compiler memory knobs, kept in the config but without effect on GPUs and CPUs."
         )
+
+
+def _serializing_fields(ipu_config: IPUConfig, kind: str) -> list[tuple[str, Any]]:
+    """The fields (and their values) that serialize the `kind` (`"embedding"` or `"projection"`) module: the per-IPU
+    splits where given, else the factor, of training and of inference."""
+    fields = []
+    for prefix in ("", "inference_"):
+        splits, factor = f"{prefix}serialized_{kind}_splits_per_ipu", f"{prefix}{kind}_serialization_factor"
+        given = ipu_config.__dict__
+        if (given.get(factor) or 1) > 1:  # the factor is the splits' sum where they are given
+            fields.append((splits, given[splits]) if given.get(splits) is not None else (factor, given[factor]))
+    return fields
 
 
 class PipelinedModel(StaticGeneration, nn.Module):
@@ -209,6 +228,12 @@ class PipelinedModel(StaticGeneration, nn.Module):
             self.stage_layout(inference=inference)
         _report_ipu_only_knobs(self.ipu_config)
         cfg = self.ipu_config
+        # swapped once for both modes: the larger factor of the two (the numbers are the same; only memory differs)
+        emb = max(cfg.value("embedding_serialization_factor", inference=i) for i in (False, True))
+        proj = max(cfg.value("projection_serialization_factor", inference=i) for i in (False, True))
+        split = world_size() > 1 and max(cfg.value("tensor_parallel_size", inference=i) for i in (False, True)) > 1
+        if not split:  # chunks (the tensor-parallel split adapts LoRA layers itself): refused before anything changes
+            self._check_serialized_not_adapted(emb, proj)
         if cfg.value("recompute_checkpoint_every_layer"):
             if not getattr(self.model, "supports_gradient_checkpointing", False):
                 raise IncompatibleIPUConfigError(
@@ -224,10 +249,6 @@ class PipelinedModel(StaticGeneration, nn.Module):
             else:
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
                 self._undo.append(self.model.gradient_checkpointing_disable)
-        # swapped once for both modes: the larger factor of the two (the numbers are the same; only memory differs)
-        emb = max(cfg.value("embedding_serialization_factor", inference=i) for i in (False, True))
-        proj = max(cfg.value("projection_serialization_factor", inference=i) for i in (False, True))
-        split = world_size() > 1 and max(cfg.value("tensor_parallel_size", inference=i) for i in (False, True)) > 1
         if (emb > 1 or proj > 1) and split:
             # Optimum Graphcore's split over IPUs, made real: the tensor-parallel plan splits the embedding and the
             # output projection by vocabulary rows over the stage's devices; chunks on top would hide them from it
@@ -238,6 +259,36 @@ class PipelinedModel(StaticGeneration, nn.Module):
         elif emb > 1 or proj > 1:
             self._undo.append(swap_serialized(self.model, embedding_factor=emb, projection_factor=proj))
         self._parallelized = True
+
+    def _check_serialized_not_adapted(self, embedding_factor: int, projection_factor: int) -> None:
+        """A serialization factor and an adapter (`peft`'s LoRA layer, or its `modules_to_save` copy) on the module
+        it serializes: the chunked module would drop the adapter's update (and `peft` cannot adapt a chunked module,
+        when serialized first), so the pair is refused in one line naming the module, the fields and the fix."""
+        _, stock = unwrap_adapters(self.model)
+        for accessor, factor, kind in (
+            ("get_input_embeddings", embedding_factor, "embedding"),
+            ("get_output_embeddings", projection_factor, "projection"),
+        ):
+            getter = getattr(stock, accessor, None)
+            try:
+                module = getter() if factor > 1 and callable(getter) else None
+            except NotImplementedError:  # transformers' accessors raise for models without token embeddings
+                module = None
+            # peft's tuner layers hold the adapted module as `base_layer`, its modules_to_save copies as
+            # `original_module` (read from the wrapper's attributes: peft is never imported here)
+            if module is None or not (hasattr(module, "base_layer") or hasattr(module, "original_module")):
+                continue
+            name = next((n for n, m in stock.named_modules() if m is module), type(module).__name__)
+            fields = _serializing_fields(self.ipu_config, kind)
+            given = " and ".join(f"`{field}` ({value})" for field, value in fields)
+            fix = " and ".join(f"remove `{f}`" if "splits" in f else f"set `{f}` to 1" for f, _ in fields)
+            what = "target_modules (--lora_target_modules in the examples)"
+            what = what if hasattr(module, "base_layer") else "modules_to_save"
+            raise IncompatibleIPUConfigError(
+                f"`{name}` carries a peft adapter ({type(module).__module__}.{type(module).__name__}) and {given} "
+                f"serialize{'s' if len(fields) == 1 else ''} it, which would drop the adapter's update: {fix}, or "
+                f"leave `{name.split('.')[-1]}` out of the adapter's {what}"
+            )
 
     def quantize_linears(self) -> list[str]:
         """Optimum Graphcore's `use_group_quantized_linears`: the weight of every linear layer of the pipeline layers
@@ -266,7 +317,15 @@ class PipelinedModel(StaticGeneration, nn.Module):
 
     def _balance_auto_layers(self) -> None:
         """`layers_per_ipu: "auto"`: the split that balances the stages, from each layer's cost measured here."""
-        cfg, fields = self.ipu_config, self.ipu_config.__dict__["auto_layers"]
+        cfg = self.ipu_config
+        for field in cfg.__dict__["auto_layers"]:  # more stages than layers: said before minutes of measuring
+            layers_per_stage(cfg, self.num_layers, inference=field.startswith("inference_"))
+        fields = measured_auto_fields(cfg)  # an "auto" of one stage is its wildcard: every layer, nothing to measure
+        if not fields:
+            return
+        if any(param.is_meta for param in self.model.parameters()):  # a model that holds one stage only
+            name = getattr(getattr(self.model, "config", None), "name_or_path", "")
+            check_auto_on_stage_processes(cfg, name or "MODEL")
         if self.plan.input_kind != "tokens":
             raise IncompatibleIPUConfigError(
                 f'IPUConfig field `{fields[0]}`: "auto" measures token models only; {self.class_name} takes '

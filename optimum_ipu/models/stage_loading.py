@@ -25,7 +25,7 @@ from ..runtime.devices import default_device
 from ..runtime.distributed import group_size, world_size
 from ..runtime.stages.loading import hold_loaded_stage
 from ..topology import check_processes
-from .layout import layers_per_stage
+from .layout import check_auto_on_stage_processes, layers_per_stage
 from .pipelined import PipelinedModel, to_pipelined
 
 logger = logging.getLogger(__name__)
@@ -65,6 +65,7 @@ def load_stage(
     Returns:
         `PipelinedModel`: parallelized; its `model` holds this stage's parameters, the others on the meta device.
     """
+    check_auto_on_stage_processes(ipu_config, name_or_path)  # before the process mesh or any model is built
     processes = group_size("load_stage")
     # the processes must be the layout's stages x replicas; the micro-batches a training schedule needs are checked
     # where it trains (PipelineEngine): loading to generate or evaluate needs none

@@ -114,13 +114,15 @@ def test_config_against_the_model_and_the_job(fields, num_layers, data, reliabil
         # layers is left with none: the slots before the last that asks for any must hold fewer than the model
         before_last = sum(layers[: max((i for i, n in enumerate(layers) if n), default=0)])
         surplus_fits = not wildcards and fixed > num_layers and before_last < num_layers
-        if fixed > num_layers and not surplus_fits or (not wildcards and fixed < num_layers):
+        # a wildcard asks for layers too: fewer left than wildcards would leave one empty
+        short_wildcards = wildcards and 0 <= num_layers - fixed < wildcards
+        if fixed > num_layers and not surplus_fits or (not wildcards and fixed < num_layers) or short_wildcards:
             reliability.expect_clear_error(lambda: layers_per_stage(config, num_layers), f"`{field}`", CONFIG_ERRORS)
         else:
             resolved = layers_per_stage(config, num_layers)
             assert sum(resolved) == num_layers and min(resolved) >= 0
             assert all(r == n for r, n in zip(resolved, layers, strict=True) if n != -1) or surplus_fits
-            assert all(r for r, n in zip(resolved, layers, strict=True) if n > 0)  # a slot that asks gets layers
+            assert all(r for r, n in zip(resolved, layers, strict=True) if n)  # a slot that asks gets layers
     config.train()
 
     ipus, replicas = config.value("ipus_per_replica"), config.value("replication_factor")
