@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,10 @@ def run_notebook(hub_cache, tokenizer_for, shared_data, tmp_path):
         spec.write_text(json.dumps(notebook.spec(tmp_path, hub_cache)))
         done = run_python(["-m", "tests.notebooks.runner", str(spec)], cwd=REPO_ROOT, timeout=timeout)
         assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
+        times = os.environ.get("NOTEBOOK_CELL_TIMES")  # a file that collects each cell's seconds (to trim the slow)
+        if times:
+            with open(times, "a", encoding="utf-8") as f:
+                f.write(f"== {path}\n" + "".join(line + "\n" for line in done.stderr.splitlines() if " s" in line))
         summary = json.loads(done.stdout.strip().splitlines()[-1])
         assert summary["ran"] + summary["not_applicable"] + summary["shell_only"] == summary["cells"], summary
         for _text, reason in notebook.not_applicable:

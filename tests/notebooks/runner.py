@@ -17,6 +17,7 @@ import ast
 import json
 import os
 import sys
+import time
 import traceback
 import types
 from pathlib import Path
@@ -91,6 +92,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         if not source.strip():
             summary["shell_only"] += 1
             continue
+        started = time.perf_counter()
         try:
             run_cell(source, namespace)
         except BaseException:
@@ -98,6 +100,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             traceback.print_exc()
             raise SystemExit(1) from None
         summary["ran"] += 1
+        print(f"[cell {index}] {time.perf_counter() - started:.2f} s", file=sys.stderr, flush=True)  # where time goes
     if summary["shell_lines"]:
         print(f"{summary['shell_lines']} shell command and magic lines not run (package installs, Graphcore's logger)")
     return summary
