@@ -173,6 +173,31 @@ def utf8_problem(path: str | os.PathLike, bom_allowed: bool = True, chunk: int =
             offset += len(data)
 
 
+# a model folder's files that `transformers` reads as UTF-8 text without a byte-order mark: config.json,
+# tokenizer.json, vocab.txt, merges.txt, chat templates (ipu_config.json is read with one: `read_json_file`)
+MODEL_TEXT_FILES = (".json", ".txt", ".jinja")
+
+
+def model_folder_text_problem(folder: str | os.PathLike) -> str | None:
+    """What is wrong with the first text file of a local model folder that `transformers` would misread: "<file>
+    <problem>" (a byte-order mark, which it fails on or reads into `vocab.txt`'s first token, or bytes that are not
+    UTF-8, with the fix); None when every one is fine, or `folder` is not a folder (a Hub id)."""
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        return None
+    for entry in sorted(os.listdir(folder)):
+        path = os.path.join(folder, entry)
+        if not entry.endswith(MODEL_TEXT_FILES) or entry == "ipu_config.json" or not os.path.isfile(path):
+            continue
+        try:
+            problem = utf8_problem(path, bom_allowed=False)
+        except OSError:  # unreadable: said by whatever reads it, in its own words
+            continue
+        if problem is not None:
+            return f"{entry} {problem}"
+    return None
+
+
 def not_utf8(name: str, at: int, byte: int, head: bytes = b"") -> str:
     """The words for a file that is not UTF-8 (its first bytes `head` tell UTF-16 by its byte-order mark): where,
     and how to convert it."""

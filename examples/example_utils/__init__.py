@@ -33,9 +33,8 @@ import transformers  # noqa: E402
 from transformers import HfArgumentParser  # noqa: E402
 
 import optimum_ipu  # noqa: E402
-from optimum_ipu.config_schema import CONFIG_NAME as IPU_CONFIG_NAME  # noqa: E402
 from optimum_ipu.errors import elide, short_repr  # noqa: E402
-from optimum_ipu.files import nearest_sibling, read_json_file, utf8_problem  # noqa: E402
+from optimum_ipu.files import model_folder_text_problem, nearest_sibling, read_json_file, utf8_problem  # noqa: E402
 
 from .json_args import checked_json_args  # noqa: E402
 
@@ -142,7 +141,6 @@ MODEL_FOLDER_FLAGS = (
     "image_processor_name",
     "processor_name",
 )
-MODEL_TEXT_FILES = (".json", ".txt", ".jinja")  # config.json, tokenizer.json, vocab.txt, merges.txt, chat templates
 # the data files a `--*_file` flag names that `datasets` (or a script) reads as UTF-8 text; compressed or binary
 # files (.gz, .parquet, .arrow) are read by their own decoders
 DATA_TEXT_FILES = (".csv", ".tsv", ".json", ".jsonl", ".txt", ".text", ".raw", ".tokens")
@@ -171,12 +169,9 @@ def check_text_encodings(*parsed: Any) -> None:
                 if problem is not None:
                     raise ValueError(f"--{name} {value} {problem}")
             elif name in MODEL_FOLDER_FLAGS and os.path.isdir(value):
-                for entry in sorted(os.listdir(value)):
-                    path = os.path.join(value, entry)
-                    if entry.endswith(MODEL_TEXT_FILES) and entry != IPU_CONFIG_NAME and os.path.isfile(path):
-                        problem = _utf8_problem(path, bom_allowed=False)
-                        if problem is not None:
-                            raise ValueError(f"--{name} {value}: {entry} {problem}")
+                problem = model_folder_text_problem(value)
+                if problem is not None:
+                    raise ValueError(f"--{name} {value}: {problem}")
 
 
 def _utf8_problem(path: str, bom_allowed: bool) -> str | None:

@@ -87,8 +87,12 @@ def _tensor_parallel(config: IPUConfig) -> str:
 def _model_layers(name_or_dir: str) -> tuple[int, str]:
     from transformers import AutoConfig
 
+    from ..files import model_folder_text_problem
     from ..models import plan_for_config
 
+    problem = model_folder_text_problem(name_or_dir)
+    if problem is not None:  # transformers would say only "not a valid JSON file"
+        raise IncompatibleIPUConfigError(f"--model {name_or_dir}: {problem}")
     try:
         model_config = AutoConfig.from_pretrained(name_or_dir)
     except (OSError, ValueError) as err:

@@ -13,6 +13,7 @@ from torch import nn
 
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError, checked_bool
+from ..files import model_folder_text_problem
 from ..models.auto import repo_ipu_config
 from ..models.pipelined import PipelinedModel
 from ..models.stage_loading import loads_stage_only
@@ -221,6 +222,10 @@ def pipeline(
     quantize, bf16 = checked_bool("quantize", quantize), checked_bool("bf16", bf16)
     fp16 = checked_bool("fp16", fp16, allow_none=True)
     device = pipeline_device(device)  # a device this machine lacks is said before any model is loaded
+    for name, folder in (("model", model), ("tokenizer", tokenizer)):
+        problem = model_folder_text_problem(folder) if isinstance(folder, (str, os.PathLike)) else None
+        if problem is not None:  # transformers would say "not a valid JSON file", or read a BOM into a token
+            raise ValueError(f"pipeline({name}={os.fspath(folder)!r}): {problem}")
     if task is None:
         task = infer_task(model, SUPPORTED_TASKS, model_kwargs)
     if task in DIFFUSION_TASKS:  # diffusers' pipelines, not transformers' (optimum_ipu.pipelines.diffusion)

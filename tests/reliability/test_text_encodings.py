@@ -206,3 +206,25 @@ def test_run_glue_tsv_with_a_bom_reads_as_without(run_glue, tmp_path):
     path.write_bytes(BOM + "sentence\tlabel\nun film réussi\t1\n".encode())
     rows = run_glue.read_glue_tsv(str(path), "sst2")
     assert rows.column_names[0] == "sentence" and rows[0]["sentence"] == "un film réussi"
+
+
+@pytest.mark.parametrize("damage", ["bom", "latin1"])
+def test_pipeline_and_config_check_name_a_model_file_that_is_not_utf8(tmp_path, reliability, damage):
+    """The same model folders through `pipeline(model=DIR)` and `optimum-ipu config check --model DIR`, which got
+    `transformers`' own words ("not a valid JSON file", naming neither the byte nor the fix)."""
+    from optimum_ipu.cli import main as cli
+    from optimum_ipu.pipelines import pipeline
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for file, text in MODEL_FILES.items():
+        (model / file).write_text(text, encoding="utf-8")
+    text = MODEL_FILES["config.json"]
+    (model / "config.json").write_bytes(BOM + text.encode("utf-8") if damage == "bom" else _latin1(text))
+    said = "byte-order mark" if damage == "bom" else "not UTF-8"
+    names = (f"pipeline(model={str(model)!r})", "config.json", said)
+    reliability.expect_clear_error(lambda: pipeline("text-classification", model=str(model)), names)
+    err, config = io.StringIO(), str(REPO_ROOT / "optimum_ipu" / "ipu_configs" / "bert-base-ipu.json")
+    with contextlib.redirect_stderr(err):
+        code = cli(["config", "check", config, "--model", str(model)])
+    _one_line(reliability, code, err.getvalue(), ("--model", "config.json", said))
