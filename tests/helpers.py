@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import importlib.util
+import io
 import os
 import subprocess
+import sys
+from types import ModuleType
 
 import datasets
 import torch
 import transformers
 
 from optimum_ipu import IPUTrainingArguments
+from optimum_ipu.errors import run_script
 from optimum_ipu.runtime.devices import cpu_supports_bf16
 
 from .conftest import PYTHON, REPO_ROOT
@@ -196,3 +202,36 @@ def saved_weights(folder) -> dict:
         return load_file(folder / "model.safetensors")
     files = set(json.loads(index.read_text())["weight_map"].values())
     return {key: value for name in sorted(files) for key, value in load_file(folder / name).items()}
+
+
+def load_script(folder, name: str, prefix: str = "script") -> ModuleType:
+    """An example script as a module (its folder on the path, for its helper modules), registered in `sys.modules`
+    under `{prefix}_{name}`: its dataclasses resolve their string annotations through it."""
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location(f"{prefix}_{name}", folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_main(module: ModuleType, argv: list[str]) -> tuple[int, str]:
+    """`run_script(module.main)` with `argv`, in this process: the exit code and stderr."""
+    import pytest
+
+    err, saved = io.StringIO(), sys.argv
+    sys.argv = [f"{module.__name__}.py", *argv]
+    try:
+        with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+            run_script(module.main)
+    finally:
+        sys.argv = saved
+    return exit_.value.code, err.getvalue()
+
+
+def one_clear_line(reliability, code: int, stderr: str, names: tuple[str, ...]) -> None:
+    """Exit code 2; the last line of stderr is the error, naming every one of `names`; no traceback."""
+    last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    clear = code == 2 and "Traceback" not in stderr and all(n in last for n in names) and len(last) < 700
+    assert reliability.bad_input(clear), (code, stderr[-2000:])

@@ -4,13 +4,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 
 import datasets
 import pytest
 
+from .. import helpers
 from ..conftest import REPO_ROOT
 from ..helpers import env, free_port, run_example, run_flags, run_torchrun
 
@@ -19,11 +18,7 @@ LENGTH = 48
 
 
 def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"lm_{name}", LM_DIR / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return helpers.load_script(LM_DIR, name, "lm")
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ is loaded.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import math
 import sys
@@ -22,52 +21,21 @@ from optimum_ipu.cli import main as cli_main
 from optimum_ipu.errors import run_script
 
 from ..conftest import REPO_ROOT, SHARED_DATA
-from ..helpers import env, run_python
+from ..helpers import env, load_script, one_clear_line, run_main, run_python
 
 QA_DIR = REPO_ROOT / "examples" / "question-answering"
 GLUE_DIR = REPO_ROOT / "examples" / "text-classification"
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-def load_script(folder, name: str):
-    """The script as a module (its folder on the path, for its helper modules)."""
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-    spec = importlib.util.spec_from_file_location(f"reliability_{name}", folder / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their string annotations through it
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def run_qa():
-    return load_script(QA_DIR, "run_qa")
+    return load_script(QA_DIR, "run_qa", "reliability")
 
 
 @pytest.fixture(scope="module")
 def run_glue():
-    return load_script(GLUE_DIR, "run_glue")
-
-
-def run_main(module, argv: list[str]) -> tuple[int, str]:
-    """`run_script(module.main)` with `argv`: the exit code and stderr."""
-    err = io.StringIO()
-    saved = sys.argv
-    sys.argv = [f"{module.__name__}.py", *argv]
-    try:
-        with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
-            run_script(module.main)
-    finally:
-        sys.argv = saved
-    return exit_.value.code, err.getvalue()
-
-
-def one_clear_line(reliability, code: int, stderr: str, names: tuple[str, ...]) -> None:
-    """Exit code 2; the last line of stderr is the error, naming every one of `names`; no traceback."""
-    last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
-    clear = code == 2 and "Traceback" not in stderr and all(n in last for n in names) and len(last) < 700
-    assert reliability.bad_input(clear), (code, stderr[-2000:])
+    return load_script(GLUE_DIR, "run_glue", "reliability")
 
 
 def qa_argv(tmp_path, *extra: str) -> list[str]:

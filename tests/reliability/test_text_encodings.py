@@ -13,7 +13,6 @@ the file and saying it is not UTF-8, with the command that converts it, before a
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import sys
@@ -22,52 +21,22 @@ from types import SimpleNamespace
 import pytest
 
 from optimum_ipu import IncompatibleIPUConfigError, IPUConfig
-from optimum_ipu.errors import run_script
 
 from ..conftest import REPO_ROOT
+from ..helpers import load_script, one_clear_line, run_main
 
 EXAMPLES = REPO_ROOT / "examples"
 BOM = b"\xef\xbb\xbf"
 
 
-def _script(folder: str, name: str):
-    """The example script as a module (its folder on the path, for its helper modules)."""
-    path = EXAMPLES / folder
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-    spec = importlib.util.spec_from_file_location(f"encodings_{name}", path / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their string annotations through it
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def run_glue():
-    return _script("text-classification", "run_glue")
+    return load_script(EXAMPLES / "text-classification", "run_glue", "encodings")
 
 
 @pytest.fixture(scope="module")
 def run_clm():
-    return _script("language-modeling", "run_clm")
-
-
-def _run(module, argv: list[str]) -> tuple[int, str]:
-    """`run_script(module.main)` with `argv`: the exit code and stderr."""
-    err, saved = io.StringIO(), sys.argv
-    sys.argv = [f"{module.__name__}.py", *argv]
-    try:
-        with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
-            run_script(module.main)
-    finally:
-        sys.argv = saved
-    return exit_.value.code, err.getvalue()
-
-
-def _one_line(reliability, code: int, stderr: str, names: tuple[str, ...]) -> None:
-    last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
-    clear = code == 2 and "Traceback" not in stderr and all(name in last for name in names)
-    assert reliability.bad_input(clear), (code, stderr[-2000:])
+    return load_script(EXAMPLES / "language-modeling", "run_clm", "encodings")
 
 
 def _latin1(text: str) -> bytes:
@@ -100,8 +69,8 @@ def test_an_argument_file_with_a_bom_parses(run_glue, tmp_path):
 def test_an_argument_file_in_latin1_is_one_line(run_glue, tmp_path, reliability):
     path = tmp_path / "args.json"
     path.write_bytes(_latin1(json.dumps({"model_name_or_path": "modèle", "output_dir": "out"}, ensure_ascii=False)))
-    code, stderr = _run(run_glue, [str(path)])
-    _one_line(reliability, code, stderr, (str(path), "not UTF-8", "iconv -f latin1 -t utf-8"))
+    code, stderr = run_main(run_glue, [str(path)])
+    one_clear_line(reliability, code, stderr, (str(path), "not UTF-8", "iconv -f latin1 -t utf-8"))
 
 
 # ------------------------------------------------------------------ a model folder, read by transformers
@@ -126,9 +95,9 @@ def test_a_model_file_with_a_bom_or_in_latin1_is_one_line_naming_it(run_glue, tm
     train.write_text("sentence\tlabel\na fine film\t1\n", encoding="utf-8")
     out = tmp_path / "out"
     argv = ["--model_name_or_path", str(model), "--task_name", "sst2", "--train_file", str(train), "--do_train"]
-    code, stderr = _run(run_glue, [*argv, "--output_dir", str(out), "--report_to", "none"])
+    code, stderr = run_main(run_glue, [*argv, "--output_dir", str(out), "--report_to", "none"])
     said = "byte-order mark" if damage == "bom" else "not UTF-8"
-    _one_line(reliability, code, stderr, ("--model_name_or_path", name, said, str(model / name)))
+    one_clear_line(reliability, code, stderr, ("--model_name_or_path", name, said, str(model / name)))
     assert not out.exists()  # refused before anything was written
 
 
@@ -148,9 +117,9 @@ def test_a_data_file_in_latin1_is_one_line_naming_it(run_glue, tmp_path, reliabi
     path.write_bytes(_latin1(DATA[fmt]))
     out = tmp_path / "out"
     argv = ["--model_name_or_path", "unused", "--train_file", str(path), "--do_train", "--output_dir", str(out)]
-    code, stderr = _run(run_glue, argv)
+    code, stderr = run_main(run_glue, argv)
     names = ("--train_file", str(path), "not UTF-8", "byte ", "0xE9", f"iconv -f latin1 -t utf-8 {path}")
-    _one_line(reliability, code, stderr, names)
+    one_clear_line(reliability, code, stderr, names)
     assert not out.exists()
 
 
@@ -158,8 +127,8 @@ def test_a_text_file_in_latin1_is_one_line_naming_it(run_clm, tmp_path, reliabil
     path = tmp_path / "train.txt"
     path.write_bytes(_latin1("Il était une fois\nune histoire\n"))
     argv = ["--model_name_or_path", "unused", "--train_file", str(path), "--do_train", "--output_dir", str(tmp_path)]
-    code, stderr = _run(run_clm, argv)
-    _one_line(reliability, code, stderr, ("--train_file", str(path), "not UTF-8", "iconv"))
+    code, stderr = run_main(run_clm, argv)
+    one_clear_line(reliability, code, stderr, ("--train_file", str(path), "not UTF-8", "iconv"))
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json", "txt"])
@@ -227,4 +196,4 @@ def test_pipeline_and_config_check_name_a_model_file_that_is_not_utf8(tmp_path, 
     err, config = io.StringIO(), str(REPO_ROOT / "optimum_ipu" / "ipu_configs" / "bert-base-ipu.json")
     with contextlib.redirect_stderr(err):
         code = cli(["config", "check", config, "--model", str(model)])
-    _one_line(reliability, code, err.getvalue(), ("--model", "config.json", said))
+    one_clear_line(reliability, code, err.getvalue(), ("--model", "config.json", said))
