@@ -226,6 +226,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             max_body_bytes=args.max_body_bytes,
             served_model_name=args.served_model_name,
             stage_timeout=args.stage_timeout,
+            continuous_batching=args.continuous_batching,
         )
         return serve(settings)
     except (OSError, KeyError, ValueError) as err:  # a model, task or config that cannot be loaded: one line
@@ -460,6 +461,11 @@ def _add_serve(sub: Any) -> None:
         type=_finite("seconds", above_zero=True),
         default=300.0,
         help="under torchrun: seconds a call waits for a stopped or hung stage process; then 500, /health 503, exit 1",
+    )
+    serve.add_argument(
+        "--continuous-batching",
+        action="store_true",
+        help="greedy generation requests join the running batch at the next step (transformers' manager; one process)",
     )
     serve.set_defaults(func=_cmd_serve)
 

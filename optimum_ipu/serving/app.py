@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .batching import Batcher, Job, QueueFull
+from .continuous import ContinuousGeneration
 from .errors import APIError, error_response, install_error_handlers
 from .metrics import ServerMetrics
 from .settings import ServeSettings
@@ -58,6 +59,7 @@ class ServerState:
         self.batcher = Batcher(
             settings.max_batch_size, settings.batch_wait_ms / 1000, settings.max_queue, metrics, self.task
         )
+        self.continuous = ContinuousGeneration(pipe, settings.max_batch_size) if settings.continuous_batching else None
         self.warm = False
         self.warmup_error: str | None = None
         self.draining = False
@@ -81,7 +83,7 @@ class ServerState:
     @property
     def idle(self) -> bool:
         """No request in flight and none waiting or computing."""
-        return self.in_flight == 0 and self.batcher.idle
+        return self.in_flight == 0 and self.batcher.idle and (self.continuous is None or not self.continuous.in_flight)
 
     def begin_draining(self) -> None:
         """Refuse new requests (503) and say unhealthy; those in flight finish (graceful shutdown)."""
@@ -122,7 +124,10 @@ class ServerState:
         """Queue `job`, wait for its result within the request's time left; 429 when the queue is full, 504 past
         the timeout (a computation already running finishes, its result dropped, unless the job's `on_cancel` stops
         it), the job's own error otherwise."""
-        future = self.submit(job)
+        return await self.wait(self.submit(job), request)
+
+    async def wait(self, future: asyncio.Future, request: Request) -> Any:
+        """The result of a submitted request's `future` within the request's time left (see `run`)."""
         try:
             result = await asyncio.wait_for(asyncio.shield(future), self.time_left(request))
         except asyncio.TimeoutError:
@@ -150,6 +155,8 @@ class ServerState:
             result = await self.batcher.run_now(job)
             if isinstance(result, BaseException):
                 raise result
+            if self.continuous is not None:  # its manager's warm-up, before /health says ready
+                await asyncio.get_running_loop().run_in_executor(None, self.continuous.start)
         except Exception as err:  # noqa: BLE001 (reported on /health and in the log; the server stays up)
             self.warmup_error = f"{type(err).__name__}: {err}"
             logger.exception("the warm-up request failed; /health answers 503")
@@ -267,6 +274,8 @@ def create_app(pipe: Any, settings: ServeSettings, metrics: ServerMetrics | None
         finally:
             warmup.cancel()
             await state.batcher.stop()
+            if state.continuous is not None:
+                await asyncio.get_running_loop().run_in_executor(None, state.continuous.stop)
 
     app = FastAPI(title="optimum-ipu serve", lifespan=lifespan)
     app.state.server = state

@@ -7,13 +7,14 @@ together: one `generate()` over the batch's rows. A `RowStreamer` (a `transforme
 streaming request turns them into server-sent events as they come; every request gets its token counts and why
 each choice ended from them.
 
-Why not `transformers`' continuous batching manager (`model.init_continuous_batching()`, `generate_batch`): it
-drives the stock model with its own paged KV cache and scheduler, outside `pipeline()` and its layouts (the IPU
-config's stages, `generate_static`'s padded shapes); it does not stream (`generate()` refuses a streamer with it in
-`transformers` 5.24); and on this project's 2-core CPU it was slower: 8 prompts x 32 new tokens of a 4-layer,
-256-wide GPT-2 took 24.5 s through `generate_batch` (its warm-up included) against 0.23 s for one `generate()` of
-the padded batch. A server built on it would hold a second inference path beside the one the pipelines test.
-What this costs: a request that arrives while a batch decodes waits for the next batch (at most one generation).
+`transformers`' continuous batching manager (`model.init_continuous_batching()`) serves greedy requests instead
+with `--continuous-batching` (`serving/continuous.py`): a request joins the running batch at the next step, where
+here a request that arrives while a batch decodes waits for the next batch (at most one generation). Measured with
+requests arriving while others decode, the manager gave 1.40-1.42x the tokens/s and 0.28-0.31x the p50 latency
+(`benchmarks/continuous_batching.py`); with every request there at once it equals one padded `generate()` (67.0
+against 67.2 tokens/s, 8 prompts x 32 tokens of a 124 M GPT-2; an earlier note here had it slower, its 10-15 s
+warm-up counted in). This path stays for what the manager does not take: sampling (its setting is fixed for every
+request when the manager is made), several choices, a seed, and a model across the processes of a `torchrun` job.
 
 A request cancelled (a streaming client that went away, a timeout) marks its sink (`GenerationSink.cancelled`):
 `GoneRows`, a stopping criterion handed to `generate()` beside the streamer, ends its rows at the next step, so a
@@ -178,12 +179,20 @@ def _alone(pipe: Any, jobs: list[Job], max_batch_size: int, param: str, err: Inp
 
 
 def _prompt_tokens(pipe: Any, item: Any, param: str) -> int:
-    """The prompt's tokens as the pipeline's own `preprocess` makes them (chat template included); an
-    `InputError` when they do not fit its `max_seq_length`."""
+    return len(prompt_ids(pipe, item, param))
+
+
+def prompt_ids(pipe: Any, item: Any, param: str) -> list[int]:
+    """The prompt's token ids as the pipeline's own `preprocess` makes them (chat template included; its padding
+    left out); an `InputError` when they do not fit its `max_seq_length`."""
     from transformers.utils.chat_template_utils import Chat
 
     prompt = Chat(item) if isinstance(item, list) else item
-    tokens = int(pipe.preprocess(prompt)["input_ids"].shape[-1])
+    encoded = pipe.preprocess(prompt)
+    ids = encoded["input_ids"][0]
+    mask = encoded.get("attention_mask")
+    ids = (ids[mask[0].bool()] if mask is not None else ids).tolist()
+    tokens = len(ids)
     if tokens > pipe.max_seq_length:
         raise InputError(
             param,
@@ -192,4 +201,4 @@ def _prompt_tokens(pipe: Any, item: Any, param: str) -> int:
         )
     if tokens == 0:
         raise InputError(param, f"{param}: empty; generation continues a prompt of one token or more")
-    return tokens
+    return ids

@@ -31,6 +31,9 @@ class ServeSettings:
             stage process (a stopped or hung one, which `torchrun` does not notice) before it fails: the request gets
             a 500, `/health` a 503, and the server exits with code 1. A quarter of it (at most 30 s) is the processes'
             heartbeat interval: a stage stopped while the server is idle is noticed 2.5 beats later.
+        continuous_batching (`bool`, *optional*, defaults to `False`): greedy generation requests join the running
+            batch at the next step (`transformers`' continuous batching manager, a model whole in this process;
+            `serving/continuous.py`); sampled ones are batched statically.
     """
 
     model: str
@@ -45,6 +48,7 @@ class ServeSettings:
     max_body_bytes: int = 25 * 1024 * 1024
     served_model_name: str | None = None
     stage_timeout: float = 300.0
+    continuous_batching: bool = False
 
     def __post_init__(self) -> None:
         for name, low in (("max_batch_size", 1), ("max_queue", 1), ("max_body_bytes", 1), ("port", 0)):

@@ -1,0 +1,186 @@
+"""Continuous batching of greedy generation requests (`optimum-ipu serve --continuous-batching`): `transformers`'
+continuous batching manager (`model.init_continuous_batching()`), where the model is whole in this process.
+
+A request joins the running batch at the next decoding step and leaves it when done, where the static batching of
+`serving/generation.py` makes a request that arrives while a batch decodes wait for the whole batch. Issue 38 asks
+to use `transformers`' manager where the model is whole in one process if it measures faster than ours; on this
+project's CPU it did, with requests arriving while others decode (`benchmarks/continuous_batching.py`: a random
+124 M GPT-2, 24 greedy requests of 8 to 64 tokens arriving every 0.3 s: 1.40-1.42x the tokens/s, p50 latency
+0.28-0.31x, the same greedy tokens for every request). Its warm-up (about 10 s here) runs before `/health` says
+ready.
+
+What it takes: greedy requests (`temperature` 0) of one choice (`n` 1) without a `seed`, on a model held whole in
+this process. The others (sampling, whose setting the manager fixes for every request at its creation; several
+choices; a seed, which needs a batch of its own) are batched statically as before. The prompt is tokenized by the
+pipeline's own `preprocess` (chat template included) and the text decoded as the pipeline decodes it (the decoded
+prompt and tokens, less the decoded prompt), so a request gets the same text either way. Stop strings end the
+request once its text holds one; a cancelled request (a timeout, a streaming client gone) is cancelled in the
+manager, which frees its place at the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import uuid
+from typing import Any
+
+from .generation import Choice, GenerationSink, cut_at_stop, eos_token_ids, prompt_ids
+
+logger = logging.getLogger(__name__)
+HANDLER_GRACE_S = 5.0  # seconds a cancelled request's handler stays, for the outputs of the step in flight
+
+
+class ContinuousGeneration:
+    """`transformers`' continuous batching manager over the served pipeline's model (see the module docstring).
+
+    Args:
+        pipe: the `text-generation` pipeline the server serves (its model whole in this process).
+    """
+
+    def __init__(self, pipe: Any, max_batch_size: int = 8) -> None:
+        self.check(pipe)
+        self.pipe, self.max_batch_size = pipe, max_batch_size
+        self.model = getattr(pipe.model, "model", pipe.model)  # the transformers model inside a PipelinedModel
+        self.eos = eos_token_ids(pipe)
+        self.manager: Any = None
+        self.in_flight = 0
+
+    @staticmethod
+    def check(pipe: Any) -> None:
+        """One line when the manager cannot serve this pipeline: another task, or a model across processes."""
+        if getattr(pipe, "task", None) != "text-generation":
+            raise ValueError(
+                f"--continuous-batching: batches generation requests; this server's task is {pipe.task}: leave it out"
+            )
+        if hasattr(pipe, "lockstep"):
+            raise ValueError(
+                "--continuous-batching: the model's stages run on the processes of a torchrun job, and transformers' "
+                "manager drives a model whole in one process; leave it out under torchrun"
+            )
+
+    def start(self) -> None:
+        """Make the manager (greedy, the model's end-of-sequence tokens), warm it up and start its loop (blocking:
+        run it off the event loop)."""
+        from transformers import GenerationConfig
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+        eos = sorted(self.eos) or -1  # -1: no end-of-sequence token, every request generates its max_tokens
+        pad = self.pipe.tokenizer.pad_token_id
+        config = GenerationConfig(do_sample=False, eos_token_id=eos, pad_token_id=pad)
+        self.manager = self.model.init_continuous_batching(
+            generation_config=config, continuous_batching_config=self.cache_config(ContinuousBatchingConfig)
+        )
+        self.manager.warmup()
+        self.manager.start()
+
+    def cache_config(self, config_class: type) -> Any:
+        """The manager's KV cache sized by the server's limits: `max_batch_size` requests decoding at once, each up to
+        the model's positions (the others wait in its queue, without cache). Left to itself, the manager takes 60%
+        of the machine's free memory on a CPU (90% of a GPU's): two servers, or a server beside a training job,
+        would not fit."""
+        from ..pipelines.base import position_limit
+
+        page = 256
+        positions = position_limit(self.model.config) or 2048
+        blocks = self.max_batch_size * (-(-positions // page) + 1)  # whole pages a request, and one to spare each
+        return config_class(
+            page_size=page,
+            num_blocks=blocks,
+            max_batch_tokens=max(page, self.max_batch_size * self.pipe.max_seq_length),
+            max_requests_per_batch=self.max_batch_size,
+        )
+
+    def stop(self) -> None:
+        """Stop the manager's loop (the requests in flight have finished once the server drained)."""
+        if self.manager is not None:
+            self.manager.stop(block=True, timeout=30)
+            self.manager = None
+
+    def takes(self, kwargs: dict[str, Any]) -> bool:
+        """Whether a request of these pipeline arguments runs here (greedy, one choice, no seed) once started."""
+        greedy = not kwargs.get("do_sample") and kwargs.get("num_return_sequences", 1) == 1
+        return self.manager is not None and greedy and "seed" not in kwargs
+
+    def submit(self, sink: GenerationSink, prompts: list[Any], kwargs: dict[str, Any], param: str) -> asyncio.Future:
+        """Add one manager request per prompt; the future of `sink` once every choice has ended (cancelling it
+        cancels the requests). Raises the pipeline's `InputError` for a prompt it refuses."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+        prompts_ids = [prompt_ids(self.pipe, prompt, param) for prompt in prompts]
+        sink.prompt_tokens = sum(len(ids) for ids in prompts_ids)
+        sink.choices = [Choice() for _ in prompts_ids]
+        stop = list(kwargs.get("stop_sequence", []))
+        streaming = sink.queue is not None or bool(stop)  # each token as it comes: to stream, or to find a stop
+        tag = uuid.uuid4().hex
+        request_ids = [f"{tag}-{index}" for index in range(len(prompts_ids))]
+        pending = set(request_ids)
+        for index, (request_id, ids) in enumerate(zip(request_ids, prompts_ids, strict=True)):
+            on_result = functools.partial(self._on_result, future, sink, index, ids, stop, pending, request_id)
+            self.manager.register_result_handler(request_id, on_result)
+            self.manager.add_request(
+                ids, request_id=request_id, max_new_tokens=kwargs["max_new_tokens"], streaming=streaming
+            )
+        self.in_flight += 1
+        future.add_done_callback(functools.partial(self._done, pending))
+        return future
+
+    def _on_result(
+        self,
+        future: asyncio.Future,
+        sink: GenerationSink,
+        index: int,
+        ids: list[int],
+        stop: list[str],
+        pending: set[str],
+        request_id: str,
+        result: Any,
+    ) -> None:
+        """A result of one request (in the event loop): its new tokens to the choice (and the stream), its end."""
+        if future.done() or request_id not in pending:
+            return
+        if result.error is not None:
+            logger.error("continuous batching: request %s failed: %s", request_id, result.error)
+            future.set_exception(RuntimeError(f"continuous batching: {result.error}"))
+            return
+        choice = sink.choices[index]
+        for token in result.generated_tokens[len(choice.ids) :]:
+            choice.ids.append(token)
+            choice.ended = token in self.eos
+            if sink.queue is not None:
+                sink.queue.put_nowait((index, token))
+        if stop or result.is_finished() or choice.ended:  # (decoded only when needed: each decode reads them all)
+            choice.text = self._decoded(ids, choice.ids)
+        stopped = bool(stop) and cut_at_stop(choice.text, stop)[1]
+        if not (result.is_finished() or stopped or choice.ended):
+            return
+        if not result.is_finished():  # a stop string or the end token: the manager stops it at the next step
+            self._cancel(request_id)
+        pending.discard(request_id)
+        if not pending:
+            future.set_result(sink)
+
+    def _decoded(self, prompt: list[int], tokens: list[int]) -> str:
+        """The text of `tokens` as the pipeline makes it: the decoded prompt and tokens, less the decoded prompt."""
+        tokenizer = self.pipe.tokenizer
+        whole = tokenizer.decode(prompt + tokens, skip_special_tokens=True)
+        return whole[len(tokenizer.decode(prompt, skip_special_tokens=True)) :]
+
+    def _done(self, pending: set[str], future: asyncio.Future) -> None:
+        """The request ended: answered, or cancelled (its manager requests are cancelled, freeing their places)."""
+        self.in_flight -= 1
+        if future.cancelled():
+            for request_id in list(pending):
+                self._cancel(request_id)
+            pending.clear()
+
+    def _cancel(self, request_id: str) -> None:
+        """Cancel a request in the manager (freed at its next step), and forget its result handler a little later:
+        a cancelled request gets no last result, which would drop the handler, and outputs of the step in flight
+        without a handler would pile up in the manager's shared queue, which nothing here reads."""
+        if self.manager is None:
+            return
+        self.manager.cancel_request(request_id)
+        handlers = self.manager.output_router.result_handlers
+        asyncio.get_running_loop().call_later(HANDLER_GRACE_S, handlers.pop, request_id, None)

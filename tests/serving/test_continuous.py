@@ -1,0 +1,114 @@
+"""`optimum-ipu serve --continuous-batching` on a tiny GPT-2: greedy requests run through `transformers`' continuous
+batching manager (not the static batcher) with the text of `model.generate` and of the static path (streamed chunks
+adding up, stop strings, chat); sampled or seeded requests still batch statically; a streaming client that goes
+away cancels its request in the manager; other tasks and torchrun are refused in one line."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+
+import httpx
+import openai
+import pytest
+
+from .conftest import CHAT_TEMPLATE, metric, running_server
+from .test_faults import _until
+from .test_generation import PROMPTS, _generate
+
+
+@pytest.fixture(scope="module")
+def generator(tiny_pretrained):
+    from optimum_ipu.pipelines import pipeline
+
+    pipe = pipeline("text-generation", model=str(tiny_pretrained("GPT2LMHeadModel")))
+    pipe.tokenizer.chat_template = CHAT_TEMPLATE
+    return pipe
+
+
+@pytest.fixture(scope="module")
+def server(generator):
+    with running_server(generator, max_batch_size=4, continuous_batching=True) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server[0]}/v1", api_key="unused", max_retries=0)
+
+
+def _static_batches(url: str) -> float:
+    return metric(url, "optimum_ipu_batch_size_count", task="text-generation")
+
+
+def test_greedy_requests_run_in_the_continuous_batch_as_generate(server, client, generator):
+    url, state = server
+    before = _static_batches(url)
+    response = client.completions.create(model="tiny", prompt=PROMPTS, max_tokens=10, temperature=0)
+    assert [c.text for c in response.choices] == [_generate(generator, p, 10) for p in PROMPTS]
+    assert all(c.finish_reason == "length" for c in response.choices)
+    prompt_tokens = sum(len(generator.tokenizer(p)["input_ids"]) for p in PROMPTS)
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (prompt_tokens, 20)
+    messages = [{"role": "user", "content": "Say something"}]
+    chat = client.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0)
+    expected = generator([{"role": "user", "content": "Say something"}], max_new_tokens=6, do_sample=False)
+    assert chat.choices[0].message.content == expected[0]["generated_text"][-1]["content"]
+    assert _static_batches(url) == before  # neither went through the static batcher
+    assert state.continuous.in_flight == 0
+
+
+def test_streamed_chunks_and_stop_strings_as_the_static_path(client, generator):
+    text = _generate(generator, PROMPTS[0], 12)
+    chunks = list(client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=12, temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == text and chunks[-1].choices[0].finish_reason == "length"
+    stop = text[3:5]
+    stopped = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=12, temperature=0, stop=[stop])
+    assert stopped.choices[0].text == text[: text.find(stop)] and stopped.choices[0].finish_reason == "stop"
+
+
+def test_sampled_and_seeded_requests_still_batch_statically(server, client):
+    url, _ = server
+    before = _static_batches(url)
+    client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=4, temperature=0.8, seed=3)
+    client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=4, temperature=0, seed=3)
+    assert _static_batches(url) == before + 2
+
+
+def test_a_client_gone_mid_stream_cancels_its_request(server):
+    """A decoding step slowed to 20 ms (a hook on the embedding, which every step calls), so that the client leaves
+    while its 60 tokens decode: the manager stops at the next step (far fewer than 60 steps run)."""
+    url, state = server
+    steps = []
+    slow = lambda module, args: steps.append(time.sleep(0.02))  # noqa: E731
+    handle = state.continuous.model.get_input_embeddings().register_forward_pre_hook(slow)
+    try:
+        body = {"model": "tiny", "prompt": PROMPTS[1], "max_tokens": 60, "temperature": 0, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=30) as stream:
+            lines = stream.iter_lines()  # (held: an iterator dropped closes the response, which is the client leaving)
+            line = next(line for line in lines if line.startswith("data: "))
+            assert json.loads(line[len("data: ") :])["choices"][0]["text"] is not None
+            assert state.continuous.in_flight == 1
+        _until(lambda: state.continuous.in_flight == 0, "the gone client's request cancelled")
+        time.sleep(0.3)  # steps the manager would run if it still decoded the request
+        ran = len(steps)
+        time.sleep(0.3)
+        assert len(steps) == ran < 40, ran  # stopped, well before its 60 tokens
+    finally:
+        handle.remove()
+    again = httpx.post(f"{url}/v1/completions", json={**body, "stream": False, "max_tokens": 3}, timeout=30)
+    assert again.status_code == 200 and again.json()["choices"][0]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize(
+    ("pipe", "message"),
+    [
+        (SimpleNamespace(task="question-answering"), "this server's task is question-answering"),
+        (SimpleNamespace(task="text-generation", lockstep=object()), "leave it out under torchrun"),
+    ],
+)
+def test_refused_where_the_manager_cannot_serve(pipe, message):
+    from optimum_ipu.serving.continuous import ContinuousGeneration
+
+    with pytest.raises(ValueError, match=message):
+        ContinuousGeneration.check(pipe)
