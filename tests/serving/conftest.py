@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
@@ -127,3 +128,14 @@ def stage_server(
                 worker.resume()  # (a test may have stopped it)
                 worker.kill()
         process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def generator(tiny_pretrained):
+    """A `text-generation` pipeline of a tiny GPT-2 whose tokenizer has a chat template (a module's own, each module
+    its server)."""
+    from optimum_ipu.pipelines import pipeline
+
+    pipe = pipeline("text-generation", model=str(tiny_pretrained("GPT2LMHeadModel")))
+    pipe.tokenizer.chat_template = CHAT_TEMPLATE
+    return pipe

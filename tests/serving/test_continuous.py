@@ -13,18 +13,9 @@ import httpx
 import openai
 import pytest
 
-from .conftest import CHAT_TEMPLATE, metric, running_server
+from .conftest import metric, running_server
 from .test_faults import _until
 from .test_generation import PROMPTS, _generate
-
-
-@pytest.fixture(scope="module")
-def generator(tiny_pretrained):
-    from optimum_ipu.pipelines import pipeline
-
-    pipe = pipeline("text-generation", model=str(tiny_pretrained("GPT2LMHeadModel")))
-    pipe.tokenizer.chat_template = CHAT_TEMPLATE
-    return pipe
 
 
 @pytest.fixture(scope="module")

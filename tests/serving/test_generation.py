@@ -11,18 +11,9 @@ import openai
 import pytest
 import torch
 
-from .conftest import CHAT_TEMPLATE, assert_error, metric, running_server
+from .conftest import assert_error, metric, running_server
 
 PROMPTS = ["The weather today", "Trains run late because"]
-
-
-@pytest.fixture(scope="module")
-def generator(tiny_pretrained):
-    from optimum_ipu.pipelines import pipeline
-
-    pipe = pipeline("text-generation", model=str(tiny_pretrained("GPT2LMHeadModel")))
-    pipe.tokenizer.chat_template = CHAT_TEMPLATE
-    return pipe
 
 
 @pytest.fixture(scope="module")
