@@ -33,7 +33,16 @@ from .continuous import ContinuousGeneration
 from .errors import APIError, error_response, install_error_handlers
 from .metrics import ServerMetrics
 from .settings import ServeSettings
-from .tasks import api_error_of, check_call_arguments, decode_input, run_pipeline_batch, to_jsonable, warmup_request
+from .tasks import (
+    INPUT_ERRORS,
+    InputError,
+    api_error_of,
+    check_call_arguments,
+    decode_input,
+    run_pipeline_batch,
+    to_jsonable,
+    warmup_request,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -113,12 +122,23 @@ class ServerState:
         try:
             return self.batcher.submit(job)
         except QueueFull:
-            self.metrics.rejected.labels("queue_full").inc()
-            raise APIError(
-                429,
-                f"the queue holds {self.settings.max_queue} requests (--max-queue); retry after a second",
-                headers={"Retry-After": "1"},
-            ) from None
+            raise self._queue_full(f"the queue holds {self.settings.max_queue} requests") from None
+
+    def submit_continuous(self, sink: Any, prompts: list[Any], kwargs: dict[str, Any], param: str) -> asyncio.Future:
+        """Hand a greedy generation request to the continuous batching manager (`serving/continuous.py`); the future
+        of its filled sink. A 429 past `--max-queue` requests in flight there, a 400 for a prompt the pipeline
+        refuses."""
+        if self.continuous.in_flight >= self.settings.max_queue:
+            raise self._queue_full(f"{self.settings.max_queue} requests are in flight")
+        try:
+            return self.continuous.submit(sink, prompts, kwargs, param)
+        except (*INPUT_ERRORS, InputError) as err:
+            raise api_error_of(err if isinstance(err, InputError) else InputError(param, f"{param}: {err}")) from None
+
+    def _queue_full(self, held: str) -> APIError:
+        """The 429 (with `Retry-After`) of a full queue, counted; `held` says what is held."""
+        self.metrics.rejected.labels("queue_full").inc()
+        return APIError(429, f"{held} (--max-queue); retry after a second", headers={"Retry-After": "1"})
 
     async def run(self, job: Job, request: Request) -> Any:
         """Queue `job`, wait for its result within the request's time left; 429 when the queue is full, 504 past

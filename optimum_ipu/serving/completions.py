@@ -27,7 +27,7 @@ from starlette.responses import StreamingResponse
 from .batching import Job
 from .errors import APIError, bad_request, error_body
 from .generation import GenerationSink, cut_at_stop, run_generation_batch
-from .tasks import INPUT_ERRORS, InputError, api_error_of
+from .tasks import api_error_of
 
 # OpenAI fields taken but without effect here, and those refused unless they hold their default
 _IGNORED = {"user", "stream_options", "service_tier", "store", "metadata"}
@@ -190,12 +190,13 @@ async def _complete(state: Any, request: Request, req: _Sampling, prompts: list[
         "created": int(time.time()),
         "model": state.model_name,
     }
-    continuous = state.continuous is not None and state.continuous.takes(kwargs)  # greedy: joins the running batch
+    # (a 429 when the queue is full); a greedy request joins the running batch where continuous batching is on
+    if state.continuous is not None and state.continuous.takes(kwargs):
+        future = state.submit_continuous(sink, prompts, kwargs, param)
+    else:
+        future = state.submit(job)
     if not stream:
-        future = _submit_continuous(state, sink, prompts, kwargs, param) if continuous else state.submit(job)
         return _response(await state.wait(future, request), stop, chat, meta, state)
-    # (a 429 when the queue is full)
-    future = _submit_continuous(state, sink, prompts, kwargs, param) if continuous else state.submit(job)
     future.add_done_callback(lambda f: sink.queue.put_nowait(("done", f)))
     include_usage = bool((req.stream_options or {}).get("include_usage"))
     events = _stream(state, request, sink, future, stop, chat, meta, include_usage)
@@ -206,22 +207,6 @@ async def _complete(state: Any, request: Request, req: _Sampling, prompts: list[
     return StreamingResponse(
         events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}, background=gone
     )
-
-
-def _submit_continuous(state: Any, sink: GenerationSink, prompts: list[Any], kwargs: dict, param: str) -> Any:
-    """A greedy request handed to the continuous batching manager (`serving/continuous.py`): the future of its
-    filled sink; 429 past `--max-queue` requests in flight there, 400 for a prompt the pipeline refuses."""
-    if state.continuous.in_flight >= state.settings.max_queue:
-        state.metrics.rejected.labels("queue_full").inc()
-        raise APIError(
-            429,
-            f"{state.settings.max_queue} requests are in flight (--max-queue); retry after a second",
-            headers={"Retry-After": "1"},
-        )
-    try:
-        return state.continuous.submit(sink, prompts, kwargs, param)
-    except INPUT_ERRORS + (InputError,) as err:
-        raise api_error_of(err if isinstance(err, InputError) else InputError(param, f"{param}: {err}")) from None
 
 
 def _finish_reason(choice: Any, stopped: bool) -> str:

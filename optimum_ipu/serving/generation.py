@@ -147,7 +147,7 @@ def run_generation_batch(pipe: Any, jobs: list[Job], max_batch_size: int, param:
     seed = kwargs.pop("seed", None)
     try:
         for job in jobs:
-            job.context.prompt_tokens = sum(_prompt_tokens(pipe, item, param) for item in job.items)
+            job.context.prompt_tokens = sum(len(prompt_ids(pipe, item, param)) for item in job.items)
         sinks = [job.context for job in jobs]
         for sink in sinks:
             sink.choices = [Choice() for _ in sink.choices]  # a batch run again starts afresh
@@ -176,10 +176,6 @@ def _alone(pipe: Any, jobs: list[Job], max_batch_size: int, param: str, err: Inp
     if len(jobs) == 1:
         return [err]
     return [run_generation_batch(pipe, [job], max_batch_size, param)[0] for job in jobs]
-
-
-def _prompt_tokens(pipe: Any, item: Any, param: str) -> int:
-    return len(prompt_ids(pipe, item, param))
 
 
 def prompt_ids(pipe: Any, item: Any, param: str) -> list[int]:
