@@ -52,8 +52,9 @@ def test_modes_sizes_and_layers(fields):
         assert len(config.layers_per_ipu) == ipus and config.device_slots == ipus * replicas
         factor = replicas * raw[f"{prefix}device_iterations"] * (1 if inference else raw["gradient_accumulation_steps"])
         assert config.batch_size_factor(for_inference=inference) == factor
-        fixed = sum(n for n in config.layers_per_ipu if n != -1)
-        layers = layers_per_stage(config, fixed + 3 if -1 in config.layers_per_ipu else fixed)
+        fixed, wildcards = sum(n for n in config.layers_per_ipu if n != -1), config.layers_per_ipu.count(-1)
+        # a wildcard asks for a layer at least, as a count does: one each, and 3 more to share
+        layers = layers_per_stage(config, fixed + wildcards + 3 if wildcards else fixed)
         assert len(layers) == ipus and min(layers) >= 0
     assert config.train().mode == "training" and config.eval().mode == "inference"
 
