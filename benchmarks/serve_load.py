@@ -49,7 +49,8 @@ import httpx
 import numpy as np
 
 from optimum_ipu.benchmark.serve import make_random_gpt2
-from optimum_ipu.benchmark.serve_load import SERVERS, free_port, wait_ready
+from optimum_ipu.benchmark.serve_load import SERVERS
+from optimum_ipu.benchmark.serve_load import start_server as serve_start
 
 TASKS = ("feature-extraction", "text-classification", "text-generation")
 FAULTS = ("bad_json", "wrong_type", "empty_input", "oversized_body", "unknown_model", "unknown_task")
@@ -293,21 +294,21 @@ def rss_bytes(pid: int) -> int:
         raise RuntimeError(f"no VmRSS for process {pid}") from None
 
 
-def start_server(args: argparse.Namespace, model: str, port: int, log: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "optimum_ipu.cli", "serve", model, "--task", args.task, "--port", str(port)]
-    command += ["--served-model-name", SERVED, "--max-batch-size", str(args.max_batch_size)]
-    command += ["--max-queue", str(max(64, 2 * args.concurrency)), "--max-body-bytes", str(args.max_body_bytes)]
-    if args.ipu_config:
-        command += ["--ipu-config", args.ipu_config]
-    environment = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    with open(log, "w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=environment)
+def start_server(args: argparse.Namespace, model: str, log: Path) -> tuple[subprocess.Popen, str]:
+    """optimum-ipu serve on a free port (another if that one is taken before the bind), once it takes requests."""
+
+    def command_for(port: int) -> list[str]:
+        command = [sys.executable, "-m", "optimum_ipu.cli", "serve", model, "--task", args.task, "--port", str(port)]
+        command += ["--served-model-name", SERVED, "--max-batch-size", str(args.max_batch_size)]
+        command += ["--max-queue", str(max(64, 2 * args.concurrency)), "--max-body-bytes", str(args.max_body_bytes)]
+        return command + (["--ipu-config", args.ipu_config] if args.ipu_config else [])
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # (the server's environment: no tokenizer threads beside torch's)
     try:  # (the serving benchmark's wait: /health, a server that exits or fails its warm-up said at once)
-        wait_ready(process, f"http://127.0.0.1:{port}", SERVERS["ours"], log, timeout=600)
+        process, url, _ = serve_start(SERVERS["ours"], command_for, log)
     except (ValueError, RuntimeError) as err:
-        process.kill()
         raise SystemExit(f"{err}:\n{log.read_text()[-3000:]}") from None
-    return process
+    return process, url
 
 
 def metrics(url: str) -> dict[str, float]:
@@ -430,10 +431,9 @@ def main(argv: list[str] | None = None) -> int:
         texts = sorted({t for r in requests for t in r.texts})
         print(f"references of {len(texts)} distinct inputs ({args.task}, {model}) ...", flush=True)
         ref = Reference(args.task, model, texts)
-        port, log = free_port(), folder / "server.log"
-        print(f"starting optimum-ipu serve on 127.0.0.1:{port} (log: {log}) ...", flush=True)
-        process = start_server(args, model, port, log)
-        url = f"http://127.0.0.1:{port}"
+        log = folder / "server.log"
+        print(f"starting optimum-ipu serve (log: {log}) ...", flush=True)
+        process, url = start_server(args, model, log)
         try:
             print(f"{args.requests} requests at concurrency {args.concurrency} ...", flush=True)
             began = time.perf_counter()

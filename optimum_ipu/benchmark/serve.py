@@ -18,6 +18,7 @@ this process on the same questions and contexts (after the server has stopped), 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import tempfile
@@ -37,7 +38,6 @@ from .serve_load import (
     QA_PAIRS,
     SERVERS,
     WARMUP_REQUESTS,
-    free_port,
     measure_server,
     missing_dependencies,
     request_bodies,
@@ -207,15 +207,15 @@ def run_server(
 ) -> dict[str, Any]:
     """One server from start to stop (`serve_load.measure_server`): its command, log, first greedy text (or answer)
     and each level's statistics. `bodies`: the warm-up requests and the timed ones."""
-    spec, port = SERVERS[key], free_port()
-    command = server_command(key, model, port, task, max_batch_size=max(concurrency))
+    spec = SERVERS[key]
+    command_for = functools.partial(server_command, key, model, task=task, max_batch_size=max(concurrency))
     log = Path(output_dir) / f"serve-{key}.log"
     path = QA_ENDPOINT if task == "question-answering" else COMPLETIONS
-    raw = measure_server(spec, command, port, log, path, *bodies, concurrency, done)
+    raw = measure_server(spec, command_for, log, path, *bodies, concurrency, done)
     return {
         "key": key,
         "name": spec.name,
-        "command": command,
+        "command": raw["command"],
         "log": str(log),
         "first_text": first_text(raw["first_response"]),
         "levels": {level: level_stats(**measured) for level, measured in raw["levels"].items()},

@@ -145,9 +145,16 @@ def free_port() -> int:
 
 
 def last_line(log: Path) -> str:
-    """The last non-empty line of a server's log (what it said before it exited), or a placeholder."""
+    """What a server said before it exited: the last line its log marks `ERROR` (uvicorn's bind failure is followed
+    by its shutdown lines), else the last non-empty line, or a placeholder."""
     lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
-    return lines[-1] if lines else "(its log is empty)"
+    errors = [line for line in lines if line.startswith("ERROR")]
+    return (errors or lines or ["(its log is empty)"])[-1]
+
+
+class PortTakenError(ValueError):
+    """The server's port was taken between `free_port()` choosing it and the server binding it (another process's
+    connection or listener got it first): started again on another port."""
 
 
 def wait_ready(process: subprocess.Popen, url: str, spec: ServerSpec, log: Path, timeout: float) -> None:
@@ -158,10 +165,10 @@ def wait_ready(process: subprocess.Popen, url: str, spec: ServerSpec, log: Path,
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise ValueError(
-                f"{spec.name} exited with code {process.returncode} before it took requests: {last_line(log)} "
-                f"(log: {log})"
-            )
+            said = last_line(log)
+            error = PortTakenError if "address already in use" in said else ValueError
+            code = process.returncode
+            raise error(f"{spec.name} exited with code {code} before it took requests: {said} (log: {log})")
         try:
             response = httpx.get(url + spec.ready_path, timeout=5)
         except httpx.TransportError:
@@ -188,16 +195,40 @@ def stop_server(process: subprocess.Popen, timeout: float = STOP_TIMEOUT_S) -> i
         return process.wait()
 
 
-@contextlib.contextmanager
-def running_server(spec: ServerSpec, command: list[str], port: int, log: Path) -> Iterator[str]:
-    """Start `command` (its output to `log`), yield its base URL once it takes requests, stop it at the end."""
+PORT_TRIES = 3  # a port taken in the moment between its choice and the bind (a busy machine): another, twice
+
+
+def start_server(spec: ServerSpec, command_for: Callable[[int], list[str]], log: Path) -> tuple[Any, str, list[str]]:
+    """Start `command_for(port)` on a free port (its output to `log`) and wait until it takes requests; the process,
+    its base URL and the command. A port taken before the server bound it is retried on another (`PORT_TRIES`)."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w", encoding="utf-8") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    for attempt in range(1, PORT_TRIES + 1):
+        port = free_port()
+        command = command_for(port)
+        with open(log, "w", encoding="utf-8") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_ready(process, url, spec, log, START_TIMEOUT_S)
+        except PortTakenError:
+            stop_server(process)
+            if attempt == PORT_TRIES:
+                raise
+            continue
+        except BaseException:
+            stop_server(process)
+            raise
+        return process, url, command
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
+@contextlib.contextmanager
+def running_server(spec: ServerSpec, command_for: Callable[[int], list[str]], log: Path) -> Iterator[tuple[str, list]]:
+    """Start `command_for(port)` (`start_server`), yield its base URL and command once it takes requests, stop it at
+    the end."""
+    process, url, command = start_server(spec, command_for, log)
     try:
-        wait_ready(process, url, spec, log, START_TIMEOUT_S)
-        yield url
+        yield url, command
     finally:
         stop_server(process)
 
@@ -269,8 +300,7 @@ async def send_load(
 
 def measure_server(
     spec: ServerSpec,
-    command: list[str],
-    port: int,
+    command_for: Callable[[int], list[str]],
     log: Path,
     path: str,
     warmup: list[dict[str, Any]],
@@ -278,17 +308,19 @@ def measure_server(
     concurrencies: tuple[int, ...],
     done: Callable[[], Any],
 ) -> dict[str, Any]:
-    """Start one server, send it the `warmup` bodies untimed, then `bodies` at each concurrency in turn (`done()`
-    after each answer), stop it. Returns the first warm-up response and each level's raw measurements (`send_load`),
-    keyed by the concurrency as a string (as in JSON)."""
-    with running_server(spec, command, port, log) as url:
+    """Start one server (`command_for(port)` on a free port), send it the `warmup` bodies untimed, then `bodies` at
+    each concurrency in turn (`done()` after each answer), stop it. Returns the command it ran, the first warm-up
+    response and each level's raw measurements (`send_load`), keyed by the concurrency as a string (as in JSON)."""
+    with running_server(spec, command_for, log) as (url, command):
         first = warm_up(url, spec.name, path, warmup)
         levels = {str(c): asyncio.run(send_load(url, spec.name, path, bodies, c, done)) for c in concurrencies}
-    return {"first_response": first, "levels": levels}
+    return {"command": command, "first_response": first, "levels": levels}
 
 
 __all__ = [
+    "PORT_TRIES",
     "PROMPTS",
+    "PortTakenError",
     "QA_PAIRS",
     "SERVERS",
     "ServerSpec",
@@ -297,5 +329,6 @@ __all__ = [
     "request_bodies",
     "server_command",
     "free_port",
+    "start_server",
     "stop_server",
 ]

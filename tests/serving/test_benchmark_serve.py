@@ -160,3 +160,43 @@ def test_a_model_the_server_cannot_warm_up_is_named_at_once(tmp_path, tiny_pretr
     assert main(["benchmark", "--mode", "serve", "--model", folder, *flags]) == 2
     _one_line_error(capsys, "optimum-ipu serve on this model: the warm-up request failed", "serve-ours.log")
     assert "Application shutdown complete" in (tmp_path / "serve-ours.log").read_text()
+
+
+HEALTH_APP = """
+import sys, uvicorn
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        return await send({"type": "lifespan.shutdown.complete"})
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("taken_tries", [1, serve_load.PORT_TRIES])
+def test_a_port_taken_before_the_server_binds_it_is_tried_again(tmp_path, monkeypatch, taken_tries):
+    # free_port() chose a port that another process then took (a busy machine: CI lost a run to it): uvicorn exits 3
+    # after "address already in use"; the server starts again on another port, up to PORT_TRIES times
+    import socket
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        ports = iter([busy] * taken_tries + [serve_load.free_port()])
+        monkeypatch.setattr(serve_load, "free_port", lambda: next(ports))
+        spec = serve_load.ServerSpec("health", "a health server", "/health")
+        log = tmp_path / "server.log"
+        command_for = lambda port: [sys.executable, "-c", HEALTH_APP, str(port)]  # noqa: E731
+        if taken_tries == serve_load.PORT_TRIES:
+            with pytest.raises(serve_load.PortTakenError, match=f"exited with code 3 .*{busy}.*address already in use"):
+                serve_load.start_server(spec, command_for, log)
+            return
+        process, url, command = serve_load.start_server(spec, command_for, log)
+    try:
+        assert url != f"http://127.0.0.1:{busy}" and command[-1] == url.rsplit(":", 1)[1]
+    finally:
+        assert serve_load.stop_server(process) in (0, -15)
