@@ -9,17 +9,21 @@ request); what the model computes travels as tensors, between stages.
 A follower that receives nothing within the job's collective timeout raises (the leader died or stopped without
 saying so); a follower ignores SIGTERM, which `torchrun` sends every process, so that a draining leader finishes the
 calls in flight with it and then releases it.
+
+What only the leader knows while a call runs (which requests' clients have gone) reaches the other processes through
+`LeaderStop`, a stopping criterion of `generate()`: its rows end on every stage at the same step.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from transformers.generation.stopping_criteria import StoppingCriteria
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +78,56 @@ class Lockstep:
                     logger.info("a call failed here as on the leading process: %s", error)
         finally:
             signal.signal(signal.SIGTERM, previous)
+
+
+class LeaderStop(StoppingCriteria):
+    """A stopping criterion decided by the leading process, for rows whose end only it knows (a request whose client
+    went away): each decoding step, the rows `rows_done` names end, and where the call runs on several processes (the
+    model's stages, or its split layers, on each) they end on every process at the same step (the processes' masks
+    are reduced: a step's one small collective), so that every decoding loop stops together.
+
+    It travels with a call's arguments (`Lockstep.lead` pickles them) without `rows_done`, which stays on the leader:
+    a follower's copy ends nothing itself and takes the leader's mask. Generation across stages binds it to the
+    group of processes that decode its rows (`bound`); unbound, it agrees over every process of the job (each runs
+    the call, as `Lockstep` makes them), and in one process it is `rows_done` alone.
+
+    Args:
+        rows_done (`Callable[[int], Sequence[bool]]`, *optional*): on the leader, for the `rows` rows of the whole
+            `generate()` call (prompts x `num_return_sequences`), whether each is to end now; `None` elsewhere.
+    """
+
+    def __init__(self, rows_done: Callable[[int], Sequence[bool]] | None = None) -> None:
+        self.rows_done = rows_done
+        self.group: Any = None  # the process group of the stages that decode these rows (None: no collective)
+        self.part: range | None = None  # the call's prompts whose rows this copy decides (None: all of them)
+        self.prompts = 0  # the whole call's prompts (with `part`)
+
+    def __reduce__(self) -> tuple:  # (what a follower receives: no `rows_done`, no binding)
+        return (LeaderStop, ())
+
+    def bound(self, group: Any, part: range | None = None, prompts: int = 0) -> LeaderStop:
+        """A copy that decides the rows of prompts `part` (of the call's `prompts`; None: every row) with the
+        processes of `group` (`torch.distributed` process group)."""
+        copied = LeaderStop(self.rows_done)  # (not copy.copy: it would pickle, and leave `rows_done` behind)
+        copied.group, copied.part, copied.prompts = group, part, prompts
+        return copied
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        rows = input_ids.shape[0]
+        done = torch.zeros(rows, dtype=torch.uint8, device=input_ids.device)
+        if self.rows_done is not None:
+            if self.part is None:
+                flags = list(self.rows_done(rows))
+            else:  # this copy's rows of the whole call: `n` rows a prompt, in prompt order
+                n = rows // max(len(self.part), 1)
+                flags = list(self.rows_done(self.prompts * n))[self.part.start * n : self.part.stop * n]
+            done = torch.tensor(flags, dtype=torch.uint8, device=input_ids.device)
+        group = self.group
+        if group is None and dist.is_initialized() and dist.get_world_size() > 1:
+            group = dist.group.WORLD  # unbound under torchrun: every process of the job runs this call (`Lockstep`)
+        if group is not None:
+            dist.all_reduce(done, op=dist.ReduceOp.MAX, group=group)
+        return done.bool()
 
 
 def _ignore_sigterm(signum: int, frame: Any) -> None:

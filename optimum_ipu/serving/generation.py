@@ -16,12 +16,12 @@ against 67.2 tokens/s, 8 prompts x 32 tokens of a 124 M GPT-2; an earlier note h
 warm-up counted in). This path stays for what the manager does not take: sampling (its setting is fixed for every
 request when the manager is made), several choices, a seed, and a model across the processes of a `torchrun` job.
 
-A request cancelled (a streaming client that went away, a timeout) marks its sink (`GenerationSink.cancelled`):
-`GoneRows`, a stopping criterion handed to `generate()` beside the streamer, ends its rows at the next step, so a
-batch whose requests are all gone stops decoding and the next batch starts. Only where the pipeline's call runs in
-this process: a pipeline led across the processes of a `torchrun` job sends its call's arguments to the other
-processes, whose decoding loops must end with this one's, so there a gone request's rows decode to their end (their
-tokens dropped).
+A request cancelled (a streaming client that went away, a timeout) marks its sink (`GenerationSink.cancelled`): a
+`LeaderStop` over the streamer's `gone` rows, a stopping criterion handed to `generate()` beside the streamer, ends
+its rows at the next step, so a batch whose requests are all gone stops decoding and the next batch starts. Under
+`torchrun`, where the call runs on every process of the job (the model's stages or its split layers on each), the
+criterion travels with the call's arguments and the processes agree on the ended rows at each step (one small
+collective a step), so that every decoding loop ends together.
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
+from transformers.generation.stopping_criteria import StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from ..runtime.lockstep import LeaderStop
 from .batching import Job
 from .tasks import INPUT_ERRORS, InputError, batch_rows
 
@@ -53,7 +54,7 @@ class Choice:
 class GenerationSink:
     """Where the rows of one request go: `n` choices per prompt, and, for a streaming request, the event loop and
     queue that receive `(choice index, token id)` as they are generated; `cancelled` once its client has gone (set
-    in the event loop, read by the worker thread's `GoneRows`)."""
+    in the event loop, read by the worker thread's `LeaderStop`)."""
 
     prompts: int
     n: int
@@ -67,7 +68,7 @@ class GenerationSink:
         self.choices = [Choice() for _ in range(self.prompts * self.n)]
 
     def cancel(self) -> None:
-        """The request is cancelled: its rows end at the next decoding step (`GoneRows`)."""
+        """The request is cancelled: its rows end at the next decoding step (`RowStreamer.gone`)."""
         self.cancelled = True
 
 
@@ -107,22 +108,11 @@ class RowStreamer(BaseStreamer):
     def gone(self, batch: int) -> list[bool]:
         """For each of the current call's `batch` rows, whether it belongs to a cancelled request; the rows that
         fill the batch count as gone once every real row of the call is (so that such a call ends)."""
+        if not any(sink.cancelled for sink, _ in self.rows):
+            return [False] * batch
         real = [self.rows[self.offset + r][0].cancelled for r in range(min(self.width, len(self.rows) - self.offset))]
         filler = bool(real) and all(real)
         return [real[r] if r < len(real) else filler for r in range(batch)]
-
-
-class GoneRows(StoppingCriteria):
-    """Ends the rows of cancelled requests (see the module docstring); the other rows decode as before."""
-
-    def __init__(self, streamer: RowStreamer) -> None:
-        self.streamer = streamer
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.BoolTensor:
-        batch = input_ids.shape[0]
-        if not any(sink.cancelled for sink, _ in self.streamer.rows):
-            return torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
-        return torch.tensor(self.streamer.gone(batch), dtype=torch.bool, device=input_ids.device)
 
 
 def eos_token_ids(pipe: Any) -> set[int]:
@@ -156,8 +146,7 @@ def run_generation_batch(pipe: Any, jobs: list[Job], max_batch_size: int, param:
         n = kwargs.get("num_return_sequences", 1)
         calls = [min(host_rows, len(items) - start) * n for start in range(0, len(items), host_rows)]
         streamer = RowStreamer(sinks, eos_token_ids(pipe), calls)
-        if not hasattr(pipe, "lockstep"):  # the call runs here only (see the module docstring)
-            kwargs["stopping_criteria"] = StoppingCriteriaList([GoneRows(streamer)])
+        kwargs["stopping_criteria"] = StoppingCriteriaList([LeaderStop(streamer.gone)])  # (the module docstring)
         if seed is not None:  # (a seeded request runs alone: the same seed gives the same tokens)
             torch.manual_seed(seed)
         outputs = pipe(items, batch_size=size, streamer=streamer, **kwargs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import sys
 
 import torch
@@ -24,6 +25,7 @@ import optimum_ipu
 from optimum_ipu import IPUConfig
 from optimum_ipu.pipelines import pipeline
 from optimum_ipu.runtime.fsdp import shard_stages
+from optimum_ipu.runtime.lockstep import LeaderStop
 from optimum_ipu.runtime.stages.hold import stage_hold
 
 SEED = 7
@@ -43,6 +45,7 @@ GROUPED: dict[str, dict] = {
     "greedy-n2": {"do_sample": True, "top_k": 1, "num_return_sequences": 2, "max_new_tokens": 5},
 }
 PROMPTS = ["The capital of France is", "Once upon a time", "the movie was"]
+STOPPED_ROW, STOP_AFTER = 1, 2  # the row process 0 alone ends, once its criterion has been called STOP_AFTER times
 PIPELINE_CALL = {"do_sample": False, "max_new_tokens": 5}
 
 
@@ -107,6 +110,28 @@ def grouped_cases(model: torch.nn.Module) -> dict:
     return record
 
 
+def leader_stop_cases(model: torch.nn.Module) -> dict:
+    """Greedy over `four_prompts` with row `STOPPED_ROW` ended by process 0 alone: its `LeaderStop` holds the rows
+    it ends, the other processes get the criterion pickled (as `Lockstep` sends a call's arguments), without them.
+    Decoded in groups in flight, and as one group (`return_dict_in_generate`)."""
+    ids, mask = four_prompts(model.config.vocab_size)
+    record = {}
+    for name, extra in {"groups": {}, "one-group": {"return_dict_in_generate": True}}.items():
+        calls: list[int] = []
+
+        def rows_done(rows: int, calls: list[int] = calls) -> list[bool]:
+            calls.append(rows)
+            return [r == STOPPED_ROW and len(calls) > STOP_AFTER for r in range(rows)]
+
+        stop = LeaderStop(rows_done) if dist.get_rank() == 0 else pickle.loads(pickle.dumps(LeaderStop(rows_done)))
+        criteria = transformers.StoppingCriteriaList([stop])
+        output = model.generate(input_ids=ids, attention_mask=mask, pad_token_id=PAD, stopping_criteria=criteria,
+                                **GROUPED["greedy"], **extra)  # fmt: skip
+        record[name] = (output.sequences if extra else output).tolist()
+        record[f"{name}-follower-criterion"] = stop.rows_done is None
+    return record
+
+
 def cache_bytes(cache: transformers.Cache) -> list[dict]:
     """Per layer of a KV cache: the bytes its keys and values hold, and whether they are real (more than the
     one-value placeholder a layer of another stage leaves)."""
@@ -141,6 +166,7 @@ def main() -> None:
         record["cache"][name] = cache_bytes(output.cache)
         record.setdefault("cache_class", {})[name] = type(output.cache).__name__
     record["grouped"] = grouped_cases(model)
+    record["leader-stop"] = leader_stop_cases(model)
     record["groups"] = len(model._stage_generation._groups)  # the groups' process groups it made
     if os.path.exists(os.path.join(model_dir, "tokenizer_config.json")):
         pipe = pipeline("text-generation", model=model, tokenizer=model_dir, max_seq_length=16, batch_size=2)

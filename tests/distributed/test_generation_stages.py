@@ -13,7 +13,18 @@ import transformers
 from ..conftest import REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch
 from ..tiny_models import VOCAB, tiny_config
-from .generation_worker import CASES, GROUPED, PAD, PIPELINE_CALL, PROMPTS, SEED, four_prompts, prompts
+from .generation_worker import (
+    CASES,
+    GROUPED,
+    PAD,
+    PIPELINE_CALL,
+    PROMPTS,
+    SEED,
+    STOP_AFTER,
+    STOPPED_ROW,
+    four_prompts,
+    prompts,
+)
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "generation_worker.py")
 
@@ -90,6 +101,28 @@ def check_grouped(ranks: list[dict], model: transformers.PreTrainedModel) -> Non
     assert by_row == [row[prompt_length:] for row in ended]
 
 
+def check_leader_stop(ranks: list[dict], model: transformers.PreTrainedModel) -> None:
+    """A row ended by process 0 alone (`LeaderStop`) ends on every process at the same step, a prefix of its greedy
+    tokens then padding; the other rows are one process's. As one group, it ends at the step process 0 chose."""
+    want = one_process_grouped(model)["greedy"]
+    prompt_length = four_prompts(model.config.vocab_size)[0].shape[1]
+    for rank, record in enumerate(ranks):
+        stopped = record["leader-stop"]
+        assert stopped["groups-follower-criterion"] == (rank != 0), rank  # pickled without process 0's rows
+        for name in ("groups", "one-group"):
+            rows = stopped[name]
+            assert rows == ranks[0]["leader-stop"][name], (rank, name)  # every process: the same rows, same steps
+            assert [row for r, row in enumerate(rows) if r != STOPPED_ROW] == [
+                row for r, row in enumerate(want) if r != STOPPED_ROW
+            ], (rank, name)
+            generated = rows[STOPPED_ROW][prompt_length:]
+            kept = next((i for i, token in enumerate(generated) if token == PAD), len(generated))
+            assert 1 <= kept < len(want[STOPPED_ROW]) - prompt_length, (rank, name, generated)
+            assert generated == want[STOPPED_ROW][prompt_length:][:kept] + [PAD] * (len(generated) - kept)
+        one, greedy = stopped["one-group"][STOPPED_ROW][prompt_length:], want[STOPPED_ROW][prompt_length:]
+        assert one[: STOP_AFTER + 1] == greedy[: STOP_AFTER + 1] and one[STOP_AFTER + 1] == PAD
+
+
 def own_layers(layout: list[int]) -> list[set[int]]:
     starts = [sum(layout[:i]) for i in range(len(layout))]
     return [set(range(start, start + count)) for start, count in zip(starts, layout, strict=True)]
@@ -112,6 +145,7 @@ def test_generate_across_stages_gives_one_process_tokens(tmp_path, request, fami
     assert ranks[0]["cache_class"]["greedy"] == "StaticCache"  # generate_static's default
     assert ranks[0]["cache_class"]["greedy-dynamic-cache"] == "DynamicCache"
     check_grouped(ranks, model)
+    check_leader_stop(ranks, model)
     assert all(record["groups"] == min(len(layout), 4) for record in ranks)  # one group per stage (4 rows)
     # each process's cache holds real keys and values for its own layers only; a layer of another stage that ran
     # before its own keeps one value per token and row (its lengths), one that never ran nothing

@@ -53,9 +53,19 @@ def completions_equal_one_process(url: str, folder) -> tuple[list[str], dict]:
     return want, body
 
 
+def a_gone_client_leaves_the_job_in_step(url: str, folder, body: dict) -> None:
+    """A streaming client gone after its first chunk: its rows end at the next step on every process together (a
+    `LeaderStop` that process 0 decides; tests/distributed/test_generation_stages.py checks the rows and steps), so
+    the processes stay in step: the next request is answered, as one process answers it."""
+    with httpx.stream("POST", f"{url}/v1/completions", json={**body, "max_tokens": 48, "stream": True}) as stream:
+        assert stream.status_code == 200
+        assert next(line for line in stream.iter_lines() if line.startswith("data: {"))
+    completions_equal_one_process(url, folder)
+
+
 def test_completions_on_two_stages_decode_in_groups_as_one_process(tmp_path, tiny_pretrained):
     """Four prompts of one request decode on 2 stages in 2 groups in flight (one per stage); the greedy texts, and a
-    streamed request's chunks, are those of one process."""
+    streamed request's chunks, are those of one process; a client gone mid-stream leaves the stages in step."""
     folder = tiny_pretrained("GPT2LMHeadModel", initializer_range=0.5)
     with stage_server(tmp_path, folder, [2, 2], "text-generation") as (_, url, _log):
         want, body = completions_equal_one_process(url, folder)
@@ -63,15 +73,18 @@ def test_completions_on_two_stages_decode_in_groups_as_one_process(tmp_path, tin
             events = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: {")]
         streamed = ["".join(e["choices"][0]["text"] for e in events if e["choices"][0]["index"] == i) for i in range(4)]
         assert streamed == want
+        a_gone_client_leaves_the_job_in_step(url, folder, body)
 
 
 def test_completions_split_over_two_processes_as_one_process(tmp_path, tokenizer_for):
     """`tensor_parallel_size=2`: every layer of the model split over the 2 processes, process 0 holding the socket and
-    both computing each request together; the greedy texts are one process's."""
+    both computing each request together; the greedy texts are one process's, and a client gone mid-stream leaves
+    both in step."""
     from ..local_tokenizers import save_tiny_pretrained
 
     folder = save_tiny_pretrained(
         tmp_path / "llama", "LlamaForCausalLM", tokenizer_for("gpt2"), initializer_range=0.5, intermediate_size=64
     )
     with stage_server(tmp_path, folder, [-1], "text-generation", tensor_parallel=2) as (_, url, _log):
-        completions_equal_one_process(url, folder)
+        _, body = completions_equal_one_process(url, folder)
+        a_gone_client_leaves_the_job_in_step(url, folder, body)

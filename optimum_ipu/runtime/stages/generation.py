@@ -30,6 +30,7 @@ from .groups import (
     JoinedStreamer,
     SendTokens,
     Turns,
+    bind_leader_stops,
     group_rows,
     join_sequences,
     only_token_logits,
@@ -135,11 +136,15 @@ class StageGeneration:
         stage, `stages.groups`) where the call allows it, else as one group."""
         groups = self._group_count(kwargs)
         if groups <= 1:
-            return self.model.generate(**kwargs)
+            # (a LeaderStop, `optimum-ipu serve`'s, agrees over the stage group: the whole replica there, as serving
+            # refuses stages split over processes)
+            return self.model.generate(**bind_leader_stops(kwargs, self.group))
         while len(self._groups) < groups:  # every stage of the replica makes them at the same call
             self._groups.append(self._link())
         rows = kwargs["input_ids"].shape[0]
-        calls = split_call(kwargs, rows, group_rows(rows, groups))
+        parts = group_rows(rows, groups)
+        calls = split_call(kwargs, rows, parts)
+        calls = [bind_leader_stops(call, self._groups[g].group, parts[g], rows) for g, call in enumerate(calls)]
         pad_token_id = kwargs.get("pad_token_id", self.model.generation_config.pad_token_id)
         streamer = kwargs.get("streamer")
         if streamer is not None:

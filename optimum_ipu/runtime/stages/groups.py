@@ -15,8 +15,10 @@ loops choose the same tokens and stop at the same step, whatever the processors 
 
 A process computes one group at a time, in a fixed rotation (`Turns`): stage forwards swap modules of the one shared
 model, and the last stage's draws of a sampled generation then come in the same order at every run, so a seed gives
-the same tokens. The groups' outputs are joined as one `generate()` returns them: the same rows, in order, each
-padded with the pad token after its end (greedy tokens equal those of one process; `tests/distributed`).
+the same tokens. A `LeaderStop` among the stopping criteria (the leading process's rows of gone requests) is bound to
+each group's processes and rows: a row it ends ends on every stage at the same step. The groups' outputs are joined as
+one `generate()` returns them: the same rows, in order, each padded with the pad token after its end (greedy tokens
+equal those of one process; `tests/distributed`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import torch
 import torch.distributed as dist
 from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
+
+from ..lockstep import LeaderStop
 
 
 class Turns:
@@ -203,6 +207,18 @@ def run_groups(decode: Callable[[int], Any], groups: int) -> list[Any]:
 
 
 def with_criterion(kwargs: dict[str, Any], criterion: StoppingCriteria) -> dict[str, Any]:
-    """`kwargs` with `criterion` after the caller's own stopping criteria."""
+    """`kwargs` with `criterion` before the caller's own stopping criteria: the last stage sends a step's tokens
+    before any `LeaderStop` reduces its mask, the order in which the other stages, which receive the tokens within
+    the model call, reach them."""
     own = kwargs.get("stopping_criteria") or []
-    return {**kwargs, "stopping_criteria": StoppingCriteriaList([*own, criterion])}
+    return {**kwargs, "stopping_criteria": StoppingCriteriaList([criterion, *own])}
+
+
+def bind_leader_stops(kwargs: dict[str, Any], group: Any, part: range | None = None, prompts: int = 0) -> dict:
+    """`kwargs` with each `LeaderStop` among its stopping criteria bound to `group` and the prompts `part` of the
+    call's `prompts` (`LeaderStop.bound`); `kwargs` itself when it has none."""
+    own = kwargs.get("stopping_criteria") or []
+    if not any(isinstance(c, LeaderStop) for c in own):
+        return kwargs
+    bound = [c.bound(group, part, prompts) if isinstance(c, LeaderStop) else c for c in own]
+    return {**kwargs, "stopping_criteria": StoppingCriteriaList(bound)}
