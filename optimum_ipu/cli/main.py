@@ -465,7 +465,8 @@ def _add_serve(sub: Any) -> None:
     serve.add_argument(
         "--continuous-batching",
         action="store_true",
-        help="greedy generation requests join the running batch at the next step (transformers' manager; one process)",
+        help="generation requests (one choice, no seed) join the running batch at the next step (transformers' "
+        "managers; one process)",
     )
     serve.set_defaults(func=_cmd_serve)
 

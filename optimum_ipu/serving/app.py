@@ -125,7 +125,7 @@ class ServerState:
             raise self._queue_full(f"the queue holds {self.settings.max_queue} requests") from None
 
     def submit_continuous(self, sink: Any, prompts: list[Any], kwargs: dict[str, Any], param: str) -> asyncio.Future:
-        """Hand a greedy generation request to the continuous batching manager (`serving/continuous.py`); the future
+        """Hand a generation request to a continuous batching manager (`serving/continuous.py`); the future
         of its filled sink. A 429 past `--max-queue` requests in flight there, a 400 for a prompt the pipeline
         refuses."""
         if self.continuous.in_flight >= self.settings.max_queue:

@@ -190,7 +190,8 @@ async def _complete(state: Any, request: Request, req: _Sampling, prompts: list[
         "created": int(time.time()),
         "model": state.model_name,
     }
-    # (a 429 when the queue is full); a greedy request joins the running batch where continuous batching is on
+    # (a 429 when the queue is full); a request of one choice without a seed joins the running batch where
+    # continuous batching is on
     if state.continuous is not None and state.continuous.takes(kwargs):
         future = state.submit_continuous(sink, prompts, kwargs, param)
     else:

@@ -31,9 +31,9 @@ class ServeSettings:
             stage process (a stopped or hung one, which `torchrun` does not notice) before it fails: the request gets
             a 500, `/health` a 503, and the server exits with code 1. A quarter of it (at most 30 s) is the processes'
             heartbeat interval: a stage stopped while the server is idle is noticed 2.5 beats later.
-        continuous_batching (`bool`, *optional*, defaults to `False`): greedy generation requests join the running
-            batch at the next step (`transformers`' continuous batching manager, a model whole in this process;
-            `serving/continuous.py`); sampled ones are batched statically.
+        continuous_batching (`bool`, *optional*, defaults to `False`): generation requests of one choice without a
+            seed, greedy or sampled, join the running batch at the next step (`transformers`' continuous batching
+            managers, a model whole in this process; `serving/continuous.py`); the others are batched statically.
     """
 
     model: str

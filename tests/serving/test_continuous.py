@@ -1,10 +1,12 @@
 """`optimum-ipu serve --continuous-batching` on a tiny GPT-2: greedy requests run through `transformers`' continuous
 batching manager (not the static batcher) with the text of `model.generate` and of the static path (streamed chunks
-adding up, stop strings, chat); sampled or seeded requests still batch statically; a streaming client that goes
+adding up, stop strings, chat); sampled requests too, each drawing from its own top-p nucleus; seeded and
+several-choice requests still batch statically; a streaming client that goes
 away cancels its request in the manager; other tasks and torchrun are refused in one line."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from types import SimpleNamespace
@@ -12,6 +14,7 @@ from types import SimpleNamespace
 import httpx
 import openai
 import pytest
+import torch
 
 from .conftest import metric, running_server
 from .test_faults import _until
@@ -58,12 +61,54 @@ def test_streamed_chunks_and_stop_strings_as_the_static_path(client, generator):
     assert stopped.choices[0].text == text[: text.find(stop)] and stopped.choices[0].finish_reason == "stop"
 
 
-def test_sampled_and_seeded_requests_still_batch_statically(server, client):
+def test_seeded_and_several_choice_requests_still_batch_statically(server, client):
     url, _ = server
     before = _static_batches(url)
     client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=4, temperature=0.8, seed=3)
     client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=4, temperature=0, seed=3)
-    assert _static_batches(url) == before + 2
+    client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=4, temperature=0.8, n=2)
+    assert _static_batches(url) == before + 3
+    sampled = client.completions.create(model="tiny", prompt=PROMPTS, max_tokens=4, temperature=0.8, top_p=0.9)
+    assert len(sampled.choices) == len(PROMPTS) and _static_batches(url) == before + 3  # (the manager's)
+
+
+def _manager_ids(continuous, prompt: str, **sampling) -> tuple[list[int], list[int]]:
+    """The prompt's ids and the token ids the manager generated for one request of these pipeline arguments (its own
+    event loop: the manager hands each result to the loop its request was added from)."""
+    from optimum_ipu.serving.generation import GenerationSink, prompt_ids
+
+    kwargs = {"max_new_tokens": 12, "return_full_text": False, "num_return_sequences": 1, **sampling}
+
+    async def run() -> list[int]:
+        sink = GenerationSink(prompts=1, n=1)
+        future = continuous.submit(sink, [prompt], kwargs, "prompt")
+        return (await asyncio.wait_for(future, 60)).choices[0].ids
+
+    return prompt_ids(continuous.pipe, prompt, "prompt"), asyncio.run(run())
+
+
+def test_sampled_requests_draw_from_their_own_nucleus(server, generator):
+    """Sampled requests run in the manager with their own settings: every token lies in the top-p nucleus of the
+    model's distribution at its step (`top_p` 0.5 keeps about half of a tiny random model's near-uniform vocabulary,
+    so a sampler ignoring it would be caught at once), the draws differ from one request to the next and from the
+    greedy tokens, and a greedy request beside them still gets the argmax at every step."""
+    _, state = server
+    model = generator.model.model if hasattr(generator.model, "model") else generator.model
+    sampling = {"do_sample": True, "temperature": 1.0, "top_p": 0.5, "top_k": 0}
+    prompt, greedy = _manager_ids(state.continuous, PROMPTS[0], do_sample=False)
+    draws = [_manager_ids(state.continuous, PROMPTS[0], **sampling)[1] for _ in range(4)]
+    assert len({tuple(d) for d in draws}) > 1 and all(d != greedy for d in draws)
+    for ids in [greedy, *draws]:
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1]
+        for step, token in enumerate(ids):
+            probs = logits[step].softmax(-1)
+            if ids is greedy:
+                assert probs[token] >= probs.max() - 1e-6, step
+                continue
+            ascending = probs.sort().values.cumsum(-1)
+            below = ascending[(probs < probs[token]).sum()] - probs[token]  # the mass of the less likely tokens
+            assert below > 1 - sampling["top_p"] - 1e-3, (step, float(below))  # (top-p keeps what lies above 1-p)
 
 
 def test_a_client_gone_mid_stream_cancels_its_request(server):
