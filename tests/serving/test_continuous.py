@@ -1,8 +1,8 @@
 """`optimum-ipu serve --continuous-batching` on a tiny GPT-2: greedy requests run through `transformers`' continuous
 batching manager (not the static batcher) with the text of `model.generate` and of the static path (streamed chunks
 adding up, stop strings, chat); sampled requests too, each drawing from its own top-p nucleus; seeded and
-several-choice requests still batch statically; a streaming client that goes
-away cancels its request in the manager; other tasks and torchrun are refused in one line."""
+several-choice requests still batch statically; a streaming client that goes away, or a request past its
+timeout, cancels its request in the manager; other tasks and torchrun are refused in one line."""
 
 from __future__ import annotations
 
@@ -134,6 +134,28 @@ def test_a_client_gone_mid_stream_cancels_its_request(server):
         handle.remove()
     again = httpx.post(f"{url}/v1/completions", json={**body, "stream": False, "max_tokens": 3}, timeout=30)
     assert again.status_code == 200 and again.json()["choices"][0]["finish_reason"] == "length"
+
+
+def test_a_request_past_its_timeout_is_cancelled_in_the_manager(generator):
+    """`--request-timeout 1` with steps slowed to 40 ms: a 60-token greedy request gets its 504, and the manager stops
+    decoding it at the next step (far fewer than 60 steps run); the next request is answered."""
+    steps = []
+    slow = lambda module, args: steps.append(time.sleep(0.04))  # noqa: E731
+    with running_server(generator, max_batch_size=4, continuous_batching=True, request_timeout=1) as (url, state):
+        handle = state.continuous.model.get_input_embeddings().register_forward_pre_hook(slow)
+        try:
+            body = {"model": "tiny", "prompt": PROMPTS[1], "max_tokens": 60, "temperature": 0}
+            late = httpx.post(f"{url}/v1/completions", json=body, timeout=30)
+            assert late.status_code == 504, late.text
+            _until(lambda: state.continuous.in_flight == 0, "the late request cancelled")
+            time.sleep(0.3)  # steps the manager would run if it still decoded the request
+            ran = len(steps)
+            time.sleep(0.3)
+            assert len(steps) == ran < 50, ran  # stopped, well before its 60 tokens
+        finally:
+            handle.remove()
+        again = httpx.post(f"{url}/v1/completions", json={**body, "max_tokens": 3}, timeout=30)
+        assert again.status_code == 200 and again.json()["choices"][0]["finish_reason"] == "length"
 
 
 @pytest.mark.parametrize(
