@@ -7,8 +7,10 @@ timeout, cancels its request in the manager; other tasks and torchrun are refuse
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from types import SimpleNamespace
 
 import httpx
@@ -111,49 +113,52 @@ def test_sampled_requests_draw_from_their_own_nucleus(server, generator):
             assert below > 1 - sampling["top_p"] - 1e-3, (step, float(below))  # (top-p keeps what lies above 1-p)
 
 
-def test_a_client_gone_mid_stream_cancels_its_request(server):
-    """A decoding step slowed to 20 ms (a hook on the embedding, which every step calls), so that the client leaves
-    while its 60 tokens decode: the manager stops at the next step (far fewer than 60 steps run)."""
-    url, state = server
-    steps = []
-    slow = lambda module, args: steps.append(time.sleep(0.02))  # noqa: E731
+@contextlib.contextmanager
+def _slowed_steps(state, seconds: float) -> Iterator[list]:
+    """Every decoding step of the managers slowed by `seconds` (a hook on the embedding, which every step calls), so
+    that a request is still decoding when its client leaves or its time is up; yields the steps run meanwhile."""
+    steps: list = []
+    slow = lambda module, args: steps.append(time.sleep(seconds))  # noqa: E731
     handle = state.continuous.model.get_input_embeddings().register_forward_pre_hook(slow)
     try:
-        body = {"model": "tiny", "prompt": PROMPTS[1], "max_tokens": 60, "temperature": 0, "stream": True}
+        yield steps
+    finally:
+        handle.remove()
+
+
+def _stopped_early(state, steps: list, bound: int, what: str) -> None:
+    """The request left the manager, which then runs no more steps, having run fewer than `bound` (its 60 tokens
+    would take more)."""
+    _until(lambda: state.continuous.in_flight == 0, what)
+    time.sleep(0.3)  # steps the manager would run if it still decoded the request
+    ran = len(steps)
+    time.sleep(0.3)
+    assert len(steps) == ran < bound, ran
+
+
+def test_a_client_gone_mid_stream_cancels_its_request(server):
+    url, state = server
+    body = {"model": "tiny", "prompt": PROMPTS[1], "max_tokens": 60, "temperature": 0, "stream": True}
+    with _slowed_steps(state, 0.02) as steps:
         with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=30) as stream:
             lines = stream.iter_lines()  # (held: an iterator dropped closes the response, which is the client leaving)
             line = next(line for line in lines if line.startswith("data: "))
             assert json.loads(line[len("data: ") :])["choices"][0]["text"] is not None
             assert state.continuous.in_flight == 1
-        _until(lambda: state.continuous.in_flight == 0, "the gone client's request cancelled")
-        time.sleep(0.3)  # steps the manager would run if it still decoded the request
-        ran = len(steps)
-        time.sleep(0.3)
-        assert len(steps) == ran < 40, ran  # stopped, well before its 60 tokens
-    finally:
-        handle.remove()
+        _stopped_early(state, steps, 40, "the gone client's request cancelled")
     again = httpx.post(f"{url}/v1/completions", json={**body, "stream": False, "max_tokens": 3}, timeout=30)
     assert again.status_code == 200 and again.json()["choices"][0]["finish_reason"] == "length"
 
 
 def test_a_request_past_its_timeout_is_cancelled_in_the_manager(generator):
     """`--request-timeout 1` with steps slowed to 40 ms: a 60-token greedy request gets its 504, and the manager stops
-    decoding it at the next step (far fewer than 60 steps run); the next request is answered."""
-    steps = []
-    slow = lambda module, args: steps.append(time.sleep(0.04))  # noqa: E731
+    decoding it at the next step; the next request is answered."""
+    body = {"model": "tiny", "prompt": PROMPTS[1], "max_tokens": 60, "temperature": 0}
     with running_server(generator, max_batch_size=4, continuous_batching=True, request_timeout=1) as (url, state):
-        handle = state.continuous.model.get_input_embeddings().register_forward_pre_hook(slow)
-        try:
-            body = {"model": "tiny", "prompt": PROMPTS[1], "max_tokens": 60, "temperature": 0}
+        with _slowed_steps(state, 0.04) as steps:
             late = httpx.post(f"{url}/v1/completions", json=body, timeout=30)
             assert late.status_code == 504, late.text
-            _until(lambda: state.continuous.in_flight == 0, "the late request cancelled")
-            time.sleep(0.3)  # steps the manager would run if it still decoded the request
-            ran = len(steps)
-            time.sleep(0.3)
-            assert len(steps) == ran < 50, ran  # stopped, well before its 60 tokens
-        finally:
-            handle.remove()
+            _stopped_early(state, steps, 50, "the late request cancelled")
         again = httpx.post(f"{url}/v1/completions", json={**body, "max_tokens": 3}, timeout=30)
         assert again.status_code == 200 and again.json()["choices"][0]["finish_reason"] == "length"
 
