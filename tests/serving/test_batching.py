@@ -42,7 +42,9 @@ async def _scenario() -> tuple[list[list[str]], dict[str, float]]:
         # the previous batch computed for 0.05 s: a lone request waits 5 ms at most
         result, seconds["lone"] = await _timed(batcher.submit(_job("d", batches, 0.3)))
         assert result == "D"
-        # the previous batch computed for 0.3 s: a request 10 ms behind the first still joins its batch (30 ms wait)
+        # the previous batch computed for 0.3 s: a request 10 ms behind the first still joins its batch (30 ms wait;
+        # the first came after a pause longer than that compute, so not as a lone client's next request)
+        await asyncio.sleep(0.35)
         first = batcher.submit(_job("e", batches, 0.05))
         await asyncio.sleep(0.01)
         second = batcher.submit(_job("f", batches, 0.05))
@@ -74,3 +76,36 @@ async def _many_keys(keys: int) -> int:
 
 def test_the_compute_times_kept_are_bounded_however_many_keys_come():
     assert asyncio.run(_many_keys(KEYS_TIMED + 20)) == KEYS_TIMED
+
+
+async def _lone_client(compute_s: float, wait_s: float) -> list[list[str]]:
+    """A client that sends its next request once answered (a call of `compute_s`), and another client's request
+    1 ms behind its third one; the batches run."""
+    batcher = Batcher(max_batch_size=8, batch_wait_s=wait_s, max_queue=16, metrics=ServerMetrics(), task="test")
+    batcher.start()
+    batches: list[list[str]] = []
+    try:
+        for name in ("a", "b", "c", "d"):
+            future = batcher.submit(_job(name, batches, compute_s))
+            if name == "c":  # another client, just behind: it runs with c only if c waited for company
+                await asyncio.sleep(0.001)
+                other = batcher.submit(_job("x", batches, compute_s))
+            assert await future == name.upper()
+        assert await other == "X"
+    finally:
+        await batcher.stop()
+    return batches
+
+
+def test_a_lone_client_of_a_fast_call_does_not_wait_for_company():
+    # a 20 ms call, waits of up to 0.2 s: a tenth of the call (2 ms) is below that, so b and c (each sent once the
+    # previous was answered, nothing else arriving) run at once, and x, 1 ms behind c, runs after it
+    batches = asyncio.run(_lone_client(0.02, 0.2))
+    assert batches[:4] == [["a"], ["b"], ["c"], ["x"]] or batches[:4] == [["a"], ["b"], ["c"], ["x", "d"]], batches
+
+
+def test_a_slow_call_still_waits_for_company():
+    # a 0.3 s call and a 5 ms wait: a tenth of the call is not below the wait, so c waits its 5 ms and x, 1 ms behind,
+    # joins it (the rule for slow calls, generation, unchanged: a companion missing a batch would wait a whole one)
+    batches = asyncio.run(_lone_client(0.3, 0.005))
+    assert batches[:3] == [["a"], ["b"], ["c", "x"]], batches
