@@ -7,14 +7,15 @@ together: one `generate()` over the batch's rows. A `RowStreamer` (a `transforme
 streaming request turns them into server-sent events as they come; every request gets its token counts and why
 each choice ended from them.
 
-`transformers`' continuous batching manager (`model.init_continuous_batching()`) serves greedy requests instead
-with `--continuous-batching` (`serving/continuous.py`): a request joins the running batch at the next step, where
-here a request that arrives while a batch decodes waits for the next batch (at most one generation). Measured with
-requests arriving while others decode, the manager gave 1.40-1.42x the tokens/s and 0.28-0.31x the p50 latency
-(`benchmarks/continuous_batching.py`); with every request there at once it equals one padded `generate()` (67.0
-against 67.2 tokens/s, 8 prompts x 32 tokens of a 124 M GPT-2; an earlier note here had it slower, its 10-15 s
-warm-up counted in). This path stays for what the manager does not take: sampling (its setting is fixed for every
-request when the manager is made), several choices, a seed, and a model across the processes of a `torchrun` job.
+`transformers`' continuous batching managers (`model.init_continuous_batching()`) serve requests of one choice
+without a seed instead, greedy or sampled, with `--continuous-batching` (`serving/continuous.py`): a request joins
+the running batch at the next step, where here a request that arrives while a batch decodes waits for the next batch
+(at most one generation). Measured with requests arriving while others decode, the greedy manager gave 1.35-1.42x
+the tokens/s and 0.26-0.31x the p50 latency, the sampling one 1.26-1.28x and 0.35-0.36x
+(`benchmarks/continuous_batching.py`); with every request there at once the manager equals one padded `generate()`
+(67.0 against 67.2 tokens/s, 8 prompts x 32 tokens of a 124 M GPT-2). This path stays for what the managers do not
+take: several choices (a manager fixes their number when it is made), a seed, and a model across the processes of a
+`torchrun` job.
 
 A request cancelled (a streaming client that went away, a timeout) marks its sink (`GenerationSink.cancelled`): a
 `LeaderStop` over the streamer's `gone` rows, a stopping criterion handed to `generate()` beside the streamer, ends
