@@ -3,7 +3,8 @@
 `lockstep(pipe)` returns, on process 0, the pipeline as a caller sees it, each call first sent to the other processes
 (`optimum_ipu.runtime.lockstep.Lockstep`); on the other processes it runs those calls until process 0 closes it, and
 then returns `None`. In one process it returns `pipe` itself. `optimum-ipu serve` under `torchrun` holds its socket in
-process 0 this way; the stages answer every request together.
+process 0 this way; the stages answer every request together, and a request whose client has gone ends its rows on
+every process at the same step through `LeaderStop` (a stopping criterion only process 0 decides).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..runtime.distributed import is_collective_error, join_process_group, silent_ranks, start_heartbeat, world_size
-from ..runtime.lockstep import Lockstep, leads
+from ..runtime.lockstep import LeaderStop, Lockstep, leads
 
 # what a caller hands the pipeline that stays in its own process: the generation streamer feeds its requests
 LOCAL_ARGUMENTS = ("streamer",)
@@ -81,3 +82,13 @@ def release(pipe: Any) -> None:
     """Release the other processes of a `torchrun` job from `lockstep` (nothing for a pipeline of one process)."""
     if isinstance(pipe, LeadingPipeline):
         pipe.close()
+
+
+__all__ = [
+    "LOCAL_ARGUMENTS",
+    "LeaderStop",  # (the server's stopping criterion of gone requests' rows, `runtime.lockstep`'s, handed on here)
+    "LeadingPipeline",
+    "join_stage_processes",
+    "lockstep",
+    "release",
+]

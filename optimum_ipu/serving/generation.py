@@ -36,7 +36,7 @@ import torch
 from transformers.generation.stopping_criteria import StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from ..runtime.lockstep import LeaderStop
+from ..pipelines.processes import LeaderStop
 from .batching import Job
 from .tasks import INPUT_ERRORS, InputError, batch_rows
 
