@@ -92,8 +92,9 @@ class Batcher:
         # one thread: the model runs one batch at a time (its own operators use the cores)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="optimum-ipu-pipeline")
         self.running = 0  # jobs in the batch being computed
-        self._last_seconds: dict[Hashable, float] = {}  # each key's previous batch's compute time: bounds the wait
-        self._lone_end: dict[Hashable, float] = {}  # when the key's previous batch ended, if it was a lone job's
+        # each key's previous batch: its compute time (which bounds the wait), and when it ended if it was one job
+        # with none arriving meanwhile (a lone client's)
+        self._previous_batch: dict[Hashable, tuple[float, float | None]] = {}
 
     @property
     def depth(self) -> int:
@@ -168,11 +169,7 @@ class Batcher:
         (`batch_wait_s`, at most `WAIT_SHARE` of the key's previous batch's compute time) is over."""
         loop = asyncio.get_running_loop()
         key = self._waiting[0].key
-        previous = self._last_seconds.get(key)
-        wait = self.batch_wait_s if previous is None else min(self.batch_wait_s, WAIT_SHARE * previous)
-        if self._lone_client(key, previous, wait):
-            wait = 0.0
-        deadline = loop.time() + wait
+        deadline = loop.time() + self._wait_for(key)
         while self._items_of(key) < self.max_batch_size:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -184,12 +181,15 @@ class Batcher:
                 break
         return self._take(key)
 
-    def _lone_client(self, key: Hashable, previous: float | None, wait: float) -> bool:
-        """Whether the oldest job is a lone client's next request of a fast call (see the module docstring)."""
-        ended = self._lone_end.get(key)
-        if ended is None or previous is None or len(self._waiting) != 1 or wait >= self.batch_wait_s:
-            return False
-        return self._waiting[0].arrived - ended <= previous
+    def _wait_for(self, key: Hashable) -> float:
+        """How long the oldest job's batch waits for company: `batch_wait_s`, at most `WAIT_SHARE` of the key's
+        previous compute time, and not at all for a lone client's next request of a fast call (module docstring)."""
+        if key not in self._previous_batch:
+            return self.batch_wait_s
+        seconds, lone_end = self._previous_batch[key]
+        wait = min(self.batch_wait_s, WAIT_SHARE * seconds)
+        alone = lone_end is not None and len(self._waiting) == 1 and self._waiting[0].arrived - lone_end <= seconds
+        return 0.0 if alone and wait < self.batch_wait_s else wait
 
     def _items_of(self, key: Hashable) -> int:
         return sum(len(job.items) for job in self._waiting if job.key == key)
@@ -227,16 +227,11 @@ class Batcher:
             results = [RuntimeError(f"the batch runner gave {len(results)} results for {len(batch)} jobs")] * len(batch)
         seconds = time.perf_counter() - start
         key = batch[0].key
-        self._last_seconds.pop(key, None)  # (re-inserted last: the oldest key goes first when full)
-        self._last_seconds[key] = seconds
-        if len(batch) == 1 and not any(job.key == key for job in self._waiting):  # alone, and none came meanwhile
-            self._lone_end[key] = time.monotonic()
-        else:
-            self._lone_end.pop(key, None)
-        if len(self._last_seconds) > KEYS_TIMED:
-            oldest = next(iter(self._last_seconds))
-            del self._last_seconds[oldest]
-            self._lone_end.pop(oldest, None)
+        lone = len(batch) == 1 and not any(job.key == key for job in self._waiting)  # alone, and none came meanwhile
+        self._previous_batch.pop(key, None)  # (re-inserted last: the oldest key goes first when full)
+        self._previous_batch[key] = (seconds, time.monotonic() if lone else None)
+        if len(self._previous_batch) > KEYS_TIMED:
+            del self._previous_batch[next(iter(self._previous_batch))]
         self.metrics.batch_seconds.labels(self.task).observe(seconds)
         for job, result in zip(batch, results, strict=True):
             if job.future.done():  # the client timed out or went away

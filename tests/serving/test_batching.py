@@ -71,7 +71,7 @@ async def _many_keys(keys: int) -> int:
             assert await batcher.submit(job) == "X"
     finally:
         await batcher.stop()
-    return len(batcher._last_seconds)
+    return len(batcher._previous_batch)
 
 
 def test_the_compute_times_kept_are_bounded_however_many_keys_come():
