@@ -28,6 +28,11 @@ LAYOUTS = {
     "one process": {"processes": 1, "config": {}},
     # 6 + 2 layers: the last stage also runs the 30,522-word output projection (about 5 layers' work at this size)
     "2 stages": {"processes": 2, "config": {"layers_per_ipu": [6, 2], "ipus_per_replica": 2}},
+    # the output projection and its loss shared by the 2 stages in evaluation (`stages.head`): the layers split evenly
+    "2 stages, shared head": {
+        "processes": 2,
+        "config": {"ipus_per_replica": 2, "inference_serialized_projection_splits_per_ipu": [1, 1], "inference_device_iterations": 32},
+    },
     "2 replicas": {"processes": 2, "config": {"replication_factor": 2}},
 }
 
@@ -68,7 +73,10 @@ def worker(folder: Path, layout: str, batch_size: int, repeats: int, stage_layer
     data = datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks})
     config = IPUConfig(**LAYOUTS[layout]["config"])
     if config.ipus_per_replica > 1:
-        config.layers_per_ipu = [int(n) for n in stage_layers.split(",")]
+        layers, splits = stage_layers.split("/")[1 if "shared head" in layout else 0], stage_layers.split("/")[2]
+        config.layers_per_ipu = [int(n) for n in layers.split(",")]
+        if "shared head" in layout:
+            config.inference_serialized_projection_splits_per_ipu = [int(n) for n in splits.split(",")]
     args = IPUTrainingArguments(  # under torchrun, makes the process group the stage-local loading needs
         output_dir=str(folder / "out"), per_device_eval_batch_size=batch_size, report_to=[], disable_tqdm=True
     )
@@ -83,7 +91,7 @@ def worker(folder: Path, layout: str, batch_size: int, repeats: int, stage_layer
 
 
 def run_layout(folder: Path, layout: str, args: argparse.Namespace) -> dict:
-    worker_args = [str(args.batch_size), str(args.repeats), args.stage_layers]
+    worker_args = [str(args.batch_size), str(args.repeats), f"{args.stage_layers}/{args.head_splits}"]
     return run_worker(__file__, folder, layout, LAYOUTS[layout]["processes"], worker_args)
 
 
@@ -106,15 +114,32 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--stage-layers", default="6,2", help="layers_per_ipu of the 2 stages (8 layers in all)")
+    parser.add_argument(
+        "--stage-layers",
+        default="6,2/4,4",
+        help="layers_per_ipu of the 2 stages (8 layers in all), then after a slash those with the shared head",
+    )
+    parser.add_argument(
+        "--head-splits", default="1,1", help="inference_serialized_projection_splits_per_ipu of the shared head's stages"
+    )
+    parser.add_argument(
+        "--layouts",
+        type=lambda text: text.split(";"),
+        default=list(LAYOUTS),
+        help=f"the layouts to run, separated by semicolons (one process always): {'; '.join(LAYOUTS)}",
+    )
     parser.add_argument("--json", default=None, help="also write the results here")
     if sys.argv[1:2] == ["--worker"]:
         return worker(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
     args = parser.parse_args()
+    unknown = set(args.layouts) - set(LAYOUTS)
+    if unknown:
+        parser.error(f"--layouts: {sorted(unknown)} unknown; the layouts are {'; '.join(LAYOUTS)}")
+    args.layouts = ["one process", *[layout for layout in args.layouts if layout != "one process"]]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         prepare(folder, args.blocks, args.seq_len)
-        results = {layout: run_layout(folder, layout, args) for layout in LAYOUTS}
+        results = {layout: run_layout(folder, layout, args) for layout in LAYOUTS if layout in args.layouts}
     base = results["one process"]["samples_per_second"]
     print(f"evaluation of {args.blocks} blocks of {args.seq_len} tokens, batch {args.batch_size}, one thread a process")
     for layout, result in results.items():

@@ -139,7 +139,10 @@ class IPUConfig:
         serialized_projection_splits_per_ipu (`List[int]`, *optional*):
             Like `serialized_embedding_splits_per_ipu`, for the output projection.
         inference_serialized_projection_splits_per_ipu (`List[int]`, *optional*):
-            Same as `serialized_projection_splits_per_ipu`, for inference.
+            Same as `serialized_projection_splits_per_ipu`, for inference. With the stages on separate processes,
+            their placement is real in an evaluation that keeps the loss alone: each stage computes the logits of its
+            share of the vocabulary (its splits over their sum; `[1, 1]`: half each) and the cross-entropy is
+            combined from the shares, so the output projection no longer sits on the last stage alone.
         recompute_checkpoint_every_layer (`bool`, *optional*, defaults to `False`):
             Activation checkpointing of every transformer layer: recompute activations in the backward
             pass instead of storing them.

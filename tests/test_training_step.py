@@ -61,7 +61,10 @@ def ipu_trainer(out, accumulation: int, batch: int, data: datasets.Dataset, loss
 
 @pytest.mark.parametrize("loss_type", [None, "ForCausalLM"])
 def test_token_loss_under_accumulation_equals_transformers_trainer(tmp_path, loss_type):
-    """Trainer's count of items is ours too, with GPT-2's unset loss_type (counting position 0) or set."""
+    """Trainer's count of items is ours too. With GPT-2's unset loss_type, Trainer alone counts position 0 of every
+    row (an item the shifted loss never predicts, scaling the loss by shifted / unshifted tokens); IPUTrainer counts the
+    shifted labels, as Trainer does for a loss_type it reads as causal (transformers#46204), and as evaluation through
+    stages on processes counts them: the reference is given that count (its own, for GPT-2, checked to be the other)."""
     data = unevenly_padded()
     tokens = (torch.tensor(data["labels"])[:, 1:] != -100).sum(1)
     assert tokens.min() < tokens.max() // 3  # uneven: a mean of micro-batch means would weigh tokens wrongly
@@ -70,9 +73,12 @@ def test_token_loss_under_accumulation_equals_transformers_trainer(tmp_path, los
         str(tmp_path / "stock"), per_device_train_batch_size=2, gradient_accumulation_steps=4, **COMMON
     )
     stock = transformers.Trainer(causal_lm(loss_type), stock_args, train_dataset=data)
+    counted_unshifted = not stock._loss_shifts_labels
+    stock._loss_shifts_labels = True
     ours.train()
     stock.train()
     assert_same_training(ours, stock, steps=8)
+    assert counted_unshifted == (loss_type is None)
     grad_norms = [[e["grad_norm"] for e in t.state.log_history if "grad_norm" in e] for t in (ours, stock)]
     torch.testing.assert_close(grad_norms[0], grad_norms[1], atol=1e-5, rtol=1e-5)
 

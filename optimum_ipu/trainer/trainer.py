@@ -110,7 +110,10 @@ class IPUTrainer(TrainerPrivateHooks):
         self._label_watch = UsedLabelWatch(enabled=False)  # armed by train()
         self._zero_loss_watch = ZeroLossWatch(enabled=False)  # armed by train()
         self._eval_loss_watch = EvalLossWatch()
-        self._loss_shifts_labels_here = self._shifts_labels(model)
+        # Trainer counts a batch's loss items (`num_items_in_batch`, which the model divides its summed loss by) over
+        # `labels[..., 1:]` only where it reads the loss as causal from the model's `loss_type`: not for GPT-2's head
+        # (`loss_type` None), whose loss then came out x (shifted / unshifted labelled tokens), 0.83x on 6-token rows
+        self._loss_shifts_labels = self._loss_shifts_labels_here = self._shifts_labels(model)
         self.run_record: dict[str, Any] | None = None  # the run id and identity written into checkpoint markers
         self._check_processes_agree()
         # what training_step drives (the step protocol): stages on separate processes have their own engine
@@ -177,6 +180,7 @@ class IPUTrainer(TrainerPrivateHooks):
             required_inputs=tuple(plan.process_stage_inputs),
             custom_loss=getattr(self, "compute_loss_func", None) is not None,
             loss_shifts_labels=self._loss_shifts_labels_here,
+            vocabulary_loss=plan.loss_kind(pipelined.class_name) or "",
             tensor_parallel_plan=functools.partial(tensor_parallel_plan, pipelined),
         )
 
@@ -547,6 +551,7 @@ class IPUTrainer(TrainerPrivateHooks):
             )
             self._buckets_said = True
         inputs = trimmed
+        self.layout.before_prediction_step(prediction_loss_only)
         with self.engine.autocast():
             loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
         self._eval_loss_watch.see(loss, inputs)

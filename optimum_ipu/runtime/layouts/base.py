@@ -55,6 +55,8 @@ class ModelParts:
         required_inputs (`tuple[str, ...]`): tensors every batch must carry through stages on processes.
         custom_loss (`bool`): the trainer computes the loss from the outputs (`compute_loss_func`).
         loss_shifts_labels (`bool`): the loss averages `labels[..., 1:]` (a causal LM).
+        vocabulary_loss (`str`): `"causal"` or `"masked"` where the loss is a cross-entropy over the vocabulary from
+            the output projection (the plan's `loss_kind`), else `""`.
         tensor_parallel_plan (`Callable`, *optional*): `(size) -> TensorParallelPlan`: what `tensor_parallel_size`
             splits in the model (`optimum_ipu.models.tensor_parallel_plan`; it raises where the family has no split).
     """
@@ -69,6 +71,7 @@ class ModelParts:
     required_inputs: tuple[str, ...] = ()
     custom_loss: bool = False
     loss_shifts_labels: bool = False
+    vocabulary_loss: str = ""
     tensor_parallel_plan: Callable[[int], Any] | None = None
 
 
@@ -228,6 +231,10 @@ class ReplicasLayout:
 
     def after_evaluation(self) -> None:
         """Put back what an evaluation changed."""
+
+    def before_prediction_step(self, loss_only: bool) -> None:
+        """Called on every process before each evaluation or prediction batch: whether `Trainer` keeps its loss
+        alone (`prediction_loss_only`), so the model need not make the logits."""
 
     # ------------------------------------------------------------------ checkpoints
     def before_checkpoint(self, optimizer: torch.optim.Optimizer | None) -> None:

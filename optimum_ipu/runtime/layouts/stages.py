@@ -42,6 +42,7 @@ from ..distributed import world_size
 from ..stages.checkpoint import save_stage_shards
 from ..stages.engine import PipelineEngine
 from ..stages.forward import MICRO_BATCHES_PER_STAGE, PipelinedForward, forward_through_stages
+from ..stages.head import SplitHead, head_group, split_head_refusal
 from ..stages.hold import stage_hold
 from ..stages.optimizer import save_stage_optimizer
 from ..step import TrainingStep
@@ -81,6 +82,7 @@ class ProcessStagesLayout(ReplicasLayout):
         self.split = ipu_config.value("tensor_parallel_size")  # processes sharing each stage's layers (tp)
         self.stages = 0  # processes of one pipeline, known once checked
         self._forward: PipelinedForward | None = None
+        self._said_whole_head = False
         self._synchronized_at = 0  # the engine's steps when every process last got every stage's weights
 
     @property
@@ -186,15 +188,46 @@ class ProcessStagesLayout(ReplicasLayout):
         forward through the replica's stages as micro-batches, several in flight (`eval_device_iterations`)."""
         if self._forward is None:
             model = self.parts.model
+            hold = stage_hold(model)
             self._forward = forward_through_stages(
                 model,
                 self.parts.stage_cut(),
-                stage_hold(model),
+                hold,
                 self.engine.precision,
                 micro_batches=self.eval_device_iterations(),
                 shifts_labels=self.parts.loss_shifts_labels,
             )
+            self._forward.split_head = self._split_head(hold)
         return self._forward
+
+    def _split_head(self, hold: Any) -> SplitHead | None:
+        """The output projection shared by the stages in evaluation, when the config's
+        `inference_serialized_projection_splits_per_ipu` asks for it and it can be (`stages.head`); said in one line,
+        once, when it was asked for and cannot be."""
+        field = "inference_serialized_projection_splits_per_ipu"
+        splits = self.ipu_config.value("serialized_projection_splits_per_ipu", inference=True)
+        refusal = split_head_refusal(self.parts.model, splits, len(hold.ranges), self.parts.vocabulary_loss)
+        if not refusal and (hold.sharded or self.split > 1):
+            refusal = "each stage's weights are sharded over processes (--fsdp, tensor_parallel_size)"
+        if refusal == "not asked":
+            return None
+        if refusal:
+            logger.warning(f"{field} {splits}: evaluation runs the projection on the last stage alone: {refusal}")
+            return None
+        group, ranks = head_group(hold.mesh)
+        return SplitHead(self.parts.model, group, ranks, splits, shifts_labels=self.parts.vocabulary_loss == "causal")
+
+    def before_prediction_step(self, loss_only: bool) -> None:
+        forward = self._forward
+        if forward is None or forward.split_head is None:
+            return
+        if not loss_only and not self._said_whole_head:
+            logger.info(
+                "this evaluation keeps the logits: the output projection runs whole on the last stage (shared by the "
+                "stages, inference_serialized_projection_splits_per_ipu computes the loss alone)"
+            )
+            self._said_whole_head = True
+        forward.loss_only = loss_only
 
     def eval_device_iterations(self) -> int:
         """Micro-batches of one evaluation host call, each `per_device_eval_batch_size` rows, several in flight through
@@ -242,6 +275,7 @@ class ProcessStagesLayout(ReplicasLayout):
         # the process count) would count each batch once per stage. Each process's own count is its replica's: the
         # one-process loss (a classifier's mean would otherwise come out x stages).
         forward = self._forward_module()  # each host call's batches of one process go through the stages as such
+        forward.new_evaluation()
         forward.rows_per_micro_batch = batch_rows if super().eval_device_iterations() == 1 else None
         return EvaluationScope(gather=self.gather, args={"average_tokens_across_devices": False})
 

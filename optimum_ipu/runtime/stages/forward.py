@@ -14,8 +14,9 @@ Generation through the stages is `stages.generation.StageGeneration`, built on `
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -24,6 +25,9 @@ from torch import nn
 from ..distributed import batches_of
 from .cut import StageCut, StageModule, stage_ranges
 from .hold import StageHold
+
+if TYPE_CHECKING:
+    from .head import SplitHead
 
 
 def _nothing(output: Any) -> torch.Tensor:
@@ -75,26 +79,48 @@ class StageForward:
         return outputs[0] if outputs is not None else None
 
     @torch.no_grad()
-    def run(self, micro_batches: list[dict[str, torch.Tensor]]) -> list[Any] | None:
+    def run(
+        self,
+        micro_batches: list[dict[str, torch.Tensor]],
+        head: SplitHead | None = None,
+        labels: list[torch.Tensor] | None = None,
+    ) -> list[Any] | None:
         """This stage's part of the forward of `micro_batches`, in order, several in flight: each is sent on without
         waiting for the next stage to take it (`isend`), so while stage i runs micro-batch k, stage i + 1 runs k - 1.
-        Returns the model's output of each on the last stage, `None` on the others."""
+        Returns the model's output of each on the last stage, `None` on the others.
+
+        With `head` (the output projection shared by the stages, `stages.head`), the micro-batches come without their
+        `labels` (given apart, one a micro-batch): this stage computes its share of micro-batch k's loss once its
+        layers have run micro-batch k + (its distance to the last stage), when the last stage has finished k; the
+        losses are in `head.losses` on the last stage, whose outputs carry no logits."""
         module = self.module
         first = micro_batches[0]
         module.keys = [next(k for k, v in first.items() if torch.is_tensor(v))]  # stage 0 finds it by this tensor
         module.reset(micro_batches)
         device = first[module.keys[0]].device
         last = self.stage == self.num_stages - 1
+        ahead = self.num_stages - 1 - self.stage  # micro-batches this stage's layers run ahead of its head share
         outputs, sending = [], []
-        for batch in micro_batches:
-            received = (batch[module.keys[0]],) if self.stage == 0 else self._receive(device)
-            sent = module(*received)
-            if last:
-                outputs.append(module.last_output)
-            else:
-                sending.extend(self._send(sent if isinstance(sent, tuple) else (sent,)))
+        if head is not None:
+            head.begin()
+        with head.capturing() if head is not None else contextlib.nullcontext():
+            for k, batch in enumerate(micro_batches):
+                received = (batch[module.keys[0]],) if self.stage == 0 else self._receive(device)
+                sent = module(*received)
+                if last:
+                    outputs.append(module.last_output)
+                else:
+                    sending.extend(self._send(sent if isinstance(sent, tuple) else (sent,)))
+                if head is not None and last:
+                    head.last_stage_part(labels[k])
+                elif head is not None and k >= ahead:
+                    head.other_stage_part(labels[k - ahead], device)
+        while head is not None and head.done < len(micro_batches):  # the shares of the last few
+            head.other_stage_part(labels[head.done], device)
         for work in sending:  # the tensors stay alive until the next stage has them
             work.wait()
+        if head is not None:
+            head.finish()
         return outputs if last else None
 
     def _send(self, tensors: tuple[torch.Tensor, ...]) -> list[Any]:
@@ -179,6 +205,10 @@ class PipelinedForward(nn.Module):
             (`ProcessStagesLayout.eval_device_iterations`). Each one's loss is then its own mean (as one process's
             batch's), and they are weighted by their rows, as `Trainer` weighs the losses of one process's batches:
             the evaluation loss is one process's.
+        split_head (`SplitHead` or `None`): the output projection and its loss shared by the stages
+            (`inference_serialized_projection_splits_per_ipu`), used for the batches whose loss alone is kept.
+        loss_only (`bool`): the caller keeps the loss alone (`Trainer`'s `prediction_loss_only`), so a shared head
+            may compute it without the logits (which the output then lacks).
     """
 
     def __init__(
@@ -193,6 +223,9 @@ class PipelinedForward(nn.Module):
         self.stage_forward, self.model = stage_forward, model
         self.micro_batches, self.shifts_labels, self.everywhere = micro_batches, shifts_labels, everywhere
         self.rows_per_micro_batch: int | None = None
+        self.split_head: SplitHead | None = None
+        self.loss_only = False
+        self._head_current = False
 
     def forward(self, **inputs: Any) -> Any:
         stages = self.stage_forward
@@ -208,12 +241,12 @@ class PipelinedForward(nn.Module):
         counted = count is not None and labels is not None and not labels.is_floating_point()
         per_part = self.rows_per_micro_batch
         parts = split_rows(inputs, self.micro_batches, rows_per_part=per_part)
-        outputs = stages.run(parts)
         if per_part is not None:  # each part a batch of one process, its loss its own mean (the class docstring)
             items, total = [batch_rows(part) for part in parts], None
         else:
             items = [labelled_items(part, self.shifts_labels) for part in parts]
             total = float(count) if counted else None
+        outputs = self._run(parts, device)
         output = merge_outputs(outputs, items, total) if outputs is not None else None
         tensors = {k: v for k, v in output.items() if torch.is_tensor(v)} if output is not None else {}
         described = [(type(output), list(tensors), [(v.dtype, tuple(v.shape)) for v in tensors.values()])]
@@ -234,6 +267,29 @@ class PipelinedForward(nn.Module):
             for tensor in tensors.values():
                 dist.broadcast(tensor.contiguous() if output is not None else tensor, src=last, group=stages.group)
         return output if output is not None else cls(**tensors)
+
+    def new_evaluation(self) -> None:
+        """An evaluation begins: the shared head's rows are sent again before its first use (the weights may have
+        been trained since)."""
+        self._head_current = False
+
+    def _run(self, parts: list[dict[str, Any]], device: torch.device) -> list[Any] | None:
+        """The stages' forward of `parts`; with the output projection shared by the stages (`split_head`), when only
+        the loss is kept (`loss_only`) and the parts carry labels, each part's loss comes from the shares."""
+        head = self.split_head if self.loss_only and "labels" in parts[0] else None
+        if head is None:
+            return self.stage_forward.run(parts)
+        if not self._head_current:
+            head.refresh(device)
+            self._head_current = True
+        labels = [part.pop("labels") for part in parts]
+        outputs = self.stage_forward.run(parts, head, labels)
+        if outputs is None:
+            return None
+        return [
+            type(output)(loss=loss, **{k: v for k, v in output.items() if k not in ("loss", "logits")})
+            for output, loss in zip(outputs, head.losses, strict=True)
+        ]
 
 
 # micro-batches in flight a batch is split into by default, per stage: with m micro-batches, s stages are busy

@@ -1,0 +1,95 @@
+"""The arithmetic of the output projection shared by the stages (`optimum_ipu.runtime.stages.head`): the vocabulary
+rows each stage holds, and the cross-entropy combined from the shares' numbers, against `F.cross_entropy` on the whole
+logits; and when a shared head is refused. (The processes: tests/distributed/test_split_head.py.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from optimum_ipu.runtime.stages.head import combined_loss, share_rows, split_head_refusal
+
+
+@given(vocabulary=st.integers(1, 5000), splits=st.lists(st.integers(0, 6), min_size=1, max_size=8))
+def test_the_shares_cover_the_vocabulary_in_order_as_the_splits_weigh(vocabulary, splits):
+    if not sum(splits):
+        splits = [*splits[:-1], 1]
+    rows = share_rows(vocabulary, splits)
+    assert len(rows) == len(splits)
+    assert [r.start for r in rows[1:]] == [r.stop for r in rows[:-1]]  # consecutive, nothing twice
+    assert rows[0].start == 0 and rows[-1].stop == vocabulary
+    total = sum(splits)
+    for r, count in zip(rows, splits, strict=True):
+        assert abs(len(r) - vocabulary * count / total) < 1 + 1e-9  # each share within a row of its part
+        if not count:
+            assert not len(r)
+
+
+def shares_numbers(logits: torch.Tensor, labels: torch.Tensor, splits: list[int]) -> torch.Tensor:
+    """The numbers each share sends (`SplitHead._numbers`), computed here from the whole logits."""
+    parts = []
+    for rows in share_rows(logits.shape[1], splits):
+        if not len(rows):
+            continue
+        share = logits[:, rows.start : rows.stop]
+        held = (labels >= rows.start) & (labels < rows.stop)
+        index = torch.where(held, labels - rows.start, 0).unsqueeze(1)
+        label_logit = torch.where(held, share.gather(1, index).squeeze(1), 0.0)
+        parts.append(torch.stack([share[:, 0] - torch.log_softmax(share, dim=1)[:, 0], label_logit]))
+    return torch.stack(parts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tokens=st.integers(1, 40),
+    vocabulary=st.integers(2, 300),
+    splits=st.lists(st.integers(0, 4), min_size=1, max_size=5),
+    ignored=st.floats(0.0, 0.9),
+    scale=st.floats(0.1, 30.0),
+    seed=st.integers(0, 2**16),
+)
+def test_the_combined_loss_is_the_cross_entropy_of_the_whole_logits(tokens, vocabulary, splits, ignored, scale, seed):
+    if not sum(splits):
+        splits = [*splits[:-1], 1]
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(tokens, vocabulary, generator=generator) * scale
+    labels = torch.randint(0, vocabulary, (tokens,), generator=generator)
+    labels[torch.rand(tokens, generator=generator) < ignored] = -100
+    labels[0] = labels[0].clamp(min=0)  # at least one labelled token (all ignored: NaN, below)
+    want = F.cross_entropy(logits, labels, ignore_index=-100)
+    got = combined_loss(shares_numbers(logits, labels, splits), labels)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+
+
+def test_a_batch_without_a_labelled_token_gives_nan_as_the_cross_entropy_does():
+    logits, labels = torch.randn(3, 10), torch.full((3,), -100)
+    assert torch.isnan(F.cross_entropy(logits, labels, ignore_index=-100))
+    assert torch.isnan(combined_loss(shares_numbers(logits, labels, [1, 1]), labels))
+
+
+class WithHead(nn.Module):
+    def __init__(self, head: nn.Module) -> None:
+        super().__init__()
+        self.head = head
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.head
+
+
+@pytest.mark.parametrize(
+    ("splits", "stages", "loss_kind", "head", "reason"),
+    [
+        (None, 2, "causal", nn.Linear(4, 10), "not asked"),
+        ([1, 1, 1], 2, "causal", nn.Linear(4, 10), "it has 3 entries for 2 stages on processes"),
+        ([1, 1], 2, "", nn.Linear(4, 10), "the model's loss is not a cross-entropy over the vocabulary"),
+        ([1, 1], 2, "causal", nn.Embedding(10, 4), "its output projection (Embedding) is not a linear layer"),
+        ([1, 1], 2, "causal", nn.Linear(4, 10), ""),
+        ([3, 1], 2, "masked", nn.Linear(4, 10), ""),
+    ],
+)
+def test_a_shared_head_is_refused_where_the_shares_cannot_compute_the_loss(splits, stages, loss_kind, head, reason):
+    assert split_head_refusal(WithHead(head), splits, stages, loss_kind) == reason
