@@ -1,14 +1,18 @@
 """Evaluation throughput through pipeline stages on processes, against one process and against replicas, same run.
 
-    python benchmarks/stage_inference.py [--blocks 64] [--seq-len 128] [--batch-size 8] [--repeats 3] [--json F]
+    python benchmarks/stage_inference.py [--blocks 64] [--seq-len 128] [--batch-size 8] [--repeats 3]
+        [--stage-layers 6,2] [--shared-head-layers 4,4] [--head-splits 5,4] [--device-iterations N] [--json F]
 
 A random Llama (8 layers of 512, the bert-base-uncased vocabulary of 30,522) evaluates `--blocks` WikiText-2 blocks of
 `--seq-len` tokens (../shared/data/wikitext2_tokens/wiki.test.tokens, tokenized with that vocabulary) with
-`IPUTrainer.evaluate()`, one thread per process, three ways: one process holding the whole model; 2 stages on 2
-processes (`layers_per_ipu=[6, 2]`, each process loading only its stage with `optimum_ipu.AutoModelForCausalLM`, the
-batches split into micro-batches several in flight); 2 replicas on 2 processes. It prints samples per second of each
-(the median of `--repeats` evaluations after a warm-up one) as ratios to one process, and checks that the eval loss is
-the same in the three. Run it on an idle machine: the two processes need both cores.
+`IPUTrainer.evaluate()`, one thread per process, four ways: one process holding the whole model; 2 stages on 2
+processes (`layers_per_ipu` `--stage-layers`, each process loading only its stage with
+`optimum_ipu.AutoModelForCausalLM`, the batches split into micro-batches several in flight); the same with the output
+projection and its loss shared by the stages (`--shared-head-layers`, `inference_serialized_projection_splits_per_ipu`
+`--head-splits`); 2 replicas on 2 processes. `--device-iterations` sets every layout's `inference_device_iterations`
+(batches a host call: the micro-batches in flight through the stages; by default 4 a stage). It prints samples per
+second of each (the median of `--repeats` evaluations after a warm-up one) as ratios to one process, and checks that
+the eval loss is the same in all. Run it on an idle machine: the two processes need both cores.
 """
 
 from __future__ import annotations
@@ -26,15 +30,26 @@ REPO = Path(__file__).resolve().parent.parent
 WIKITEXT = REPO.parent / "shared" / "data" / "wikitext2_tokens" / "wiki.test.tokens"
 LAYOUTS = {
     "one process": {"processes": 1, "config": {}},
-    # 6 + 2 layers: the last stage also runs the 30,522-word output projection (about 5 layers' work at this size)
-    "2 stages": {"processes": 2, "config": {"layers_per_ipu": [6, 2], "ipus_per_replica": 2}},
-    # the output projection and its loss shared by the 2 stages in evaluation (`stages.head`): the layers split evenly
-    "2 stages, shared head": {
-        "processes": 2,
-        "config": {"ipus_per_replica": 2, "inference_serialized_projection_splits_per_ipu": [1, 1], "inference_device_iterations": 32},
-    },
+    # 6 + 2 layers: the last stage also runs the 30,522-word output projection (about as costly as the 8 layers)
+    "2 stages": {"processes": 2, "config": {"ipus_per_replica": 2}},
+    # the output projection and its loss shared by the 2 stages (`optimum_ipu.runtime.stages.head`): the layers split
+    # evenly, the first stage's share of the vocabulary a little larger (it waits for the last stage's hidden states)
+    "2 stages, shared head": {"processes": 2, "config": {"ipus_per_replica": 2}},
     "2 replicas": {"processes": 2, "config": {"replication_factor": 2}},
 }
+
+
+def layout_config(layout: str, args: argparse.Namespace) -> dict:
+    """The `IPUConfig` fields of `layout` with the command line's layers, splits and device iterations."""
+    config = dict(LAYOUTS[layout]["config"])
+    if layout == "2 stages":
+        config["layers_per_ipu"] = [int(n) for n in args.stage_layers.split(",")]
+    if layout == "2 stages, shared head":
+        config["layers_per_ipu"] = [int(n) for n in args.shared_head_layers.split(",")]
+        config["inference_serialized_projection_splits_per_ipu"] = [int(n) for n in args.head_splits.split(",")]
+    if args.device_iterations:
+        config["inference_device_iterations"] = args.device_iterations
+    return config
 
 
 def prepare(folder: Path, blocks: int, seq_len: int) -> None:
@@ -61,7 +76,19 @@ def prepare(folder: Path, blocks: int, seq_len: int) -> None:
     transformers.LlamaForCausalLM(config).save_pretrained(folder / "model")
 
 
-def worker(folder: Path, layout: str, batch_size: int, repeats: int, stage_layers: str) -> None:
+def predicted_ids(logits, labels):
+    """`run_clm.py`'s `preprocess_logits_for_metrics`: the predicted token of each position."""
+    return logits.argmax(dim=-1)
+
+
+def token_accuracy(prediction) -> dict:
+    """`run_clm.py`'s `compute_metrics`: how many next tokens the model predicted (position t predicts t + 1)."""
+    predicted, labels = prediction.predictions[:, :-1], prediction.label_ids[:, 1:]
+    kept = labels != -100
+    return {"accuracy": float((predicted[kept] == labels[kept]).mean())}
+
+
+def worker(folder: Path, layout: str, batch_size: int, repeats: int, config_json: str, keep_logits: bool) -> None:
     """One layout's evaluations (every process of it runs this); the main process writes `{layout}.json`."""
     import datasets
     import torch
@@ -71,27 +98,24 @@ def worker(folder: Path, layout: str, batch_size: int, repeats: int, stage_layer
     torch.set_num_threads(1)
     blocks = json.loads((folder / "blocks.json").read_text())
     data = datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks})
-    config = IPUConfig(**LAYOUTS[layout]["config"])
-    if config.ipus_per_replica > 1:
-        layers, splits = stage_layers.split("/")[1 if "shared head" in layout else 0], stage_layers.split("/")[2]
-        config.layers_per_ipu = [int(n) for n in layers.split(",")]
-        if "shared head" in layout:
-            config.inference_serialized_projection_splits_per_ipu = [int(n) for n in splits.split(",")]
+    config = IPUConfig(**json.loads(config_json))
     args = IPUTrainingArguments(  # under torchrun, makes the process group the stage-local loading needs
         output_dir=str(folder / "out"), per_device_eval_batch_size=batch_size, report_to=[], disable_tqdm=True
     )
     model = AutoModelForCausalLM.from_pretrained(folder / "model", ipu_config=config).model  # a stage, under torchrun
-    trainer = IPUTrainer(model, config, args, eval_dataset=data)
+    metrics = {"compute_metrics": token_accuracy, "preprocess_logits_for_metrics": predicted_ids} if keep_logits else {}
+    trainer = IPUTrainer(model, config, args, eval_dataset=data, **metrics)
     trainer.evaluate()  # warm-up: the stages' first forward learns how the layers are called
     runs = [trainer.evaluate() for _ in range(repeats)]
     if trainer.is_world_process_zero():
         rates = [r["eval_samples_per_second"] for r in runs]
         result = {"samples_per_second": statistics.median(rates), "runs": rates, "eval_loss": runs[-1]["eval_loss"]}
+        result["eval_accuracy"] = runs[-1].get("eval_accuracy")
         (folder / f"{layout}.json").write_text(json.dumps(result))
 
 
 def run_layout(folder: Path, layout: str, args: argparse.Namespace) -> dict:
-    worker_args = [str(args.batch_size), str(args.repeats), f"{args.stage_layers}/{args.head_splits}"]
+    worker_args = [str(args.batch_size), str(args.repeats), json.dumps(layout_config(layout, args)), str(args.metrics)]
     return run_worker(__file__, folder, layout, LAYOUTS[layout]["processes"], worker_args)
 
 
@@ -114,23 +138,32 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--stage-layers", default="6,2", help="layers_per_ipu of the 2 stages (8 layers in all)")
     parser.add_argument(
-        "--stage-layers",
-        default="6,2/4,4",
-        help="layers_per_ipu of the 2 stages (8 layers in all), then after a slash those with the shared head",
+        "--shared-head-layers", default="4,4", help="layers_per_ipu of the 2 stages with the shared head"
     )
     parser.add_argument(
-        "--head-splits", default="1,1", help="inference_serialized_projection_splits_per_ipu of the shared head's stages"
+        "--head-splits",
+        default="5,4",
+        help="their inference_serialized_projection_splits_per_ipu (the vocabulary's shares)",
     )
+    parser.add_argument("--device-iterations", type=int, default=0, help="inference_device_iterations of every layout")
     parser.add_argument(
         "--layouts",
         type=lambda text: text.split(";"),
         default=list(LAYOUTS),
         help=f"the layouts to run, separated by semicolons (one process always): {'; '.join(LAYOUTS)}",
     )
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="also the token accuracy, as run_clm.py computes it: the logits are kept (argmax of every position)",
+    )
     parser.add_argument("--json", default=None, help="also write the results here")
     if sys.argv[1:2] == ["--worker"]:
-        return worker(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
+        return worker(
+            Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7] == "True"
+        )
     args = parser.parse_args()
     unknown = set(args.layouts) - set(LAYOUTS)
     if unknown:
@@ -139,18 +172,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         prepare(folder, args.blocks, args.seq_len)
-        results = {layout: run_layout(folder, layout, args) for layout in LAYOUTS if layout in args.layouts}
+        results = {
+            layout: {**run_layout(folder, layout, args), "config": layout_config(layout, args)}
+            for layout in LAYOUTS
+            if layout in args.layouts
+        }
     base = results["one process"]["samples_per_second"]
     print(f"evaluation of {args.blocks} blocks of {args.seq_len} tokens, batch {args.batch_size}, one thread a process")
     for layout, result in results.items():
         ratio = result["samples_per_second"] / base
         print(
-            f"  {layout:12s} {result['samples_per_second']:7.2f} samples/s  {ratio:5.2f}x one process  "
+            f"  {layout:22s} {result['samples_per_second']:7.2f} samples/s  {ratio:5.2f}x one process  "
             f"eval loss {result['eval_loss']:.5f}"
+            + (f"  accuracy {result['eval_accuracy']:.5f}" if result["eval_accuracy"] is not None else "")
         )
     losses = [r["eval_loss"] for r in results.values()]
     if max(losses) - min(losses) > 1e-4:
         raise SystemExit(f"the layouts' eval losses differ: {losses}")
+    accuracies = [r["eval_accuracy"] for r in results.values() if r["eval_accuracy"] is not None]
+    if accuracies and max(accuracies) - min(accuracies) > 1e-3:  # an argmax may flip between logits equal to 1e-6
+        raise SystemExit(f"the layouts' token accuracies differ: {accuracies}")
     if args.json:
         summary = {"args": vars(args), "results": results}
         Path(args.json).write_text(json.dumps(summary, indent=2))

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from optimum_ipu.runtime.stages.head import combined_loss, share_rows, split_head_refusal
+from optimum_ipu.runtime.stages.head import combined_loss, share_numbers, share_rows, split_head_refusal
 
 
 @given(vocabulary=st.integers(1, 5000), splits=st.lists(st.integers(0, 6), min_size=1, max_size=8))
@@ -30,17 +30,9 @@ def test_the_shares_cover_the_vocabulary_in_order_as_the_splits_weigh(vocabulary
 
 
 def shares_numbers(logits: torch.Tensor, labels: torch.Tensor, splits: list[int]) -> torch.Tensor:
-    """The numbers each share sends (`SplitHead._numbers`), computed here from the whole logits."""
-    parts = []
-    for rows in share_rows(logits.shape[1], splits):
-        if not len(rows):
-            continue
-        share = logits[:, rows.start : rows.stop]
-        held = (labels >= rows.start) & (labels < rows.stop)
-        index = torch.where(held, labels - rows.start, 0).unsqueeze(1)
-        label_logit = torch.where(held, share.gather(1, index).squeeze(1), 0.0)
-        parts.append(torch.stack([share[:, 0] - torch.log_softmax(share, dim=1)[:, 0], label_logit]))
-    return torch.stack(parts)
+    """The numbers of every share that holds rows, from the whole logits."""
+    shares = [rows for rows in share_rows(logits.shape[1], splits) if len(rows)]
+    return torch.stack([share_numbers(logits[:, rows.start : rows.stop], labels, rows) for rows in shares])
 
 
 @settings(max_examples=60, deadline=None)

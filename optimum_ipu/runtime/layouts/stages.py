@@ -82,7 +82,6 @@ class ProcessStagesLayout(ReplicasLayout):
         self.split = ipu_config.value("tensor_parallel_size")  # processes sharing each stage's layers (tp)
         self.stages = 0  # processes of one pipeline, known once checked
         self._forward: PipelinedForward | None = None
-        self._said_whole_head = False
         self._synchronized_at = 0  # the engine's steps when every process last got every stage's weights
 
     @property
@@ -218,16 +217,8 @@ class ProcessStagesLayout(ReplicasLayout):
         return SplitHead(self.parts.model, group, ranks, splits, shifts_labels=self.parts.vocabulary_loss == "causal")
 
     def before_prediction_step(self, loss_only: bool) -> None:
-        forward = self._forward
-        if forward is None or forward.split_head is None:
-            return
-        if not loss_only and not self._said_whole_head:
-            logger.info(
-                "this evaluation keeps the logits: the output projection runs whole on the last stage (shared by the "
-                "stages, inference_serialized_projection_splits_per_ipu computes the loss alone)"
-            )
-            self._said_whole_head = True
-        forward.loss_only = loss_only
+        if self._forward is not None:
+            self._forward.loss_only = loss_only  # a shared head's logits then stay on their stages
 
     def eval_device_iterations(self) -> int:
         """Micro-batches of one evaluation host call, each `per_device_eval_batch_size` rows, several in flight through
