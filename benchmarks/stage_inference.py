@@ -9,7 +9,7 @@ A random Llama (8 layers of 512, the bert-base-uncased vocabulary of 30,522) eva
 processes (`layers_per_ipu` `--stage-layers`, each process loading only its stage with
 `optimum_ipu.AutoModelForCausalLM`, the batches split into micro-batches several in flight); the same with the output
 projection and its loss shared by the stages (`--shared-head-layers`, `inference_serialized_projection_splits_per_ipu`
-`--head-splits`); 2 replicas on 2 processes. `--device-iterations` sets every layout's `inference_device_iterations`
+`--head-splits`); 2 replicas on 2 processes. `--device-iterations` sets the stage layouts' `inference_device_iterations`
 (batches a host call: the micro-batches in flight through the stages; by default 4 a stage). It prints samples per
 second of each (the median of `--repeats` evaluations after a warm-up one) as ratios to one process, and checks that
 the eval loss is the same in all. Run it on an idle machine: the two processes need both cores.
@@ -47,7 +47,9 @@ def layout_config(layout: str, args: argparse.Namespace) -> dict:
     if layout == "2 stages, shared head":
         config["layers_per_ipu"] = [int(n) for n in args.shared_head_layers.split(",")]
         config["inference_serialized_projection_splits_per_ipu"] = [int(n) for n in args.head_splits.split(",")]
-    if args.device_iterations:
+    if args.device_iterations and layout in ("2 stages", "2 stages, shared head"):
+        # the micro-batches in flight through the stages; one process (and each replica) would run a host call as one
+        # forward of all its rows
         config["inference_device_iterations"] = args.device_iterations
     return config
 

@@ -181,7 +181,7 @@ def weight_major_projection(model: nn.Module) -> Iterator[None]:
     if type(module) is not nn.Linear or module.weight.device.type != "cpu" or _holds_part(model) or split:
         yield
         return
-    places = _replace_everywhere(model, module, WeightMajorLinear(module))
+    places = replace_module_everywhere(model, module, WeightMajorLinear(module))
     try:
         yield
     finally:
@@ -232,9 +232,10 @@ def chunked_cross_entropy(
     return total / (labels != ignore_index).sum().to(total.dtype)
 
 
-def _replace_everywhere(model: nn.Module, old: nn.Module, new: nn.Module) -> list[tuple[nn.Module, str]]:
-    # Every (parent, attribute) holding `old`: a module may be registered in several places (e.g. a shared
-    # encoder/decoder embedding), and all of them must see the swap or the model would use both.
+def replace_module_everywhere(model: nn.Module, old: nn.Module, new: nn.Module) -> list[tuple[nn.Module, str]]:
+    """Put `new` in every place of `model` that holds `old`, and return those `(parent, attribute)` places (to put
+    `old` back): a module may be registered in several places (a shared encoder/decoder embedding), and all of them
+    must see the swap or the model would use both."""
     places: list[tuple[nn.Module, str]] = []
     seen: set[tuple[int, str]] = set()
     for _, parent in model.named_modules(remove_duplicate=False):
@@ -288,7 +289,7 @@ def swap_serialized(model: nn.Module, embedding_factor: int, projection_factor: 
         except ValueError as err:
             logger.warning_once(f"{type(model).__name__}.{accessor}(): {err}; left as is")
             continue
-        places = _replace_everywhere(model, module, replacement)
+        places = replace_module_everywhere(model, module, replacement)
         if not places:
             logger.warning_once(f"{type(model).__name__}.{accessor}() returned a module not registered in the model")
             continue

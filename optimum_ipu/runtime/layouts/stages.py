@@ -218,7 +218,7 @@ class ProcessStagesLayout(ReplicasLayout):
 
     def before_prediction_step(self, loss_only: bool) -> None:
         if self._forward is not None:
-            self._forward.loss_only = loss_only  # a shared head's logits then stay on their stages
+            self._forward.loss_only = loss_only  # a shared head computes the loss alone
 
     def eval_device_iterations(self) -> int:
         """Micro-batches of one evaluation host call, each `per_device_eval_batch_size` rows, several in flight through

@@ -35,7 +35,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from ..serialization import SerializedLinear, _replace_everywhere
+from ..serialization import SerializedLinear, replace_module_everywhere
 from .forward import HEADER_LENGTH, decode_shapes, encode_shapes
 
 # the projections whose output is `F.linear(hidden, weight, bias)`: what each stage's share computes (a wrapper that
@@ -96,7 +96,6 @@ class SplitHead:
 
     Attributes:
         losses (`list[Tensor]`): on the last stage, after `finish`, each micro-batch's mean loss over its labels.
-        logits (`list[Tensor]`): on the last stage, after `finish`, each micro-batch's logits when kept (`begin`).
     """
 
     def __init__(
@@ -111,12 +110,10 @@ class SplitHead:
         self.weight: torch.Tensor | None = None
         self.bias: torch.Tensor | None = None
         self.done = 0  # micro-batches whose share this stage has computed (or has none of)
-        self.keep_logits = False
         self.losses: list[torch.Tensor] = []
-        self.logits: list[torch.Tensor | None] = []
         self._capture = HiddenCapture()
         self._sending: list[Any] = []
-        self._own: list[tuple[Any, Any, torch.Tensor]] = []  # last stage: its share's numbers and logits, the labels
+        self._own: list[tuple[torch.Tensor | None, torch.Tensor]] = []  # last stage: its share's numbers, the labels
 
     def refresh(self, device: torch.device) -> None:
         """Every stage's rows of the projection, sent from the last stage (every stage of the replica calls it)."""
@@ -159,60 +156,55 @@ class SplitHead:
             yield
             return
         projection = self.model.get_output_embeddings()
-        places = _replace_everywhere(self.model, projection, self._capture)
+        places = replace_module_everywhere(self.model, projection, self._capture)
         try:
             yield
         finally:
             for parent, name in places:
                 setattr(parent, name, projection)
 
-    def begin(self, keep_logits: bool) -> None:
-        """A new run of micro-batches, none done yet; `keep_logits`: their logits are kept (`logits`), not only their
-        losses."""
-        self.keep_logits = keep_logits
-        self.done, self.losses, self.logits, self._own = 0, [], [], []
+    def begin(self) -> None:
+        """A new run of micro-batches: none done yet."""
+        self.done, self.losses, self._own = 0, [], []
 
     def last_stage_part(self, labels: torch.Tensor) -> None:
         """On the last stage, after its forward of a micro-batch: send the captured hidden states to the stages that
-        hold a share (without waiting), and compute its own share's numbers (and logits, when kept)."""
+        hold a share (without waiting), and compute its own share's numbers."""
         hidden = self._capture.captured.contiguous()
         header = encode_shapes((hidden,), hidden.device)
         for rank in self.sharing:
             self._sending += [dist.isend(t, dst=rank, group=self.group) for t in (header, hidden)]
         labels = self._labels(labels.to(hidden.device))
-        self._own.append((*self._share(hidden, labels), labels) if len(self.rows) else (None, None, labels))
+        self._own.append((self._numbers(hidden, labels) if len(self.rows) else None, labels))
         self.done += 1
 
     def other_stage_part(self, labels: torch.Tensor, device: torch.device) -> None:
         """On another stage: receive a micro-batch's hidden states from the last stage and send it this stage's
-        share's numbers, and its logits when they are kept (nothing, for a stage without a share). The sends are
-        waited for at `finish`: until then this stage holds its logits of every micro-batch."""
+        share's numbers (nothing, for a stage without a share)."""
         self.done += 1
         if not len(self.rows):
             return
-        src = self.ranks[-1]
-        hidden = self._receive(src, device)
-        numbers, logits = self._share(hidden, self._labels(labels.to(device)))
-        sent = (numbers,) if logits is None else (numbers, encode_shapes((logits,), device), logits)
-        self._sending += [dist.isend(t, dst=src, group=self.group) for t in sent]  # each work holds its tensor
+        hidden = self._receive(self.ranks[-1], device)
+        numbers = self._numbers(hidden, self._labels(labels.to(device)))
+        self._sending.append(dist.isend(numbers, dst=self.ranks[-1], group=self.group))  # its work holds it until sent
 
     def finish(self) -> None:
-        """After the run: every send done; on the last stage, each micro-batch's loss from every share's numbers, and
-        its logits put together from the shares' when they are kept."""
-        for own_numbers, own_logits, labels in self._own if self.is_last else ():
-            numbers, logits = [], []
-            for rank in self.sharing:
-                numbers.append(torch.empty(2, labels.numel(), dtype=torch.float32, device=labels.device))
-                dist.recv(numbers[-1], src=rank, group=self.group)
-                if self.keep_logits:
-                    logits.append(self._receive(rank, labels.device))
-            numbers += [] if own_numbers is None else [own_numbers]
-            logits += [] if own_logits is None else [own_logits]
-            self.losses.append(combined_loss(torch.stack(numbers), labels))
-            self.logits.append(torch.cat(logits, dim=-1) if self.keep_logits else None)  # shares in vocabulary order
+        """After the run: on the last stage, each micro-batch's loss from every share's numbers (two numbers a token,
+        taken once the run is done: no stage waits for them); every send done."""
+        while self.is_last and len(self.losses) < len(self._own):
+            self._collect()
         for work in self._sending:
             work.wait()
         self._sending, self._own = [], []
+
+    def _collect(self) -> None:
+        """On the last stage: the next micro-batch's loss from every share's numbers."""
+        own, labels = self._own[len(self.losses)]
+        numbers = [] if own is None else [own]  # in any order: the combination is symmetric in the shares
+        for rank in self.sharing:
+            numbers.append(torch.empty(2, labels.numel(), device=labels.device))
+            dist.recv(numbers[-1], src=rank, group=self.group)
+        self.losses.append(combined_loss(torch.stack(numbers), labels))
 
     def _receive(self, src: int, device: torch.device) -> torch.Tensor:
         """A tensor sent with its header (`encode_shapes`) from `src`."""
@@ -227,19 +219,12 @@ class SplitHead:
         """The labels the loss reads, flat: a causal LM's shifted (position t predicts token t + 1)."""
         return (labels[..., 1:] if self.shifts_labels else labels).reshape(-1)
 
-    def _share(self, hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """This share's `(2, tokens)` numbers: each token's log-sum-exp over the share's logits, and its label's logit
-        where the share holds the label (0 elsewhere); and, when kept (`keep_logits`), its logits at every position,
-        as the model's output holds them."""
-        if not self.keep_logits and self.shifts_labels:  # the last position predicts nothing
-            hidden = hidden[..., :-1, :]
+    def _numbers(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """This share's numbers of a micro-batch (`share_numbers`) from its final hidden states."""
+        hidden = hidden[..., :-1, :] if self.shifts_labels else hidden  # the last position predicts nothing
         # one matrix product: a sliced 3-D input runs as a batched product (1.27x slower at 8 x 127 x 512 on a CPU)
         logits = F.linear(hidden.reshape(-1, hidden.shape[-1]), self.weight, self.bias)
-        logits = logits.reshape(*hidden.shape[:-1], len(self.rows))
-        kept = logits if self.keep_logits else None
-        if self.keep_logits and self.shifts_labels:
-            logits = logits[..., :-1, :]
-        return share_numbers(logits.reshape(-1, len(self.rows)), labels, self.rows), kept
+        return share_numbers(logits, labels, self.rows)
 
 
 def share_numbers(logits: torch.Tensor, labels: torch.Tensor, rows: range) -> torch.Tensor:
