@@ -8,13 +8,8 @@ import pytest
 import torch
 import transformers
 
-from optimum_ipu.runtime.stages.forward import (
-    decode_shapes,
-    encode_shapes,
-    labelled_items,
-    merge_outputs,
-    split_rows,
-)
+from optimum_ipu.runtime.stages.forward import labelled_items, merge_outputs, split_rows
+from optimum_ipu.runtime.stages.shapes import decode_shapes, encode_shapes
 
 
 def test_the_header_describes_every_tensor_that_travels():

@@ -82,6 +82,7 @@ class ProcessStagesLayout(ReplicasLayout):
         self.split = ipu_config.value("tensor_parallel_size")  # processes sharing each stage's layers (tp)
         self.stages = 0  # processes of one pipeline, known once checked
         self._forward: PipelinedForward | None = None
+        self._said_whole_head = False  # a shared head's evaluations that keep the logits: said once
         self._synchronized_at = 0  # the engine's steps when every process last got every stage's weights
 
     @property
@@ -217,8 +218,17 @@ class ProcessStagesLayout(ReplicasLayout):
         return SplitHead(self.parts.model, group, ranks, splits, shifts_labels=self.parts.vocabulary_loss == "causal")
 
     def before_prediction_step(self, loss_only: bool) -> None:
-        if self._forward is not None:
-            self._forward.loss_only = loss_only  # a shared head computes the loss alone
+        forward = self._forward
+        if forward is None:
+            return
+        forward.loss_only = loss_only  # a shared head computes the loss alone
+        if forward.split_head is not None and not loss_only and not self._said_whole_head:
+            logger.info(
+                "inference_serialized_projection_splits_per_ipu: this evaluation keeps the logits (predict(), "
+                "compute_metrics), so the output projection runs whole on the last stage; the stages share it where "
+                "the loss alone is kept"
+            )
+            self._said_whole_head = True
 
     def eval_device_iterations(self) -> int:
         """Micro-batches of one evaluation host call, each `per_device_eval_batch_size` rows, several in flight through

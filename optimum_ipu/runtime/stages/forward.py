@@ -9,7 +9,8 @@ i + 1 runs k - 1). Ours, not a `torch.distributed.pipelining` schedule's `eval`:
 shapes once, at the first step, while evaluation batches change shape (the last, smaller batch; sequence buckets).
 Here each send carries its shapes first (one small tensor), so every micro-batch may have its own.
 
-Generation through the stages is `stages.generation.StageGeneration`, built on `StageForward`.
+Generation through the stages is `stages.generation.StageGeneration`, built on `StageForward`; what travels is
+described by a small header tensor (`stages.shapes`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from torch import nn
 from ..distributed import batches_of
 from .cut import StageCut, StageModule, stage_ranges
 from .hold import StageHold
+from .shapes import HEADER_LENGTH, decode_shapes, encode_shapes
 
 if TYPE_CHECKING:
     from .head import SplitHead
@@ -138,43 +140,6 @@ class StageForward:
         for tensor in tensors:
             dist.recv(tensor, src=src, group=self.group)
         return tensors
-
-
-# What travels between stages is described by one small tensor, not a pickled object: the count of tensors, then for
-# each its dtype (an index into DTYPES), its number of dimensions and its sizes (padded to MAX_DIMS).
-DTYPES = (
-    torch.float32,
-    torch.bfloat16,
-    torch.float16,
-    torch.float64,
-    torch.int64,
-    torch.int32,
-    torch.bool,
-    torch.uint8,
-)
-MAX_TENSORS, MAX_DIMS = 4, 6
-HEADER_LENGTH = 1 + MAX_TENSORS * (2 + MAX_DIMS)
-
-
-def encode_shapes(tensors: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
-    """The header of `tensors`: their count, and each one's dtype, number of dimensions and sizes."""
-    if len(tensors) > MAX_TENSORS or any(t.dim() > MAX_DIMS or t.dtype not in DTYPES for t in tensors):
-        raise ValueError(f"cannot describe {[(t.dtype, tuple(t.shape)) for t in tensors]} between stages")
-    values = [len(tensors)]
-    for tensor in tensors:
-        values += [DTYPES.index(tensor.dtype), tensor.dim(), *tensor.shape, *[0] * (MAX_DIMS - tensor.dim())]
-    values += [0] * (HEADER_LENGTH - len(values))
-    return torch.tensor(values, dtype=torch.int64, device=device)
-
-
-def decode_shapes(header: torch.Tensor) -> list[tuple[torch.dtype, tuple[int, ...]]]:
-    """The `(dtype, shape)` of each tensor a header describes (`encode_shapes`)."""
-    values = header.tolist()
-    described = []
-    for i in range(values[0]):
-        dtype, dims, *sizes = values[1 + i * (2 + MAX_DIMS) : 1 + (i + 1) * (2 + MAX_DIMS)]
-        described.append((DTYPES[dtype], tuple(sizes[:dims])))
-    return described
 
 
 class PipelinedForward(nn.Module):

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..serialization import SerializedLinear, replace_module_everywhere
-from .forward import HEADER_LENGTH, decode_shapes, encode_shapes
+from .shapes import HEADER_LENGTH, decode_shapes, encode_shapes
 
 # the projections whose output is `F.linear(hidden, weight, bias)`: what each stage's share computes (a wrapper that
 # adds to it, LoRA's, is not one of them)
