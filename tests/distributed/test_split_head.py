@@ -22,6 +22,7 @@ TWO_STAGES = [  # (class, layers_per_ipu, splits, training steps)
     ("LlamaForCausalLM", [2, 2], [1, 1], 2),  # an untied head; evaluated again after training
     ("GPT2LMHeadModel", [1, 3], [3, 1], 0),  # tied to the input embedding; the first stage's share three times larger
     ("BertForMaskedLM", [2, 2], [1, 1], 0),  # the masked kind, a projection with a bias
+    ("LlamaForCausalLM", [2, 2], [1, 200], 0),  # the first stage's 1/201 of 99 words is no row: it computes nothing
 ]
 THREE_STAGES = [("LlamaForCausalLM", [1, 2, 1], [0, 1, 2], 0)]  # the first stage holds no share
 

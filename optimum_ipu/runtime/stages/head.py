@@ -105,7 +105,7 @@ class SplitHead:
         self.splits = list(splits)
         self.position = self.ranks.index(dist.get_rank())
         self.is_last = self.position == len(self.ranks) - 1
-        self.sharing = [rank for rank, count in zip(self.ranks[:-1], self.splits, strict=False) if count]
+        self.sharing: list[int] = []  # the other stages that hold rows (known at `refresh`)
         self.rows = range(0)
         self.weight: torch.Tensor | None = None
         self.bias: torch.Tensor | None = None
@@ -129,6 +129,8 @@ class SplitHead:
         vocabulary, hidden, has_bias, dtype = header.tolist()
         shares = share_rows(vocabulary, self.splits)
         self.rows = shares[self.position]
+        # by the rows they hold: a split of a vocabulary smaller than the splits' sum may hold none
+        self.sharing = [rank for rank, rows in zip(self.ranks[:-1], shares, strict=False) if len(rows)]
         if projection is not None:
             sends = []
             for rank, rows in zip(self.ranks[:-1], shares, strict=False):
