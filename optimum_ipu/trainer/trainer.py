@@ -110,10 +110,7 @@ class IPUTrainer(TrainerPrivateHooks):
         self._label_watch = UsedLabelWatch(enabled=False)  # armed by train()
         self._zero_loss_watch = ZeroLossWatch(enabled=False)  # armed by train()
         self._eval_loss_watch = EvalLossWatch()
-        # Trainer counts a batch's loss items (`num_items_in_batch`, which the model divides its summed loss by) over
-        # `labels[..., 1:]` only where it reads the loss as causal from the model's `loss_type`: not for GPT-2's head
-        # (`loss_type` None), whose loss then came out x (shifted / unshifted labelled tokens), 0.83x on 6-token rows
-        self._loss_shifts_labels = self._loss_shifts_labels_here = self._shifts_labels(model)
+        self._loss_shifts_labels = self._shifts_labels(model)  # Trainer's own, which its count of loss items reads
         self.run_record: dict[str, Any] | None = None  # the run id and identity written into checkpoint markers
         self._check_processes_agree()
         # what training_step drives (the step protocol): stages on separate processes have their own engine
@@ -179,15 +176,15 @@ class IPUTrainer(TrainerPrivateHooks):
             process_stages_refusal=plan.process_stages_refusal(pipelined.model),
             required_inputs=tuple(plan.process_stage_inputs),
             custom_loss=getattr(self, "compute_loss_func", None) is not None,
-            loss_shifts_labels=self._loss_shifts_labels_here,
+            loss_shifts_labels=self._loss_shifts_labels,
             vocabulary_loss=plan.loss_kind(pipelined.class_name) or "",
             tensor_parallel_plan=functools.partial(tensor_parallel_plan, pipelined),
         )
 
     def _shifts_labels(self, model: nn.Module) -> bool:
-        """Whether the loss averages `labels[..., 1:]` (a causal LM: position t predicts t + 1). `Trainer` knows it
-        for classes named ...ForCausalLM only; the stage plan knows it for GPT-2's head too. Read before any
-        sharding renames the class."""
+        """Whether the loss averages `labels[..., 1:]` (a causal LM: position t predicts t + 1). `Trainer` reads it
+        from `loss_type`, unset for GPT-2's head, whose `num_items_in_batch` then counted position 0 (a loss 5/6 of
+        the mean on 6-token rows); the stage plan knows it there too. Read before any sharding renames the class."""
         # the stock class's name (`pipelined.class_name`): a peft wrapper's class is not the one the plan knows
         return self._loss_shifts_labels or self.pipelined.plan.loss_kind(self.pipelined.class_name) == "causal"
 
@@ -320,7 +317,7 @@ class IPUTrainer(TrainerPrivateHooks):
         # sum over Trainer's count: the stock number, whether or not the model itself takes `num_items_in_batch`.
         labels = inputs.get("shift_labels")
         if labels is None:
-            labels = inputs["labels"][..., 1:] if self._loss_shifts_labels_here else inputs["labels"]
+            labels = inputs["labels"][..., 1:] if self._loss_shifts_labels else inputs["labels"]
         weight = labels.ne(-100).sum() / num_items_in_batch
         if self.args.average_tokens_across_devices and self.accelerator.num_processes > 1:
             weight = weight * self.accelerator.num_processes  # the count is over every process; DDP averages

@@ -26,7 +26,7 @@ from torch import nn
 from ..distributed import batches_of
 from .cut import StageCut, StageModule, stage_ranges
 from .hold import StageHold
-from .shapes import HEADER_LENGTH, decode_shapes, encode_shapes
+from .shapes import receive_described, send_described
 
 if TYPE_CHECKING:
     from .head import SplitHead
@@ -127,19 +127,10 @@ class StageForward:
 
     def _send(self, tensors: tuple[torch.Tensor, ...]) -> list[Any]:
         """Send `tensors` to the next stage without waiting: a header tensor (their dtypes and shapes), then each."""
-        dst = self._rank(self.stage + 1)
-        tensors = tuple(t.contiguous() for t in tensors)
-        header = encode_shapes(tensors, tensors[0].device)
-        return [dist.isend(t, dst=dst, group=self.group) for t in (header, *tensors)]
+        return send_described(tensors, self._rank(self.stage + 1), self.group)
 
     def _receive(self, device: torch.device) -> tuple[torch.Tensor, ...]:
-        src = self._rank(self.stage - 1)
-        header = torch.empty(HEADER_LENGTH, dtype=torch.int64, device=device)
-        dist.recv(header, src=src, group=self.group)
-        tensors = tuple(torch.empty(shape, dtype=dtype, device=device) for dtype, shape in decode_shapes(header))
-        for tensor in tensors:
-            dist.recv(tensor, src=src, group=self.group)
-        return tensors
+        return receive_described(self._rank(self.stage - 1), self.group, device)
 
 
 class PipelinedForward(nn.Module):

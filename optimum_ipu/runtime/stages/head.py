@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..serialization import SerializedLinear, replace_module_everywhere
-from .shapes import HEADER_LENGTH, decode_shapes, encode_shapes
+from .shapes import receive_described, send_described
 
 # the projections whose output is `F.linear(hidden, weight, bias)`: what each stage's share computes (a wrapper that
 # adds to it, LoRA's, is not one of them)
@@ -172,10 +172,9 @@ class SplitHead:
     def last_stage_part(self, labels: torch.Tensor) -> None:
         """On the last stage, after its forward of a micro-batch: send the captured hidden states to the stages that
         hold a share (without waiting), and compute its own share's numbers."""
-        hidden = self._capture.captured.contiguous()
-        header = encode_shapes((hidden,), hidden.device)
+        hidden = self._capture.captured.contiguous()  # once, for every stage it goes to
         for rank in self.sharing:
-            self._sending += [dist.isend(t, dst=rank, group=self.group) for t in (header, hidden)]
+            self._sending += send_described((hidden,), rank, self.group)
         labels = self._labels(labels.to(hidden.device))
         self._own.append((self._numbers(hidden, labels) if len(self.rows) else None, labels))
         self.done += 1
@@ -186,7 +185,7 @@ class SplitHead:
         self.done += 1
         if not len(self.rows):
             return
-        hidden = self._receive(self.ranks[-1], device)
+        (hidden,) = receive_described(self.ranks[-1], self.group, device)
         numbers = self._numbers(hidden, self._labels(labels.to(device)))
         self._sending.append(dist.isend(numbers, dst=self.ranks[-1], group=self.group))  # its work holds it until sent
 
@@ -207,15 +206,6 @@ class SplitHead:
             numbers.append(torch.empty(2, labels.numel(), device=labels.device))
             dist.recv(numbers[-1], src=rank, group=self.group)
         self.losses.append(combined_loss(torch.stack(numbers), labels))
-
-    def _receive(self, src: int, device: torch.device) -> torch.Tensor:
-        """A tensor sent with its header (`encode_shapes`) from `src`."""
-        header = torch.empty(HEADER_LENGTH, dtype=torch.int64, device=device)
-        dist.recv(header, src=src, group=self.group)
-        ((dtype, shape),) = decode_shapes(header)
-        tensor = torch.empty(shape, dtype=dtype, device=device)
-        dist.recv(tensor, src=src, group=self.group)
-        return tensor
 
     def _labels(self, labels: torch.Tensor) -> torch.Tensor:
         """The labels the loss reads, flat: a causal LM's shifted (position t predicts token t + 1)."""

@@ -1,13 +1,16 @@
 """What travels between pipeline stages on processes is described by one small tensor, not a pickled object: the
 count of tensors, then for each its dtype (an index into `DTYPES`), its number of dimensions and its sizes (padded to
-`MAX_DIMS`). Used by the forward through the stages (`stages.forward`) and the head they share (`stages.head`).
+`MAX_DIMS`). `send_described` and `receive_described` carry tensors with it: the forward through the stages
+(`stages.forward`) and the head they share (`stages.head`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
+import torch.distributed as dist
 
 DTYPES = (
     torch.float32,
@@ -42,3 +45,21 @@ def decode_shapes(header: torch.Tensor) -> list[tuple[torch.dtype, tuple[int, ..
         dtype, dims, *sizes = values[1 + i * (2 + MAX_DIMS) : 1 + (i + 1) * (2 + MAX_DIMS)]
         described.append((DTYPES[dtype], tuple(sizes[:dims])))
     return described
+
+
+def send_described(tensors: Sequence[torch.Tensor], dst: int, group: Any) -> list[Any]:
+    """Send `tensors` to global rank `dst` over `group` without waiting: their header, then each (contiguous); the
+    sends' works, which hold the tensors until sent."""
+    tensors = tuple(t.contiguous() for t in tensors)
+    header = encode_shapes(tensors, tensors[0].device)
+    return [dist.isend(t, dst=dst, group=group) for t in (header, *tensors)]
+
+
+def receive_described(src: int, group: Any, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The tensors global rank `src` sent over `group` with `send_described`."""
+    header = torch.empty(HEADER_LENGTH, dtype=torch.int64, device=device)
+    dist.recv(header, src=src, group=group)
+    tensors = tuple(torch.empty(shape, dtype=dtype, device=device) for dtype, shape in decode_shapes(header))
+    for tensor in tensors:
+        dist.recv(tensor, src=src, group=group)
+    return tensors
