@@ -96,6 +96,7 @@ def test_serve_refuses_bad_options_in_one_line(tmp_path, tiny_pretrained):
         (["--max-batch-size", "0"], ["--max-batch-size", "integer >= 1", "got 0"]),
         (["--request-timeout", "-1"], ["--request-timeout", "seconds > 0"]),
         (["--batch-wait-ms", "soon"], ["--batch-wait-ms", "'soon'"]),
+        (["--backend", "fast"], ["--backend", "'fast'", "compile"]),
     ):
         result = run_cli("serve", str(tmp_path), *args)
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -108,3 +109,7 @@ def test_serve_refuses_bad_options_in_one_line(tmp_path, tiny_pretrained):
     unknown = run_cli("serve", str(tiny_pretrained("BertForSequenceClassification")), "--task", "sentiment")
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
     assert "unknown task 'sentiment'" in unknown.stderr and len(unknown.stderr.strip().splitlines()) == 1
+    t5 = str(tiny_pretrained("T5ForConditionalGeneration"))
+    uncompiled = run_cli("serve", t5, "--task", "text2text-generation", "--backend", "compile")
+    assert uncompiled.returncode == 2 and len(uncompiled.stderr.strip().splitlines()) == 1, uncompiled.stderr
+    assert "backend='compile': this task runs eager" in uncompiled.stderr

@@ -59,6 +59,7 @@ def run_serve_benchmark(
     max_tokens: int = 32,
     servers: Sequence[str] | None = None,
     output_dir: str = "benchmark_results",
+    backend: str = "auto",
 ) -> dict[str, Any]:
     """Run each server on the same request mix (see the module docstring); write `benchmark.json`, `benchmark.png`
     and each server's log (`serve-<server>.log`) to `output_dir`; return the report (what the JSON holds).
@@ -75,6 +76,8 @@ def run_serve_benchmark(
         servers (`Sequence[str]`, *optional*): some of `"ours"`, `"transformers"`, `"transformers-cb"`; by default
             all three, a `transformers serve` that cannot run here skipped with a note (named, it is an error).
         output_dir (`str`, *optional*): where the report, the chart and the logs go.
+        backend (`str`, *optional*, defaults to `"auto"`): our server's `--backend` (`"compile"`: text generation's
+            decoding steps compiled, during its warm-up); the report's `backend`.
 
     Example:
 
@@ -86,15 +89,18 @@ def run_serve_benchmark(
     """
     concurrency = tuple(concurrency)
     check_serve_arguments(model, task, concurrency, requests, max_tokens)
+    if backend not in ("auto", "eager", "compile", "onnxruntime"):
+        raise ValueError(f"--backends {backend}: our server runs one of auto, eager, compile, onnxruntime")
     chosen, skipped = choose_servers(servers, task)
     os.makedirs(output_dir, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         folder, description = resolve_model(model, task, Path(tmp))
         if task == "question-answering":
-            measured = measure_question_answering(folder, requests, output_dir)
+            measured = measure_question_answering(folder, requests, output_dir, backend)
         else:
-            measured = measure_generation(folder, chosen, concurrency, requests, max_tokens, output_dir)
-    report = {"mode": "serve", "task": task, "model": description, **measured, "skipped": skipped, **machine()}
+            measured = measure_generation(folder, chosen, concurrency, requests, max_tokens, output_dir, backend)
+    report = {"mode": "serve", "task": task, "model": description, "backend": backend, **measured}
+    report.update(skipped=skipped, **machine())
     write_report(report, output_dir, serve_chart)
     return report
 
@@ -204,11 +210,14 @@ def run_server(
     concurrency: tuple[int, ...],
     output_dir: str,
     done: Callable[[], Any],
+    backend: str = "auto",
 ) -> dict[str, Any]:
     """One server from start to stop (`serve_load.measure_server`): its command, log, first greedy text (or answer)
-    and each level's statistics. `bodies`: the warm-up requests and the timed ones."""
+    and each level's statistics. `bodies`: the warm-up requests and the timed ones; `backend`: ours' `--backend`."""
     spec = SERVERS[key]
-    command_for = functools.partial(server_command, key, model, task=task, max_batch_size=max(concurrency))
+    command_for = functools.partial(
+        server_command, key, model, task=task, max_batch_size=max(concurrency), backend=backend
+    )
     log = Path(output_dir) / f"serve-{key}.log"
     path = QA_ENDPOINT if task == "question-answering" else COMPLETIONS
     raw = measure_server(spec, command_for, log, path, *bodies, concurrency, done)
@@ -223,7 +232,13 @@ def run_server(
 
 
 def measure_generation(
-    model: str, keys: list[str], concurrency: tuple[int, ...], requests: int, max_tokens: int, output_dir: str
+    model: str,
+    keys: list[str],
+    concurrency: tuple[int, ...],
+    requests: int,
+    max_tokens: int,
+    output_dir: str,
+    backend: str = "auto",
 ) -> dict[str, Any]:
     """Every chosen server in turn on the same completions; the report's request mix, servers, ratios and
     whether the first prompt's greedy texts agree."""
@@ -233,8 +248,9 @@ def measure_generation(
     with tqdm(total=len(keys) * len(concurrency) * requests, desc="benchmark (serve)", unit="request") as bar:
         for key in keys:
             bar.set_postfix_str(SERVERS[key].name)
+            bodies = (warm, timed)
             servers.append(
-                run_server(key, model, "text-generation", (warm, timed), concurrency, output_dir, bar.update)
+                run_server(key, model, "text-generation", bodies, concurrency, output_dir, bar.update, backend)
             )
     mix = {
         "endpoint": COMPLETIONS,
@@ -254,14 +270,15 @@ def measure_generation(
     }
 
 
-def measure_question_answering(model: str, requests: int, output_dir: str) -> dict[str, Any]:
+def measure_question_answering(model: str, requests: int, output_dir: str, backend: str = "auto") -> dict[str, Any]:
     """Our server's `/v1/pipeline/question-answering` at concurrency 1, then `pipeline()` in this process on the
     same questions; the report's request mix, server, and the server's overhead (p50 difference, ms)."""
     warm = request_bodies("question-answering", model, WARMUP_REQUESTS, 0)
     timed = request_bodies("question-answering", model, requests, 0)
     with tqdm(total=2 * requests, desc="benchmark (serve, question answering)", unit="request") as bar:
-        server = run_server("ours", model, "question-answering", (warm, timed), (1,), output_dir, bar.update)
-        in_process, answer = in_process_question_answering(model, requests, bar.update)
+        bodies = (warm, timed)
+        server = run_server("ours", model, "question-answering", bodies, (1,), output_dir, bar.update, backend)
+        in_process, answer = in_process_question_answering(model, requests, bar.update, backend)
     ours = server["levels"]["1"]
     comparable = has_question_answering_head(model)
     qa = {
@@ -291,12 +308,14 @@ def measure_question_answering(model: str, requests: int, output_dir: str) -> di
     }
 
 
-def in_process_question_answering(model: str, requests: int, done: Callable[[], Any]) -> tuple[dict[str, Any], Any]:
+def in_process_question_answering(
+    model: str, requests: int, done: Callable[[], Any], backend: str = "auto"
+) -> tuple[dict[str, Any], Any]:
     """`pipeline("question-answering", model)` in this process: `WARMUP_REQUESTS` untimed calls, then `requests`
     timed ones, one at a time on `QA_PAIRS` in turn; their statistics and the first question's answer."""
     from ..pipelines import pipeline
 
-    pipe = pipeline("question-answering", model=model)
+    pipe = pipeline("question-answering", model=model, backend=backend)  # as the server runs it
     first = pipe(**QA_PAIRS[0])
     for pair in QA_PAIRS[1:WARMUP_REQUESTS]:
         pipe(**pair)

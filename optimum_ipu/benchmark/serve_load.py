@@ -119,19 +119,23 @@ def missing_dependencies(key: str | None = None) -> str | None:
     return None
 
 
-def server_command(key: str, model: str, port: int, task: str, max_batch_size: int = 8) -> list[str]:
+def server_command(
+    key: str, model: str, port: int, task: str, max_batch_size: int = 8, backend: str = "auto"
+) -> list[str]:
     """The command line that starts server `key` on `model` at 127.0.0.1:`port`.
 
     Ours runs through this Python (`python -m optimum_ipu.cli serve`), named as the model folder so that every server
     takes the same request bodies, with a request timeout as long as the client's (a slow machine gets its answers
     late, not 504s) and `--max-batch-size` the run's highest concurrency (as a user serving that load sets it);
-    `transformers serve` preloads the folder (its `FORCE_MODEL`) and batches as it does by default.
+    `transformers serve` preloads the folder (its `FORCE_MODEL`) and batches as it does by default. `backend`: ours'
+    `--backend` (`"auto"`: not given).
     """
     if key == "ours":
+        chosen = [] if backend == "auto" else ["--backend", backend]
         return [
             sys.executable, "-m", "optimum_ipu.cli", "serve", model, "--task", task, "--host", "127.0.0.1",
             "--port", str(port), "--served-model-name", model, "--request-timeout", str(int(REQUEST_TIMEOUT_S)),
-            "--max-batch-size", str(max_batch_size),
+            "--max-batch-size", str(max_batch_size), *chosen,
         ]  # fmt: skip
     command = [transformers_cli() or "transformers", "serve", model, "--host", "127.0.0.1", "--port", str(port)]
     return command + (["--continuous-batching"] if key == "transformers-cb" else [])

@@ -187,7 +187,10 @@ def _serve_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     """`--mode serve` (`run_serve_benchmark`): by default text generation on a random 124 M GPT-2."""
     from ..benchmark import run_serve_benchmark
 
+    if len(args.backends) != 1 or args.backends[0] == "onnxruntime-int8":
+        raise ValueError(f"--backends {' '.join(args.backends)}: --mode serve runs our server with one --backend")
     return run_serve_benchmark(
+        backend=args.backends[0],
         model=args.model,
         task=args.task or "text-generation",
         concurrency=tuple(args.concurrency),
@@ -227,6 +230,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             served_model_name=args.served_model_name,
             stage_timeout=args.stage_timeout,
             continuous_batching=args.continuous_batching,
+            backend=args.backend,
         )
         return serve(settings)
     except (OSError, KeyError, ValueError) as err:  # a model, task or config that cannot be loaded: one line
@@ -393,7 +397,8 @@ def _add_benchmark(sub: Any) -> None:
         nargs="+",
         default=["auto"],
         choices=["auto", "eager", "compile", "onnxruntime", "onnxruntime-int8"],
-        help="latency / throughput: our pipeline's backends, one runner each (default: auto)",
+        help="latency / throughput: our pipeline's backends, one runner each (default: auto); serve: our "
+        "server's --backend (one)",
     )
     bench.add_argument("--pairs", type=_at_least(1), default=3, help="recipe: runs of each trainer, alternating")
     bench.add_argument("--ipu-config", help="IPU config of our runner (default: one device slot)")
@@ -467,6 +472,13 @@ def _add_serve(sub: Any) -> None:
         action="store_true",
         help="generation requests (one choice, no seed) join the running batch at the next step (transformers' "
         "managers; one process)",
+    )
+    serve.add_argument(
+        "--backend",
+        choices=["auto", "eager", "compile", "onnxruntime"],
+        default="auto",
+        help="what runs the model, as pipeline(backend=...); compile: text generation's decoding steps through "
+        "torch.compile, compiled during the warm-up (default: auto, per device and task)",
     )
     serve.set_defaults(func=_cmd_serve)
 

@@ -55,6 +55,7 @@ def _generate(
             batch_size=pipe.static_batch_size,
             prompt_length=prompt_length,
             ipu_config=pipe.ipu_config,
+            compile_decoding=pipe.runner.backend == "compile",
             **kwargs,
         )
     sequences = output if isinstance(output, torch.Tensor) else output.sequences
@@ -82,12 +83,15 @@ class IPUTextGenerationPipeline(TextGenerationPipeline, StaticBatchingPipeline):
     """`transformers.TextGenerationPipeline` (task `"text-generation"`) at static shapes, generating with
     `generate_static`. Same arguments and outputs (`{"generated_text"}`); the number of new tokens must be given
     as `max_new_tokens` (the default is `transformers`' 256), and prompt + new tokens must fit the model's
-    positions. Without `do_sample=False`, `transformers`' defaults sample (temperature 0.7)."""
+    positions. Without `do_sample=False`, `transformers`' defaults sample (temperature 0.7). With
+    `backend="compile"` (the default on accelerators) the decoding steps run through `torch.compile` on CPUs too
+    (`generate_static(compile_decoding=True)`): the first calls at 1 and at 2+ rows compile."""
 
     model_mapping = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
     default_max_seq_length = 64
     pads_rows = False
-    backends = ("eager",)  # generate_static pads prompts to max_seq_length itself
+    # generate_static pads prompts itself; "compile": its decoding steps through torch.compile (compile_decoding)
+    backends = ("eager", "compile")
     bucketed = False
 
     def _resolve_max_seq_length(self, config: Any, max_seq_length: int | None) -> int:

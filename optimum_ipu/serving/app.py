@@ -41,7 +41,7 @@ from .tasks import (
     decode_input,
     run_pipeline_batch,
     to_jsonable,
-    warmup_request,
+    warmup_requests,
 )
 
 logger = logging.getLogger(__name__)
@@ -168,13 +168,13 @@ class ServerState:
     async def warm_up(self) -> None:
         """Answer one request of the task through the same path as clients' (the first call builds buckets,
         exports or compiles); only then does /health say 200."""
-        items, kwargs = warmup_request(self.pipe)
-        job = Job(("warmup",), items, self._pipeline_runner("inputs"), kwargs)
         start = time.perf_counter()
         try:
-            result = await self.batcher.run_now(job)
-            if isinstance(result, BaseException):
-                raise result
+            for items, kwargs in warmup_requests(self.pipe, self.settings.max_batch_size):
+                job = Job(("warmup",), items, self._pipeline_runner("inputs"), kwargs)
+                result = await self.batcher.run_now(job)
+                if isinstance(result, BaseException):
+                    raise result
             if self.continuous is not None:  # its manager's warm-up, before /health says ready
                 await asyncio.get_running_loop().run_in_executor(None, self.continuous.start)
         except Exception as err:  # noqa: BLE001 (reported on /health and in the log; the server stays up)

@@ -26,7 +26,7 @@ def load_pipeline(settings: ServeSettings) -> Any:
     the model, in the IPU config's inference layout."""
     from ..pipelines import pipeline
 
-    return pipeline(settings.task, model=settings.model, ipu_config=settings.ipu_config)
+    return pipeline(settings.task, model=settings.model, ipu_config=settings.ipu_config, backend=settings.backend)
 
 
 def serve(settings: ServeSettings, log_level: str = "info") -> int:

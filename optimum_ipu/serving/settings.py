@@ -6,6 +6,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+# pipeline()'s backends (runtime.inference.runner.BACKENDS; not imported: it would load torch here)
+BACKENDS = ("auto", "eager", "compile", "onnxruntime")
+
 
 @dataclass
 class ServeSettings:
@@ -34,6 +37,9 @@ class ServeSettings:
         continuous_batching (`bool`, *optional*, defaults to `False`): generation requests of one choice without a
             seed, greedy or sampled, join the running batch at the next step (`transformers`' continuous batching
             managers, a model whole in this process; `serving/continuous.py`); the others are batched statically.
+        backend (`str`, *optional*, defaults to `"auto"`): what runs the model, as `pipeline(..., backend=...)`:
+            `"eager"`, `"compile"` (for text generation: its decoding steps through `torch.compile`, compiled during
+            the warm-up) or `"onnxruntime"`; `"auto"` picks per device and task.
     """
 
     model: str
@@ -49,8 +55,11 @@ class ServeSettings:
     served_model_name: str | None = None
     stage_timeout: float = 300.0
     continuous_batching: bool = False
+    backend: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend: got {self.backend!r}; give one of {', '.join(BACKENDS)}")
         for name, low in (("max_batch_size", 1), ("max_queue", 1), ("max_body_bytes", 1), ("port", 0)):
             _check_number(name, getattr(self, name), low, integer=True)
         for name in ("batch_wait_ms", "request_timeout", "stage_timeout"):

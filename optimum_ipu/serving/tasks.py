@@ -181,6 +181,17 @@ def warmup_request(pipe: Any) -> tuple[list[Any], dict[str, Any]]:
     return [text], {}
 
 
+def warmup_requests(pipe: Any, max_batch_size: int) -> list[tuple[list[Any], dict[str, Any]]]:
+    """The requests the server answers before it says it is healthy: `warmup_request`'s; for text generation whose
+    decoding steps compile (`backend="compile"`), one at 1 row and one at 2 (each shape compiles once, 15-30 s for a
+    124 M GPT-2 on a 2-core CPU: here, not in a client's request), each decoding a token past its prompt."""
+    items, kwargs = warmup_request(pipe)
+    if pipe.task != "text-generation" or getattr(getattr(pipe, "runner", None), "backend", None) != "compile":
+        return [(items, kwargs)]
+    kwargs = {**kwargs, "max_new_tokens": 2}
+    return [(items, kwargs)] + ([(items * 2, kwargs)] if max_batch_size > 1 else [])
+
+
 def api_error_of(result: BaseException) -> APIError:
     """The client's error for a job's exception: 400 for an input the pipeline refused, 500 otherwise."""
     if isinstance(result, APIError):

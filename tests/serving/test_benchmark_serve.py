@@ -12,7 +12,7 @@ import pytest
 
 from optimum_ipu.benchmark import format_report, run_serve_benchmark, serve_load
 from optimum_ipu.benchmark.serve import choose_servers
-from optimum_ipu.benchmark.serve_load import PROMPTS, QA_PAIRS
+from optimum_ipu.benchmark.serve_load import PROMPTS, QA_PAIRS, server_command
 from optimum_ipu.benchmark.serve_report import (
     all_ratios,
     level_stats,
@@ -56,6 +56,7 @@ def test_serve_mode_against_ours_writes_the_report_and_chart(tmp_path, tiny_pret
         assert stats["tokens_per_s"] == pytest.approx(stats["completion_tokens"] / stats["wall_s"])
         assert stats["requests_per_s"] == pytest.approx(4 / stats["wall_s"])
     assert report["ratios"] == {} and report["skipped"] == {} and report["first_text"]["equal"] is True
+    assert report["backend"] == "auto" and "--backend" not in server["command"]  # the server's own default
     assert {"optimum-ipu", "transformers", "torch", "python"} <= set(report["versions"]) and "cpu" in report
     log = (out / "serve-ours.log").read_text()
     assert "Application shutdown complete" in log  # stopped by SIGTERM: drained, then closed
@@ -96,9 +97,17 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(serve_load, "transformers_cli", lambda: None)  # as without transformers[serving]
     assert main([*serve, "--model", str(tmp_path), "--servers", "ours", "transformers"]) == 2
     _one_line_error(capsys, "--servers transformers", "pip install 'transformers[serving]'")
+    assert main([*serve, "--model", str(tmp_path), "--backends", "eager", "compile"]) == 2
+    _one_line_error(capsys, "--backends eager compile", "one --backend")
     with pytest.raises(ValueError, match="--concurrency 0: expected an integer >= 1"):
         run_serve_benchmark(str(tmp_path), concurrency=(1, 0), output_dir=str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+def test_our_server_is_started_with_the_backend_asked_for():
+    command = server_command("ours", "m", 8123, "text-generation", 8, backend="compile")
+    assert command[-2:] == ["--backend", "compile"] and "--backend" not in server_command("ours", "m", 1, "x")
+    assert "--backend" not in server_command("transformers", "m", 8123, "text-generation", 8, backend="compile")
 
 
 def test_default_servers_skip_a_peer_that_cannot_run(monkeypatch):
