@@ -211,16 +211,18 @@ def run_server(
     output_dir: str,
     done: Callable[[], Any],
     backend: str = "auto",
+    one_by_one: bool = False,
 ) -> dict[str, Any]:
     """One server from start to stop (`serve_load.measure_server`): its command, log, first greedy text (or answer)
-    and each level's statistics. `bodies`: the warm-up requests and the timed ones; `backend`: ours' `--backend`."""
+    and each level's statistics. `bodies`: the warm-up requests and the timed ones; `backend`: ours' `--backend`;
+    `one_by_one`: also a level `"1-sync"` from a synchronous client."""
     spec = SERVERS[key]
     command_for = functools.partial(
         server_command, key, model, task=task, max_batch_size=max(concurrency), backend=backend
     )
     log = Path(output_dir) / f"serve-{key}.log"
     path = QA_ENDPOINT if task == "question-answering" else COMPLETIONS
-    raw = measure_server(spec, command_for, log, path, *bodies, concurrency, done)
+    raw = measure_server(spec, command_for, log, path, *bodies, concurrency, done, one_by_one)
     return {
         "key": key,
         "name": spec.name,
@@ -275,16 +277,19 @@ def measure_question_answering(model: str, requests: int, output_dir: str, backe
     same questions; the report's request mix, server, and the server's overhead (p50 difference, ms)."""
     warm = request_bodies("question-answering", model, WARMUP_REQUESTS, 0)
     timed = request_bodies("question-answering", model, requests, 0)
-    with tqdm(total=2 * requests, desc="benchmark (serve, question answering)", unit="request") as bar:
+    with tqdm(total=3 * requests, desc="benchmark (serve, question answering)", unit="request") as bar:
         bodies = (warm, timed)
-        server = run_server("ours", model, "question-answering", bodies, (1,), output_dir, bar.update, backend)
+        server = run_server("ours", model, "question-answering", bodies, (1,), output_dir, bar.update, backend, True)
         in_process, answer = in_process_question_answering(model, requests, bar.update, backend)
-    ours = server["levels"]["1"]
+    ours, sync = server["levels"]["1"], server["levels"].pop("1-sync")
     comparable = has_question_answering_head(model)
     qa = {
         "server": ours,
         "in_process": in_process,
         "overhead_p50_ms": ours["p50_ms"] - in_process["p50_ms"],
+        # the same requests from a synchronous httpx.Client: without the async client's own event loop
+        "server_sync_client": sync,
+        "overhead_p50_ms_sync_client": sync["p50_ms"] - in_process["p50_ms"],
         # a model without a QA head gets a random one in each process: its answers are not comparable
         "same_answer": server["first_text"] == answer if comparable else None,
         "in_process_first_answer": answer,

@@ -302,6 +302,26 @@ async def send_load(
     return {"latencies_s": seconds, "completion_tokens": tokens, "wall_s": wall}
 
 
+def send_one_by_one(
+    url: str, name: str, path: str, bodies: list[dict[str, Any]], done: Callable[[], Any]
+) -> dict[str, Any]:
+    """Send every body from a synchronous `httpx.Client`, one after the other (a lone caller's client, without the
+    async client's event loop); the measurements of `send_load`."""
+    import httpx
+
+    seconds = []
+    with httpx.Client() as client:
+        began = time.perf_counter()
+        for body in bodies:
+            start = time.perf_counter()
+            response = client.post(url + path, json=body, timeout=REQUEST_TIMEOUT_S)
+            seconds.append(time.perf_counter() - start)
+            check_response(response, name, path)
+            done()
+        wall = time.perf_counter() - began
+    return {"latencies_s": seconds, "completion_tokens": [0] * len(bodies), "wall_s": wall}
+
+
 def measure_server(
     spec: ServerSpec,
     command_for: Callable[[int], list[str]],
@@ -311,13 +331,17 @@ def measure_server(
     bodies: list[dict[str, Any]],
     concurrencies: tuple[int, ...],
     done: Callable[[], Any],
+    one_by_one: bool = False,
 ) -> dict[str, Any]:
     """Start one server (`command_for(port)` on a free port), send it the `warmup` bodies untimed, then `bodies` at
     each concurrency in turn (`done()` after each answer), stop it. Returns the command it ran, the first warm-up
-    response and each level's raw measurements (`send_load`), keyed by the concurrency as a string (as in JSON)."""
+    response and each level's raw measurements (`send_load`), keyed by the concurrency as a string (as in JSON);
+    with `one_by_one`, also `bodies` from a synchronous client (`send_one_by_one`), keyed `"1-sync"`."""
     with running_server(spec, command_for, log) as (url, command):
         first = warm_up(url, spec.name, path, warmup)
         levels = {str(c): asyncio.run(send_load(url, spec.name, path, bodies, c, done)) for c in concurrencies}
+        if one_by_one:
+            levels["1-sync"] = send_one_by_one(url, spec.name, path, bodies, done)
     return {"command": command, "first_response": first, "levels": levels}
 
 
@@ -329,6 +353,7 @@ __all__ = [
     "SERVERS",
     "ServerSpec",
     "measure_server",
+    "send_one_by_one",
     "missing_dependencies",
     "request_bodies",
     "server_command",

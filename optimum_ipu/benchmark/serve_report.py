@@ -258,6 +258,11 @@ def format_serve_report(report: dict[str, Any]) -> str:
             None: "answers not compared: the model has no question-answering head, a random one in each process",
         }[qa["same_answer"]]
         lines.append(f"the server's overhead at p50: {qa['overhead_p50_ms']:+.2f} ms ({same})")
+        if "overhead_p50_ms_sync_client" in qa:
+            lines.append(
+                f"  from a synchronous httpx.Client: p50 {qa['server_sync_client']['p50_ms']:.1f} ms, "
+                f"{qa['overhead_p50_ms_sync_client']:+.2f} ms"
+            )
     lines += [f"skipped {key}: {why}" for key, why in report["skipped"].items()]
     return "\n".join(lines)
 

@@ -73,8 +73,14 @@ def test_question_answering_overhead_against_pipeline_in_process(tmp_path, tiny_
     qa = report["question_answering"]
     assert qa["server"]["requests"] == qa["in_process"]["requests"] == 4
     assert qa["overhead_p50_ms"] == pytest.approx(qa["server"]["p50_ms"] - qa["in_process"]["p50_ms"])
+    assert qa["server_sync_client"]["requests"] == 4 and set(report["servers"][0]["levels"]) == {"1"}
+    assert qa["overhead_p50_ms_sync_client"] == pytest.approx(
+        qa["server_sync_client"]["p50_ms"] - qa["in_process"]["p50_ms"]
+    )
     assert qa["same_answer"] is True  # the same weights (a QA head), the same question: the same span
-    assert "the server's overhead at p50" in format_report(report)
+    assert "the server's overhead at p50" in format_report(report) and "synchronous httpx.Client" in format_report(
+        report
+    )
 
 
 def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, monkeypatch):

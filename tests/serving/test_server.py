@@ -209,3 +209,26 @@ def test_draining_refuses_new_requests_and_finishes_those_in_flight(classifier):
         thread.join()
         assert out[0].status_code == 200 and out[0].json() == classifier(TEXTS)
         _wait_for(lambda: state.idle)
+
+
+def test_a_server_of_an_onnx_runtime_model_leaves_the_cores_to_it(monkeypatch):
+    import types
+
+    import torch
+
+    from optimum_ipu.serving.server import leave_cores_to_onnx_runtime
+
+    threads = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    try:
+        torch.set_num_threads(2)
+        leave_cores_to_onnx_runtime(types.SimpleNamespace(runner=types.SimpleNamespace(backend="eager")))
+        assert torch.get_num_threads() == 2  # torch runs the model: its threads stay
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        leave_cores_to_onnx_runtime(types.SimpleNamespace(runner=types.SimpleNamespace(backend="onnxruntime")))
+        assert torch.get_num_threads() == 2  # the user's own setting stays
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        leave_cores_to_onnx_runtime(types.SimpleNamespace(runner=types.SimpleNamespace(backend="onnxruntime")))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
