@@ -11,7 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from optimum_ipu.runtime.stages.head import combined_loss, share_numbers, share_rows, split_head_refusal
+from optimum_ipu.runtime.stages.head import (
+    CHUNK_BYTES,
+    chunk_tokens,
+    chunked_share_numbers,
+    combined_loss,
+    share_numbers,
+    share_rows,
+    split_head_refusal,
+)
 
 
 @given(vocabulary=st.integers(1, 5000), splits=st.lists(st.integers(0, 6), min_size=1, max_size=8))
@@ -85,3 +93,22 @@ class WithHead(nn.Module):
 )
 def test_a_shared_head_is_refused_where_the_shares_cannot_compute_the_loss(splits, stages, loss_kind, head, reason):
     assert split_head_refusal(WithHead(head), splits, stages, loss_kind) == reason
+
+
+@settings(max_examples=30, deadline=None)
+@given(tokens=st.integers(1, 70), width=st.integers(1, 16), words=st.integers(1, 50), chunk=st.integers(1, 80))
+def test_a_share_computed_a_few_tokens_at_a_time_gives_the_numbers_of_its_whole_logits(tokens, width, words, chunk):
+    generator = torch.Generator().manual_seed(tokens * 1000 + words)
+    hidden, weight = torch.randn(tokens, width, generator=generator), torch.randn(words, width, generator=generator)
+    bias = torch.randn(words, generator=generator)
+    rows = range(7, 7 + words)  # the share's rows within a vocabulary of 7 + words + 3
+    labels = torch.randint(0, 7 + words + 3, (tokens,), generator=generator)
+    want = share_numbers(F.linear(hidden, weight, bias), labels, rows)
+    got = chunked_share_numbers(hidden, weight, bias, labels, rows, tokens=chunk)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_the_chunks_hold_about_16_mib_of_logits():
+    assert chunk_tokens(16957) == 128 and chunk_tokens(13565) == 256  # the benchmark's two shares
+    assert chunk_tokens(30522) * 30522 * 4 <= CHUNK_BYTES < 2 * chunk_tokens(30522) * 30522 * 4
+    assert chunk_tokens(10**9) == 32  # never fewer tokens than that, however wide the share
