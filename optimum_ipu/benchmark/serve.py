@@ -33,6 +33,7 @@ from .arguments import check_integers
 from .report import write_report
 from .serve_load import (
     COMPLETIONS,
+    DEFAULT_SERVERS,
     PROMPTS,
     QA_ENDPOINT,
     QA_PAIRS,
@@ -73,8 +74,9 @@ def run_serve_benchmark(
             (question answering: 1).
         requests (`int`, *optional*, defaults to 64): timed requests at each level, the prompts in turn.
         max_tokens (`int`, *optional*, defaults to 32): new tokens of each completion.
-        servers (`Sequence[str]`, *optional*): some of `"ours"`, `"transformers"`, `"transformers-cb"`; by default
-            all three, a `transformers serve` that cannot run here skipped with a note (named, it is an error).
+        servers (`Sequence[str]`, *optional*): some of `"ours"`, `"transformers"`, `"transformers-cb"`,
+            `"transformers-compile"` (its `--compile`); by default the first three, a `transformers serve` that cannot
+            run here skipped with a note (named, it is an error).
         output_dir (`str`, *optional*): where the report, the chart and the logs go.
         backend (`str`, *optional*, defaults to `"auto"`): our server's `--backend` (`"compile"`: text generation's
             decoding steps compiled, during its warm-up); the report's `backend`.
@@ -135,7 +137,7 @@ def choose_servers(servers: Sequence[str] | None, task: str) -> tuple[list[str],
     command or no serving dependencies) is an error when named in `servers`, and skipped with a note when `servers`
     is None (every server). Question answering runs ours only (`transformers serve` has no such endpoint)."""
     named = servers is not None
-    keys = list(dict.fromkeys(servers if named else SERVERS))  # in order, once each
+    keys = list(dict.fromkeys(servers if named else DEFAULT_SERVERS))  # in order, once each
     unknown = [key for key in keys if key not in SERVERS]
     if unknown or not keys:
         raise ValueError(f"--servers {' '.join(unknown)}: expected some of {', '.join(SERVERS)}")

@@ -92,7 +92,11 @@ SERVERS = {
     "ours": ServerSpec("ours", "optimum-ipu serve", "/health"),
     "transformers": ServerSpec("transformers", "transformers serve", "/v1/models"),
     "transformers-cb": ServerSpec("transformers-cb", "transformers serve --continuous-batching", "/v1/models"),
+    # its --compile: a static KV cache, whose decoding step generate() compiles on accelerators only
+    "transformers-compile": ServerSpec("transformers-compile", "transformers serve --compile", "/v1/models"),
 }
+# the servers a run measures when none are named
+DEFAULT_SERVERS = ("ours", "transformers", "transformers-cb")
 
 
 def transformers_cli() -> str | None:
@@ -138,7 +142,8 @@ def server_command(
             "--max-batch-size", str(max_batch_size), *chosen,
         ]  # fmt: skip
     command = [transformers_cli() or "transformers", "serve", model, "--host", "127.0.0.1", "--port", str(port)]
-    return command + (["--continuous-batching"] if key == "transformers-cb" else [])
+    flags = {"transformers-cb": ["--continuous-batching"], "transformers-compile": ["--compile"]}
+    return command + flags.get(key, [])
 
 
 def free_port() -> int:
@@ -350,6 +355,7 @@ __all__ = [
     "PROMPTS",
     "PortTakenError",
     "QA_PAIRS",
+    "DEFAULT_SERVERS",
     "SERVERS",
     "ServerSpec",
     "measure_server",

@@ -424,9 +424,9 @@ def _add_serve_benchmark_flags(bench: argparse.ArgumentParser) -> None:
     bench.add_argument(
         "--servers",
         nargs="+",
-        choices=["ours", "transformers", "transformers-cb"],
-        help="serve: which servers run, in this order (default: all three; a transformers serve that cannot run "
-        "here is then skipped with a note)",
+        choices=["ours", "transformers", "transformers-cb", "transformers-compile"],
+        help="serve: which servers run, in this order (default: ours, transformers, transformers-cb; a transformers "
+        "serve that cannot run here is then skipped with a note; transformers-compile: its --compile)",
     )
 
 

@@ -114,6 +114,7 @@ def test_our_server_is_started_with_the_backend_asked_for():
     command = server_command("ours", "m", 8123, "text-generation", 8, backend="compile")
     assert command[-2:] == ["--backend", "compile"] and "--backend" not in server_command("ours", "m", 1, "x")
     assert "--backend" not in server_command("transformers", "m", 8123, "text-generation", 8, backend="compile")
+    assert server_command("transformers-compile", "m", 8123, "text-generation")[-1] == "--compile"
 
 
 def test_default_servers_skip_a_peer_that_cannot_run(monkeypatch):
