@@ -195,3 +195,17 @@ def test_pipeline_takes_optimum_graphcores_order_and_leaves_the_config_alone(tin
     pipelined = to_pipelined(model.train(), shared, parallelize=True)
     pipeline("question-answering", pipelined, tokenizer=tokenizer, max_seq_length=64, backend="eager")
     assert shared.mode == "training"
+
+
+def test_compile_on_a_cpu_without_a_cpp_compiler_is_refused_in_one_line(monkeypatch):
+    from optimum_ipu.runtime.inference import runner
+
+    monkeypatch.delenv("CXX", raising=False)
+    assert resolve_backend("compile", CPU) == "compile"  # this machine has one (torch.compile's tests need it)
+    monkeypatch.setattr(runner.shutil, "which", lambda name: None)
+    with pytest.raises(ValueError, match=r"backend='compile' on a CPU: .* C\+\+ compiler.* or choose backend='eager'"):
+        resolve_backend("compile", CPU)
+    assert resolve_backend("compile", CUDA) == "compile"  # a GPU's kernels are Triton's
+    monkeypatch.setattr(runner.shutil, "which", lambda name: "/usr/bin/my-cxx" if name == "my-cxx" else None)
+    monkeypatch.setenv("CXX", "my-cxx")
+    assert resolve_backend("compile", CPU) == "compile"  # $CXX is the one looked for

@@ -22,6 +22,8 @@ from __future__ import annotations
 import importlib.util
 import logging
 import math
+import os
+import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -184,7 +186,19 @@ def resolve_backend(backend: str, device: torch.device, supported: Sequence[str]
             "backend='onnxruntime': ONNX Runtime is not installed; pip install 'optimum-ipu[onnx]' or choose "
             "backend='eager' / 'compile'"
         )
+    if backend == "compile" and device.type == "cpu" and not cpp_compiler_available():
+        raise ValueError(
+            "backend='compile' on a CPU: torch.compile builds its kernels with a C++ compiler, and none is on PATH "
+            "(g++, c++, clang++ or $CXX); install one (apt install g++) or choose backend='eager'"
+        )
     return backend
+
+
+def cpp_compiler_available() -> bool:
+    """Whether a C++ compiler that `torch.compile`'s inductor can build CPU kernels with is on `PATH` (`$CXX`, else
+    one of the names it tries): without one, its first call fails deep inside the compilation."""
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
+    return any(shutil.which(name) for name in names)
 
 
 def default_precision(device: torch.device) -> str:
