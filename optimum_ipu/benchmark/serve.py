@@ -29,6 +29,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..serving.settings import BACKENDS as SERVE_BACKENDS
 from .arguments import check_integers
 from .report import write_report
 from .serve_load import (
@@ -91,8 +92,8 @@ def run_serve_benchmark(
     """
     concurrency = tuple(concurrency)
     check_serve_arguments(model, task, concurrency, requests, max_tokens)
-    if backend not in ("auto", "eager", "compile", "onnxruntime"):
-        raise ValueError(f"--backends {backend}: our server runs one of auto, eager, compile, onnxruntime")
+    if backend not in SERVE_BACKENDS:
+        raise ValueError(f"--backends {backend}: our server runs one of {', '.join(SERVE_BACKENDS)}")
     chosen, skipped = choose_servers(servers, task)
     os.makedirs(output_dir, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from ..config import IPUConfig
 from ..errors import DEBUG_ENV, IncompatibleIPUConfigError, debug_env
+from ..serving.settings import BACKENDS as SERVE_BACKENDS  # (no torch: the parser is built without it)
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
@@ -475,7 +476,7 @@ def _add_serve(sub: Any) -> None:
     )
     serve.add_argument(
         "--backend",
-        choices=["auto", "eager", "compile", "onnxruntime"],
+        choices=SERVE_BACKENDS,
         default="auto",
         help="what runs the model, as pipeline(backend=...); compile: text generation's decoding steps through "
         "torch.compile, compiled during the warm-up (default: auto, per device and task)",

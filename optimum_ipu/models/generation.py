@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import logging
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from transformers import CompileConfig
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+from transformers.utils.logging import get_logger
 
 from ..config import IPUConfig
 from ..runtime.devices import detect_devices
@@ -35,9 +35,8 @@ from .stage_plan import StagePlan
 if TYPE_CHECKING:
     from transformers.utils import ModelOutput
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)  # transformers' logger: warning_once, once a message per process
 _WARNED: list[bool] = []  # the one-process, several-GPU warning is given once
-_SAID: list[str] = []  # other warnings given once
 
 
 class StaticGeneration:
@@ -251,16 +250,12 @@ def decoding_compile_config(device: torch.device) -> CompileConfig | None:
         return None
     config = CompileConfig(dynamic=True, mode="default")
     if not hasattr(config, "_compile_all_devices"):  # the switch transformers reads before compiling off accelerators
-        _warn_once("compile_decoding: this transformers version does not compile a decoding step on a CPU; eager")
+        logger.warning_once(
+            "compile_decoding: this transformers version does not compile a decoding step on a CPU; eager"
+        )
         return None
     config._compile_all_devices = True
     return config
-
-
-def _warn_once(message: str) -> None:
-    if message not in _SAID:
-        _SAID.append(message)
-        logger.warning(message)
 
 
 def speech_cache_implementation(device: torch.device) -> str:

@@ -36,12 +36,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..serialization import SerializedLinear, replace_module_everywhere
-from .shapes import receive_described, send_described
+from .shapes import DTYPES, receive_described, send_described
 
 # the projections whose output is `F.linear(hidden, weight, bias)`: what each stage's share computes (a wrapper that
 # adds to it, LoRA's, is not one of them)
 PLAIN_PROJECTIONS = (nn.Linear, SerializedLinear)
-FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)  # a projection's dtype, as one number
 IGNORE_INDEX = -100  # the label without a loss, as transformers' loss functions take it
 
 
@@ -121,7 +120,7 @@ class SplitHead:
         if projection is not None:
             weight = projection.weight.detach()
             bias = projection.bias.detach() if projection.bias is not None else None
-            sizes = [*weight.shape, bias is not None, FLOATS.index(weight.dtype)]
+            sizes = [*weight.shape, bias is not None, DTYPES.index(weight.dtype)]
             header = torch.tensor(sizes, dtype=torch.int64, device=device)
         else:
             header = torch.empty(4, dtype=torch.int64, device=device)
@@ -144,9 +143,9 @@ class SplitHead:
                 work.wait()
         elif len(self.rows):
             src = self.ranks[-1]
-            self.weight = torch.empty(len(self.rows), hidden, dtype=FLOATS[dtype], device=device)
+            self.weight = torch.empty(len(self.rows), hidden, dtype=DTYPES[dtype], device=device)
             dist.recv(self.weight, src=src, group=self.group)
-            self.bias = torch.empty(len(self.rows), dtype=FLOATS[dtype], device=device) if has_bias else None
+            self.bias = torch.empty(len(self.rows), dtype=DTYPES[dtype], device=device) if has_bias else None
             if self.bias is not None:
                 dist.recv(self.bias, src=src, group=self.group)
 
