@@ -5,11 +5,13 @@ test_generation_stages.py."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+from optimum_ipu.runtime.lockstep import Lanes
 from optimum_ipu.runtime.stages.groups import (
     JoinedStreamer,
     Turns,
@@ -128,3 +130,62 @@ def test_joined_streamer_hands_on_whole_steps_in_row_order():
     assert recorder.ends == 0
     second.end()
     assert recorder.ends == 1
+
+
+def test_groups_join_the_rotation_at_an_agreed_turn():
+    """Groups 0 and 1 rotate; group 2 joins at turn 3: it takes its place in the order (after the highest that had a
+    turn) from that turn on, wherever the join was said from."""
+    turns, order = Turns(2), []
+    steps = {0: 4, 1: 4, 2: 2}
+    turns.join([2], 3)
+
+    def decode(group: int) -> None:
+        for _ in range(steps[group]):
+            turns.acquire(group)
+            order.append(group)
+            turns.release(group)
+        turns.leave(group)
+
+    run_groups(decode, 3)
+    assert order == [0, 1, 0, 1, 2, 0, 1, 2, 0, 1]
+
+
+def test_a_join_refuses_a_turn_given_and_a_group_in_the_rotation():
+    turns = Turns(2)
+    turns.acquire(0)
+    assert turns.free_turn() == 1  # turn 0 is held: given
+    with pytest.raises(RuntimeError, match="cannot join at turn 0"):
+        turns.join([2], 0)
+    with pytest.raises(RuntimeError, match="group 1 is in the rotation already"):
+        turns.join([1], 4)
+    turns.release(0)
+    turns.join([2], 1)  # the next turn: group 1's place in the order comes first, then group 2's
+    assert turns.free_turn() == 1
+
+
+def test_no_turn_starts_while_paused():
+    turns = Turns(1)
+    started = threading.Event()
+
+    def first() -> None:
+        turns.acquire(0)
+        started.set()
+
+    with turns.paused():
+        thread = threading.Thread(target=first)
+        thread.start()
+        assert not started.wait(timeout=0.2)
+    assert started.wait(timeout=5)
+    thread.join()
+
+
+def test_calls_in_lanes_share_them_and_a_call_alone_waits_for_all():
+    lanes, log = Lanes(2), []
+    with lanes.lane() as first, lanes.lane() as second:
+        assert {first, second} == {0, 1}
+        alone = threading.Thread(target=lambda: lanes.alone().__enter__() or log.append("alone"))
+        alone.start()
+        time.sleep(0.1)
+        assert log == []  # it waits for both lanes
+    alone.join(timeout=5)
+    assert log == ["alone"]

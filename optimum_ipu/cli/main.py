@@ -231,6 +231,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             served_model_name=args.served_model_name,
             stage_timeout=args.stage_timeout,
             continuous_batching=args.continuous_batching,
+            batches_in_flight=args.batches_in_flight,
             backend=args.backend,
         )
         return serve(settings)
@@ -473,6 +474,13 @@ def _add_serve(sub: Any) -> None:
         action="store_true",
         help="generation requests (one choice, no seed) join the running batch at the next step (transformers' "
         "managers; one process)",
+    )
+    serve.add_argument(
+        "--batches-in-flight",
+        type=_at_least(1),
+        default=2,
+        help="under torchrun, a generation model's stages on the processes: batches decoding at once, a batch that "
+        "arrives while another decodes starting at the stages' next turns (1: one at a time)",
     )
     serve.add_argument(
         "--backend",

@@ -5,14 +5,19 @@
 then returns `None`. In one process it returns `pipe` itself. `optimum-ipu serve` under `torchrun` holds its socket in
 process 0 this way; the stages answer every request together, and a request whose client has gone ends its rows on
 every process at the same step through `LeaderStop` (a stopping criterion only process 0 decides).
+
+Generation calls made with `LeadingPipeline.call_overlapping` decode beside each other, in lanes, where the model's
+stages allow it (`LeadingPipeline.overlaps`): a server's batch that arrives while another decodes starts at once.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..runtime.distributed import is_collective_error, join_process_group, silent_ranks, start_heartbeat, world_size
-from ..runtime.lockstep import LeaderStop, Lockstep, leads
+from ..runtime.lockstep import LANES, LeaderStop, Lockstep, leads
+from ..runtime.stages.generation import decodes_in_lanes
 
 # what a caller hands the pipeline that stays in its own process: the generation streamer feeds its requests
 LOCAL_ARGUMENTS = ("streamer",)
@@ -23,19 +28,41 @@ class LeadingPipeline:
 
     Args:
         pipe: the pipeline of this process (its model holds this process's stage).
+        lanes (`int`, *optional*, defaults to `LANES`): generation calls that may decode at once
+            (`call_overlapping`).
     """
 
-    def __init__(self, pipe: Any) -> None:
+    def __init__(self, pipe: Any, lanes: int = LANES) -> None:
         self.pipe = pipe
-        self.lockstep = Lockstep(pipe)
+        self.lockstep = Lockstep(pipe, lanes)
         self.lost: str | None = None  # why the processes are no longer in step (a collective that failed)
 
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._lead((inputs, *args), kwargs, overlap=False)
+
+    def call_overlapping(self, inputs: Any, **kwargs: Any) -> Any:
+        """A call of the pipeline that decodes beside other such calls where `overlaps` (else alone, as a call):
+        text generation without a seed (the calls' sampling draws from each process's own generator)."""
+        return self._lead((inputs,), kwargs, overlap=self.overlaps)
+
+    @functools.cached_property
+    def overlaps(self) -> bool:
+        """Whether `call_overlapping` calls decode beside each other: a text-generation pipeline whose decoder-only
+        model's stages are the job's processes, with more than one lane."""
+        pipelined = getattr(self.pipe, "pipelined", None)
+        return (
+            self.lockstep.lanes.count > 1
+            and getattr(self.pipe, "task", None) == "text-generation"
+            and pipelined is not None
+            and decodes_in_lanes(pipelined.model)
+        )
+
+    def _lead(self, args: tuple, kwargs: dict[str, Any], overlap: bool) -> Any:
         local = {k: kwargs.pop(k) for k in LOCAL_ARGUMENTS if k in kwargs}
         if self.lost is not None:
             raise RuntimeError(f"a stage process is lost: {self.lost}")
         try:
-            return self.lockstep.lead((inputs, *args), kwargs, local)
+            return self.lockstep.lead(args, kwargs, local, overlap=overlap)
         except RuntimeError as err:  # torch.distributed's: a peer gone, or silent past the group's timeout
             if is_collective_error(err):
                 self.lost = " ".join(str(err).split())[:300]
@@ -67,13 +94,14 @@ def join_stage_processes(timeout_s: float) -> None:
     start_heartbeat(seconds)
 
 
-def lockstep(pipe: Any) -> Any:
-    """The pipeline a server calls: `pipe` in one process; under `torchrun`, on process 0 a `LeadingPipeline`, and on
-    the others `None` once process 0 has closed it (meanwhile they make its calls)."""
+def lockstep(pipe: Any, lanes: int = LANES) -> Any:
+    """The pipeline a server calls: `pipe` in one process; under `torchrun`, on process 0 a `LeadingPipeline` (with
+    `lanes` generation calls at once at most), and on the others `None` once process 0 has closed it (meanwhile they
+    make its calls)."""
     if world_size() == 1:
         return pipe
     if leads():
-        return LeadingPipeline(pipe)
+        return LeadingPipeline(pipe, lanes)
     Lockstep(pipe).follow()
     return None
 

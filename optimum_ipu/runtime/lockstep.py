@@ -12,13 +12,22 @@ calls in flight with it and then releases it.
 
 What only the leader knows while a call runs (which requests' clients have gone) reaches the other processes through
 `LeaderStop`, a stopping criterion of `generate()`: its rows end on every stage at the same step.
+
+Calls in lanes (`lead(..., overlap=True)`): a generation call may run while others decode, each in a lane of its own
+(at most `lanes`), on the leader in the caller's thread and on a follower in a thread of its own; a call that does
+not overlap waits until no lane is busy, and runs alone. Within a process, the calls' host work (tokenizing, padding,
+decoding text) runs one at a time (`host_lock`), and a call in a lane lets the others have it while its model decodes
+(`others_may_run`); what keeps their decoding in step is the stages' own rotation of turns (`stages.groups.Turns`).
+A call in a lane carries no random state: the calls' sampling draws from each process's own generator.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -28,6 +37,81 @@ from transformers.generation.stopping_criteria import StoppingCriteria
 logger = logging.getLogger(__name__)
 
 _CALL, _STOP = "call", "stop"
+LANES = 2  # generation calls of a server that may decode at once (`Lockstep(lanes=...)` by default)
+
+host_lock = threading.Lock()  # a process's calls do their host work one at a time (the module docstring)
+_call = threading.local()  # the lane of the call this thread runs (`current_lane`)
+
+
+def current_lane() -> int | None:
+    """The lane of the call this thread runs (`Lockstep.lead(..., overlap=True)`), or None: a call alone."""
+    return getattr(_call, "lane", None)
+
+
+@contextmanager
+def others_may_run() -> Iterator[None]:
+    """Within a call in a lane: the process's other calls may do their host work meanwhile (this call's model
+    decodes); nothing outside a lane (a call alone keeps the process)."""
+    if current_lane() is None:
+        yield
+        return
+    host_lock.release()
+    try:
+        yield
+    finally:
+        host_lock.acquire()
+
+
+def _run_call(fn: Callable[..., Any], lane: int | None, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """`fn(*args, **kwargs)` as a call of `lane` (None: alone), its host work holding `host_lock`."""
+    _call.lane = lane
+    try:
+        with host_lock:
+            return fn(*args, **kwargs)
+    finally:
+        _call.lane = None
+
+
+class Lanes:
+    """The leader's lanes: a call in a lane takes a free one; a call alone waits until every lane is free and keeps
+    them all (and calls in lanes wait while one waits to run alone, so that it is not starved).
+
+    Args:
+        count (`int`): the lanes.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._free = list(range(count))
+        self._alone = 0  # calls alone running or waiting to
+        self._changed = threading.Condition()
+
+    @contextmanager
+    def lane(self) -> Iterator[int]:
+        with self._changed:
+            self._changed.wait_for(lambda: self._free and not self._alone)
+            lane = self._free.pop(0)
+        try:
+            yield lane
+        finally:
+            with self._changed:
+                self._free.append(lane)
+                self._free.sort()
+                self._changed.notify_all()
+
+    @contextmanager
+    def alone(self) -> Iterator[None]:
+        with self._changed:
+            self._alone += 1
+            self._changed.wait_for(lambda: len(self._free) == self.count)
+            self._free.clear()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._alone -= 1
+                self._free = list(range(self.count))
+                self._changed.notify_all()
 
 
 def leads() -> bool:
@@ -40,44 +124,75 @@ class Lockstep:
 
     Args:
         fn (`Callable`): what every process calls; on the followers its result is dropped.
+        lanes (`int`, *optional*, defaults to `LANES`): calls that may run at once (`lead(..., overlap=True)`).
     """
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
+    def __init__(self, fn: Callable[..., Any], lanes: int = LANES) -> None:
         self.fn = fn
         self.stopped = False
+        self.lanes = Lanes(lanes)
+        self._sending = threading.Lock()  # the leader's calls send their messages one at a time
 
-    def lead(self, args: tuple, kwargs: dict[str, Any], local: dict[str, Any] | None = None) -> Any:
-        """On the leader: send `args` and `kwargs` (and this process's random state, so that sampling draws alike
-        wherever it happens) to every follower, then call `fn(*args, **kwargs, **local)` here; `local` (a streamer,
-        say) stays in this process."""
-        message = [(_CALL, args, kwargs, torch.get_rng_state())]
-        dist.broadcast_object_list(message, src=0)
-        return self.fn(*args, **kwargs, **(local or {}))
+    def lead(
+        self, args: tuple, kwargs: dict[str, Any], local: dict[str, Any] | None = None, overlap: bool = False
+    ) -> Any:
+        """On the leader: send `args` and `kwargs` (and, for a call alone, this process's random state, so that
+        sampling draws alike wherever it happens) to every follower, then call `fn(*args, **kwargs, **local)` here;
+        `local` (a streamer, say) stays in this process. With `overlap`, the call runs in a lane, beside others."""
+        kwargs_here = {**kwargs, **(local or {})}
+        if overlap:
+            with self.lanes.lane() as lane:
+                self._send((_CALL, args, kwargs, None, lane))
+                return _run_call(self.fn, lane, args, kwargs_here)
+        with self.lanes.alone():
+            self._send((_CALL, args, kwargs, torch.get_rng_state(), None))
+            return _run_call(self.fn, None, args, kwargs_here)
+
+    def _send(self, message: tuple) -> None:
+        with self._sending:
+            dist.broadcast_object_list([message], src=0)
 
     def stop(self) -> None:
         """On the leader: release the followers (they return from `follow`). Once; nothing after it."""
         if not self.stopped:
             self.stopped = True
-            dist.broadcast_object_list([(_STOP, (), {}, None)], src=0)
+            self._send((_STOP, (), {}, None, None))
 
     def follow(self) -> None:
-        """On a follower: make each call the leader sends, until it says stop. A call that raises is logged (the
-        leader, given the same inputs, raises the same error and answers it)."""
+        """On a follower: make each call the leader sends, until it says stop: a call alone here, once the calls in
+        lanes have ended; a call in a lane in a thread of its own. A call that raises is logged (the leader, given the
+        same inputs, raises the same error and answers it)."""
         previous = signal.signal(signal.SIGTERM, _ignore_sigterm)
+        in_lanes: list[threading.Thread] = []
         try:
             while True:
                 message: list[Any] = [None]
                 dist.broadcast_object_list(message, src=0)
-                kind, args, kwargs, random_state = message[0]
+                kind, args, kwargs, random_state, lane = message[0]
+                in_lanes = [thread for thread in in_lanes if thread.is_alive()]
                 if kind == _STOP:
                     return
+                if lane is not None:
+                    thread = threading.Thread(
+                        target=self._follow_call, args=(lane, args, kwargs), name=f"optimum-ipu-lane-{lane}"
+                    )
+                    thread.start()
+                    in_lanes.append(thread)
+                    continue
+                for thread in in_lanes:
+                    thread.join()
                 torch.set_rng_state(random_state)
-                try:
-                    self.fn(*args, **kwargs)
-                except Exception as error:  # the leader answers it; the stages must stay in step for the next call
-                    logger.info("a call failed here as on the leading process: %s", error)
+                self._follow_call(None, args, kwargs)
         finally:
+            for thread in in_lanes:
+                thread.join()
             signal.signal(signal.SIGTERM, previous)
+
+    def _follow_call(self, lane: int | None, args: tuple, kwargs: dict[str, Any]) -> None:
+        try:
+            _run_call(self.fn, lane, args, kwargs)
+        except Exception as error:  # the leader answers it; the stages must stay in step for the next call
+            logger.info("a call failed here as on the leading process: %s", error)
 
 
 class LeaderStop(StoppingCriteria):

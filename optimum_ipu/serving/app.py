@@ -65,8 +65,10 @@ class ServerState:
         self.pipe, self.settings, self.metrics = pipe, settings, metrics
         self.task: str = pipe.task
         self.model_name = settings.model_name
+        # generation batches overlap where the model's stages decode several at once (`LeadingPipeline.overlaps`)
+        in_flight = settings.batches_in_flight if getattr(pipe, "overlaps", False) else 1
         self.batcher = Batcher(
-            settings.max_batch_size, settings.batch_wait_ms / 1000, settings.max_queue, metrics, self.task
+            settings.max_batch_size, settings.batch_wait_ms / 1000, settings.max_queue, metrics, self.task, in_flight
         )
         self.continuous = ContinuousGeneration(pipe, settings.max_batch_size) if settings.continuous_batching else None
         self.warm = False

@@ -19,6 +19,11 @@ runs a burst's first generation alone, and the rest wait for it to end (measured
 `transformers serve --continuous-batching`). The queue is bounded: past `max_queue` waiting jobs, `QueueFull` (the
 app answers 429). A job whose future is cancelled (its client timed out or went away) leaves the queue at once,
 freeing its place.
+
+Under `torchrun`, where a text-generation model's stages decode several batches at once (`batches_in_flight`), a
+batch of jobs that may overlap (`Job.overlaps`: generation without a seed) starts while others of the kind compute,
+up to `batches_in_flight` of them, each in a worker thread of its own; any other batch starts once nothing computes,
+and nothing starts beside it.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class Job:
         on_cancel: called (in the event loop) when the job's future is cancelled: its client timed out or went
             away; a computation running it may stop early (generation ends the request's rows).
         arrived (`float`): when the request came (`time.monotonic()`; by default, when the job is made).
+        overlaps (`bool`): its batch may compute beside other such batches (`Batcher(batches_in_flight=...)`).
     """
 
     key: Hashable
@@ -67,6 +73,7 @@ class Job:
     future: asyncio.Future | None = None
     on_cancel: Callable[[], None] | None = None
     arrived: float = field(default_factory=time.monotonic)  # (`time.monotonic()`: asyncio's loop clock too)
+    overlaps: bool = False
 
 
 class Batcher:
@@ -79,19 +86,28 @@ class Batcher:
         max_queue (`int`): waiting jobs at most.
         metrics (`ServerMetrics`): where the batch sizes, call times and queue depth go.
         task (`str`): the label of the batch metrics.
+        batches_in_flight (`int`, *optional*, defaults to 1): batches of jobs that overlap computing at once.
     """
 
     def __init__(
-        self, max_batch_size: int, batch_wait_s: float, max_queue: int, metrics: ServerMetrics, task: str
+        self,
+        max_batch_size: int,
+        batch_wait_s: float,
+        max_queue: int,
+        metrics: ServerMetrics,
+        task: str,
+        batches_in_flight: int = 1,
     ) -> None:
         self.max_batch_size, self.batch_wait_s, self.max_queue = max_batch_size, batch_wait_s, max_queue
         self.metrics, self.task = metrics, task
         self._waiting: deque[Job] = deque()
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task | None = None
-        # one thread: the model runs one batch at a time (its own operators use the cores)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="optimum-ipu-pipeline")
-        self.running = 0  # jobs in the batch being computed
+        # a thread per batch in flight: one, unless batches overlap (the model's own operators use the cores)
+        self.batches_in_flight = batches_in_flight
+        self._executor = ThreadPoolExecutor(max_workers=batches_in_flight, thread_name_prefix="optimum-ipu-pipeline")
+        self._computing: dict[asyncio.Task, bool] = {}  # the batches computing, and whether each overlaps
+        self.running = 0  # jobs in the batches being computed
         # each key's previous batch: its compute time (which bounds the wait), and when it ended if it was one job
         # with none arriving meanwhile (a lone client's)
         self._previous_batch: dict[Hashable, tuple[float, float | None]] = {}
@@ -119,6 +135,7 @@ class Batcher:
                 await self._loop_task
             except asyncio.CancelledError:
                 pass
+        await asyncio.gather(*self._computing, return_exceptions=True)
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
         for job in self._waiting:
             if job.future is not None and not job.future.done():
@@ -157,12 +174,28 @@ class Batcher:
 
     async def _gather_forever(self) -> None:
         while True:
-            while not self._waiting:
+            while not self._waiting or not self._may_start(self._waiting[0]):
                 self._wake.clear()
                 await self._wake.wait()
             batch = await self._gather()
-            if batch:
-                await self._run(batch)
+            if not batch:
+                continue
+            task = asyncio.get_running_loop().create_task(self._run(batch))
+            self._computing[task] = batch[0].overlaps
+            task.add_done_callback(self._computed)
+
+    def _may_start(self, job: Job) -> bool:
+        """Whether `job`'s batch may start now: nothing computes, or it overlaps, as every batch computing does, and
+        fewer than `batches_in_flight` compute."""
+        if not self._computing:
+            return True
+        overlapping = all(self._computing.values())
+        return job.overlaps and overlapping and len(self._computing) < self.batches_in_flight
+
+    def _computed(self, task: asyncio.Task) -> None:
+        del self._computing[task]
+        if self._wake is not None:
+            self._wake.set()  # the gathering may start the next batch
 
     async def _gather(self) -> list[Job]:
         """The next batch: the oldest job's compatible jobs, once they hold `max_batch_size` inputs or the wait
@@ -213,7 +246,7 @@ class Batcher:
         return batch
 
     async def _run(self, batch: list[Job]) -> None:
-        self.running = len(batch)
+        self.running += len(batch)
         self.metrics.batch_size.labels(self.task).observe(sum(len(job.items) for job in batch))
         start = time.perf_counter()
         try:
@@ -222,7 +255,7 @@ class Batcher:
             logger.exception("a batch of %d requests failed", len(batch))
             results = [err] * len(batch)
         finally:
-            self.running = 0
+            self.running -= len(batch)
         if len(results) != len(batch):  # a runner's bug: fail its jobs, never the loop that gathers the next ones
             results = [RuntimeError(f"the batch runner gave {len(results)} results for {len(batch)} jobs")] * len(batch)
         seconds = time.perf_counter() - start

@@ -183,7 +183,8 @@ async def _complete(state: Any, request: Request, req: _Sampling, prompts: list[
     pipe, size = state.pipe, state.settings.max_batch_size
     runner = lambda jobs: run_generation_batch(pipe, jobs, size, param)  # noqa: E731
     # cancelled (a timeout, a streaming client gone): its rows stop decoding
-    job = Job(key, prompts, runner, kwargs, sink, on_cancel=sink.cancel)
+    # (without a seed, its batch may decode beside others where the model's stages allow it: `Batcher`)
+    job = Job(key, prompts, runner, kwargs, sink, on_cancel=sink.cancel, overlaps="seed" not in kwargs)
     stop = kwargs.get("stop_sequence", [])
     meta = {
         "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",

@@ -150,7 +150,9 @@ def run_generation_batch(pipe: Any, jobs: list[Job], max_batch_size: int, param:
         kwargs["stopping_criteria"] = StoppingCriteriaList([LeaderStop(streamer.gone)])  # (the module docstring)
         if seed is not None:  # (a seeded request runs alone: the same seed gives the same tokens)
             torch.manual_seed(seed)
-        outputs = pipe(items, batch_size=size, streamer=streamer, **kwargs)
+        # (a batch that may overlap decodes beside others where the pipeline can: under torchrun, on stages)
+        call = pipe.call_overlapping if jobs[0].overlaps and hasattr(pipe, "call_overlapping") else pipe
+        outputs = call(items, batch_size=size, streamer=streamer, **kwargs)
     except InputError as err:
         return _alone(pipe, jobs, max_batch_size, param, err)
     except INPUT_ERRORS as err:

@@ -57,7 +57,7 @@ def serve(settings: ServeSettings, log_level: str = "info") -> int:
     from ..pipelines.processes import join_stage_processes, lockstep
 
     join_stage_processes(settings.stage_timeout)  # (under torchrun: every collective waits stage_timeout at most)
-    pipe = lockstep(load_pipeline(settings))
+    pipe = lockstep(load_pipeline(settings), settings.batches_in_flight)
     if pipe is None:  # another process of the job: it made process 0's calls until released
         return 0
     note = layout_note(pipe)

@@ -37,6 +37,10 @@ class ServeSettings:
         continuous_batching (`bool`, *optional*, defaults to `False`): generation requests of one choice without a
             seed, greedy or sampled, join the running batch at the next step (`transformers`' continuous batching
             managers, a model whole in this process; `serving/continuous.py`); the others are batched statically.
+        batches_in_flight (`int`, *optional*, defaults to 2): under `torchrun`, with a text-generation model's stages on
+            the processes: generation batches (without a seed) that decode at once, their groups taking turns on the
+            stages; a batch that arrives while another decodes starts at the stages' next turns instead of waiting for
+            its end. 1: one batch at a time. In one process, one batch at a time (`continuous_batching` there).
         backend (`str`, *optional*, defaults to `"auto"`): what runs the model, as `pipeline(..., backend=...)`:
             `"eager"`, `"compile"` (for text generation: its decoding steps through `torch.compile`, compiled during
             the warm-up) or `"onnxruntime"`; `"auto"` picks per device and task.
@@ -55,12 +59,19 @@ class ServeSettings:
     served_model_name: str | None = None
     stage_timeout: float = 300.0
     continuous_batching: bool = False
+    batches_in_flight: int = 2
     backend: str = "auto"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend: got {self.backend!r}; give one of {', '.join(BACKENDS)}")
-        for name, low in (("max_batch_size", 1), ("max_queue", 1), ("max_body_bytes", 1), ("port", 0)):
+        for name, low in (
+            ("max_batch_size", 1),
+            ("max_queue", 1),
+            ("max_body_bytes", 1),
+            ("port", 0),
+            ("batches_in_flight", 1),
+        ):
             _check_number(name, getattr(self, name), low, integer=True)
         for name in ("batch_wait_ms", "request_timeout", "stage_timeout"):
             _check_number(name, getattr(self, name), 0, integer=False)

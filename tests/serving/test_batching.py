@@ -5,6 +5,7 @@ while requests that come together, or a little apart within the wait, still run 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from optimum_ipu.serving.batching import KEYS_TIMED, Batcher, Job
@@ -109,3 +110,48 @@ def test_a_slow_call_still_waits_for_company():
     # joins it (the rule for slow calls, generation, unchanged: a companion missing a batch would wait a whole one)
     batches = asyncio.run(_lone_client(0.3, 0.005))
     assert batches[:3] == [["a"], ["b"], ["c", "x"]], batches
+
+
+def _meeting_job(key: str, item: str, overlaps: bool, log: list[str], meeting: threading.Barrier) -> Job:
+    """A job whose batch waits (at most a second) for another batch to meet it while both compute."""
+
+    def run(jobs: list[Job]) -> list[str]:
+        log.append(f"start {item}")
+        try:
+            meeting.wait(timeout=1.0)
+            log.append(f"met {item}")
+        except threading.BrokenBarrierError:
+            log.append(f"alone {item}")
+        log.append(f"end {item}")
+        return [item.upper() for _ in jobs]
+
+    return Job(key=key, items=[item], run=run, overlaps=overlaps)
+
+
+async def _overlapping(batches_in_flight: int) -> list[str]:
+    batcher = Batcher(8, 0.0, 16, ServerMetrics(), "test", batches_in_flight=batches_in_flight)
+    batcher.start()
+    log: list[str] = []
+    meeting = threading.Barrier(2)
+    try:
+        futures = [
+            batcher.submit(_meeting_job("k1", "a", True, log, meeting)),
+            batcher.submit(_meeting_job("k2", "b", True, log, meeting)),
+        ]
+        await asyncio.sleep(0.05)
+        futures.append(batcher.submit(_meeting_job("k3", "c", False, log, threading.Barrier(2))))
+        assert await asyncio.gather(*futures) == ["A", "B", "C"]
+        assert batcher.idle
+    finally:
+        await batcher.stop()
+    return log
+
+
+def test_batches_that_overlap_compute_at_once_and_others_alone():
+    """Two batches that overlap (different keys) compute at once with `batches_in_flight=2`; a batch that does not
+    overlap starts once both ended; with 1 in flight they run one after the other."""
+    log = asyncio.run(_overlapping(2))
+    assert {"met a", "met b"} <= set(log)  # both were computing at once
+    assert log[-3:] == ["start c", "alone c", "end c"]
+    log = asyncio.run(_overlapping(1))
+    assert log == ["start a", "alone a", "end a", "start b", "alone b", "end b", "start c", "alone c", "end c"]

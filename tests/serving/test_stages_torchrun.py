@@ -9,6 +9,8 @@ import json
 import os
 import re
 import signal
+import threading
+import time
 
 import httpx
 
@@ -65,7 +67,8 @@ def a_gone_client_leaves_the_job_in_step(url: str, folder, body: dict) -> None:
 
 def test_completions_on_two_stages_decode_in_groups_as_one_process(tmp_path, tiny_pretrained):
     """Four prompts of one request decode on 2 stages in 2 groups in flight (one per stage); the greedy texts, and a
-    streamed request's chunks, are those of one process; a client gone mid-stream leaves the stages in step."""
+    streamed request's chunks, are those of one process; a request sent while another decodes starts beside it and
+    is answered first; a client gone mid-stream leaves the stages in step."""
     folder = tiny_pretrained("GPT2LMHeadModel", initializer_range=0.5)
     with stage_server(tmp_path, folder, [2, 2], "text-generation") as (_, url, _log):
         want, body = completions_equal_one_process(url, folder)
@@ -73,7 +76,39 @@ def test_completions_on_two_stages_decode_in_groups_as_one_process(tmp_path, tin
             events = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: {")]
         streamed = ["".join(e["choices"][0]["text"] for e in events if e["choices"][0]["index"] == i) for i in range(4)]
         assert streamed == want
+        a_request_joins_the_stages_while_another_decodes(url, folder)
         a_gone_client_leaves_the_job_in_step(url, folder, body)
+
+
+def a_request_joins_the_stages_while_another_decodes(url: str, folder) -> None:
+    """A short request sent once a long one streams its first tokens decodes beside it (`--batches-in-flight`, 2 by
+    default): its answer comes before the long one's end; both texts are one process's."""
+    local = pipeline("text-generation", model=str(folder))
+    long_body = {"model": folder.name, "prompt": PROMPTS, "max_tokens": 30, "temperature": 0, "stream": True}
+    short_body = {"model": folder.name, "prompt": PROMPTS[1], "max_tokens": 2, "temperature": 0}
+    lines: list[str] = []
+    first_chunk, ended = threading.Event(), []
+
+    def read_long() -> None:
+        with httpx.stream("POST", f"{url}/v1/completions", json=long_body, timeout=120) as stream:
+            for line in stream.iter_lines():
+                lines.append(line)
+                first_chunk.set()
+        ended.append(time.monotonic())
+
+    reader = threading.Thread(target=read_long)
+    reader.start()
+    assert first_chunk.wait(timeout=120)
+    short = httpx.post(f"{url}/v1/completions", json=short_body, timeout=120)
+    answered = time.monotonic()
+    reader.join(timeout=120)
+    assert short.status_code == 200, short.text
+    call = {"do_sample": False, "return_full_text": False}
+    assert short.json()["choices"][0]["text"] == local(PROMPTS[1], max_new_tokens=2, **call)[0]["generated_text"]
+    events = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+    texts = ["".join(e["choices"][0]["text"] for e in events if e["choices"][0]["index"] == i) for i in range(4)]
+    assert texts == [r[0]["generated_text"] for r in local(PROMPTS, max_new_tokens=30, **call)]
+    assert answered < ended[0], f"the short request waited for the long one ({ended[0] - answered:.3f} s)"
 
 
 def test_completions_split_over_two_processes_as_one_process(tmp_path, tokenizer_for):

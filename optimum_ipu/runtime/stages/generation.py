@@ -6,6 +6,11 @@ KV cache holds the keys and values of its own layers only. A decoder-only model'
 groups in flight (`stages.groups`): every stage computes for some group at each moment, and only token ids come back
 from the last stage. Otherwise (one row, beam search, scores asked for, an encoder-decoder), the batch is one group and
 the last stage's logits are broadcast to the others.
+
+Calls in lanes (`runtime.lockstep`: a server's generation calls under `torchrun`) decode beside each other: each
+call's groups join the rotation of turns that the lanes share at a turn every stage agreed on (`groups.join_rotation`),
+while the other calls' groups decode, so a request that arrives while others decode starts at the next turns instead
+of waiting for their end. Each lane has its own process groups, made at the first call in it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from torch.distributed.fsdp import FSDPModule
 from transformers.modeling_outputs import BaseModelOutput, CausalLMOutputWithPast, Seq2SeqLMOutput
 
 from ...errors import IncompatibleIPUConfigError
+from ..lockstep import current_lane, others_may_run
 from .cut import StageCut, hold_place
 from .forward import StageForward
 from .groups import (
@@ -32,13 +38,14 @@ from .groups import (
     Turns,
     bind_leader_stops,
     group_rows,
+    join_rotation,
     join_sequences,
     only_token_logits,
     run_groups,
     split_call,
     with_criterion,
 )
-from .hold import StageHold
+from .hold import StageHold, stage_hold
 
 # generate() arguments that need every row's logits on every stage, or one search over all rows: one group
 _ONE_GROUP_ARGS = ("assistant_model", "output_scores", "output_logits", "return_dict_in_generate", "prefill_chunk_size")
@@ -76,6 +83,14 @@ class StageGeneration:
         self._last = dist.get_global_rank(self.group, len(counts) - 1)  # the stage whose logits every stage takes
         self._local = threading.local()  # per decoding thread: within a stage's own forward; its group's step
         self._groups: list[_GroupLink] = []  # made at the first call that decodes in groups
+        self._lanes: list[list[_GroupLink]] = []  # each lane's links, made at the first call in it (`_lane_links`)
+        self._lane_locks: list[threading.Lock] = []  # a lane's previous call ends here before its next starts
+        self._lane_turns = Turns()  # the rotation the calls in lanes share
+        self._making = threading.Lock()
+        # held by a stage's forward, which swaps other stages' modules of the shared model out meanwhile (a call's
+        # groups take turns; a call in a lane may make its links while another lane's group computes)
+        self._swapping = threading.Lock()
+        self._opened, self._was_running = 0, False  # calls inside `generating()`, and the gate before the first
         self._hold, self._root = hold, root
         split = cut.encoder.num_layers if cut.encoder is not None else 0
         # the cache indices (decoder layers, counted from 0) of the layers after this stage's
@@ -97,23 +112,34 @@ class StageGeneration:
     def generating(self) -> Iterator[None]:
         """While open, a call of the model runs it as described in the class docstring; `generate()` is called
         inside. The model's `forward` (and an encoder-decoder's encoder's) is wrapped on this instance for the time
-        of the call (as accelerate's hooks wrap it): no class or module of `transformers` is changed."""
-        model = self.model
-        wrapped = [(model, self._step)]
-        if self.cut.encoder is not None:
-            wrapped.append((model.get_submodule(self.cut.encoder.path), self._encode))
-        for module, run in wrapped:
-            module.forward = self._wrap(module, run)
-        was_open = self.gate.running
-        self.gate.running = True  # the model runs its stage only: its whole forward is replaced meanwhile
+        of the call (as accelerate's hooks wrap it): no class or module of `transformers` is changed. Calls in lanes
+        open it together: the first wraps, the last unwraps."""
+        with self._making:
+            if self._opened == 0:
+                for module, run in self._wrapped():
+                    module.forward = self._wrap(module, run)
+                self._was_running = self.gate.running
+                self.gate.running = True  # the model runs its stage only: its whole forward is replaced meanwhile
+            self._opened += 1
         try:
-            self._share_random_state()
+            if current_lane() is None:  # (calls in lanes draw from each process's own generator)
+                self._share_random_state()
             with self._gathered_once():
                 yield
         finally:
-            for module, _ in wrapped:
-                del module.forward
-            self.gate.running = was_open
+            with self._making:
+                self._opened -= 1
+                if self._opened == 0:
+                    for module, _ in self._wrapped():
+                        del module.forward
+                    self.gate.running = self._was_running
+
+    def _wrapped(self) -> list[tuple[nn.Module, Any]]:
+        """The modules whose forward `generating()` replaces, with what replaces it."""
+        wrapped = [(self.model, self._step)]
+        if self.cut.encoder is not None:
+            wrapped.append((self.model.get_submodule(self.cut.encoder.path), self._encode))
+        return wrapped
 
     @contextmanager
     def _gathered_once(self) -> Iterator[None]:
@@ -133,57 +159,104 @@ class StageGeneration:
 
     def generate(self, **kwargs: Any) -> Any:
         """`model.generate(**kwargs)` inside `generating()`: a decoder-only model's rows in groups in flight (one per
-        stage, `stages.groups`) where the call allows it, else as one group."""
+        stage, `stages.groups`) where the call allows it, else as one group; a call in a lane in groups beside the
+        other lanes' calls."""
+        lane = current_lane()
+        if lane is not None:
+            return self._generate_in_lane(lane, kwargs)
         groups = self._group_count(kwargs)
         if groups <= 1:
             # (a LeaderStop, `optimum-ipu serve`'s, agrees over the stage group: the whole replica there, as serving
             # refuses stages split over processes)
             return self.model.generate(**bind_leader_stops(kwargs, self.group))
         while len(self._groups) < groups:  # every stage of the replica makes them at the same call
-            self._groups.append(self._link())
+            self._groups.append(self._link(len(self._groups)))
+        return self._decode_in_groups(kwargs, self._groups[:groups], Turns(groups))
+
+    def _generate_in_lane(self, lane: int, kwargs: dict[str, Any]) -> Any:
+        """A call in `lane`: its rows in groups (one per stage, at most one per row) that join the lanes' rotation,
+        the process's other calls free to do their host work meanwhile."""
+        why = self._one_group_reason(kwargs)
+        if why is not None:
+            raise IncompatibleIPUConfigError(
+                f"a generation call beside others decodes in groups, and this one cannot ({why}); run it alone"
+            )
+        links = self._lane_links(lane)
+        links = links[: min(len(links), kwargs["input_ids"].shape[0])]
+        with others_may_run(), self._lane_locks[lane]:
+            join = lambda turns: join_rotation(self._lane_turns, turns, links[0].group)  # noqa: E731
+            return self._decode_in_groups(kwargs, links, self._lane_turns, join)
+
+    def _decode_in_groups(
+        self, kwargs: dict[str, Any], links: list[_GroupLink], turns: Turns, join: Any = None
+    ) -> torch.Tensor:
+        """The rows of `kwargs`'s call cut into one group per link, each decoded in its own thread, taking `turns`
+        (after `join(their turn numbers)` where given); their sequences joined as one `generate()` returns them."""
+        groups = len(links)
         rows = kwargs["input_ids"].shape[0]
         parts = group_rows(rows, groups)
         calls = split_call(kwargs, rows, parts)
-        calls = [bind_leader_stops(call, self._groups[g].group, parts[g], rows) for g, call in enumerate(calls)]
+        calls = [bind_leader_stops(call, links[g].group, parts[g], rows) for g, call in enumerate(calls)]
         pad_token_id = kwargs.get("pad_token_id", self.model.generation_config.pad_token_id)
         streamer = kwargs.get("streamer")
         if streamer is not None:
             joined = JoinedStreamer(streamer, groups, pad_token_id)
             calls = [{**call, "streamer": joined.for_group(g)} for g, call in enumerate(calls)]
-        turns = Turns(groups)
-        outputs = run_groups(lambda g: self._decode_group(g, calls[g], turns), groups)
+        if join is not None:
+            join([link.turn for link in links])
+        outputs = run_groups(lambda g: self._decode_group(links[g], calls[g], turns), groups)
         return join_sequences(outputs, pad_token_id)
 
     def _group_count(self, kwargs: dict[str, Any]) -> int:
-        """How many groups decode `kwargs`'s rows: one per stage (at most one per row); 1 where one group is needed.
-        Stages sharded over replicas (FSDP) decode as one group: their units' gathered parameters are shared state
-        of FSDP's hooks, which the groups' threads would enter at once."""
-        ids = kwargs.get("input_ids")
-        if self.sharded:
+        """How many groups decode `kwargs`'s rows: one per stage (at most one per row); 1 where one group is needed."""
+        if self._one_group_reason(kwargs) is not None:
             return 1
-        config = self.model.generation_config
-        beams = kwargs.get("num_beams", config.num_beams) or 1
-        if self.cut.encoder is not None or ids is None or ids.dim() != 2 or beams > 1:
-            return 1
-        if any(kwargs.get(name, getattr(config, name, None)) for name in _ONE_GROUP_ARGS):
-            return 1
-        return min(len(self._hold.ranges), ids.shape[0])
+        return min(len(self._hold.ranges), kwargs["input_ids"].shape[0])
 
-    def _link(self) -> _GroupLink:
-        """A group's own process group over the replica's stages (made by those processes only) and its forward."""
+    def _one_group_reason(self, kwargs: dict[str, Any]) -> str | None:
+        """Why `kwargs`'s rows must decode as one group, or None. Stages sharded over replicas (FSDP) decode as one
+        group: their units' gathered parameters are shared state of FSDP's hooks, which the groups' threads would
+        enter at once."""
+        ids = kwargs.get("input_ids")
+        config = self.model.generation_config
+        if self.sharded:
+            return "the stages are sharded over replicas"
+        if self.cut.encoder is not None:
+            return "an encoder-decoder model"
+        if ids is None or ids.dim() != 2:
+            return "no 2-D input_ids"
+        if (kwargs.get("num_beams", config.num_beams) or 1) > 1:
+            return "beam search"
+        given = [name for name in _ONE_GROUP_ARGS if kwargs.get(name, getattr(config, name, None))]
+        return f"{given[0]} is given" if given else None
+
+    def _lane_links(self, lane: int) -> list[_GroupLink]:
+        """`lane`'s links, one per stage (made with those of the lanes before it, in order: every process makes
+        the same process groups in the same order, whichever of its calls comes first)."""
+        stages = len(self._hold.ranges)
+        with self._making:
+            while len(self._lanes) <= lane:
+                first = len(self._lanes) * stages
+                self._lanes.append([self._link(first + g) for g in range(stages)])
+                self._lane_locks.append(threading.Lock())
+            return self._lanes[lane]
+
+    def _link(self, turn: int) -> _GroupLink:
+        """A group's own process group over the replica's stages (made by those processes only) and its forward;
+        `turn`: its number in its rotation of turns."""
         ranks = dist.get_process_group_ranks(self.group)
         group = dist.new_group(ranks, use_local_synchronization=True)
         counts = [len(r) for r in self._hold.ranges]
-        stages = StageForward(self.model, self.cut, counts, self._hold.stage, group, gate=self._root)
-        return _GroupLink(group, stages, dist.get_global_rank(group, len(counts) - 1))
+        with self._swapping:  # (it reads the model's layers and embeddings: not while a forward swaps them out)
+            stages = StageForward(self.model, self.cut, counts, self._hold.stage, group, gate=self._root)
+        return _GroupLink(group, stages, dist.get_global_rank(group, len(counts) - 1), turn)
 
-    def _decode_group(self, index: int, kwargs: dict[str, Any], turns: Turns) -> torch.Tensor:
-        """Group `index`'s `generate()` (in its own thread): its model calls take turns, its tokens come from the
-        last stage."""
-        link = self._groups[index]
+    def _decode_group(self, link: _GroupLink, kwargs: dict[str, Any], turns: Turns) -> torch.Tensor:
+        """One group's `generate()` (in its own thread): its model calls take turns, its tokens come from the last
+        stage."""
         last = self._hold.stage == len(self._hold.ranges) - 1
-        send = SendTokens(link.group, link.last, turns, index) if last else None
-        step = _GroupStep(self, link, turns, index, send, self._vocab_size())
+        send = SendTokens(link.group, link.last, turns, link.turn) if last else None
+        step = _GroupStep(self, link, turns, link.turn, send, self._vocab_size())
         self._local.group = step
         try:
             with torch.no_grad():
@@ -191,8 +264,8 @@ class StageGeneration:
         finally:
             self._local.group = None
             if send is not None and send.holding:  # its generate() failed within its turn
-                turns.release(index)
-            turns.leave(index)
+                turns.release(link.turn)
+            turns.leave(link.turn)
 
     def _vocab_size(self) -> int:
         """The width of the logits (the output embeddings' rows; their shape is known on every stage)."""
@@ -220,7 +293,8 @@ class StageGeneration:
             return None
         self._local.inside = True
         try:
-            return stages(inputs)
+            with self._swapping:
+                return stages(inputs)
         finally:
             self._local.inside = False
 
@@ -284,6 +358,16 @@ class StageGeneration:
             torch.cuda.set_rng_state(states[1], device)
 
 
+def decodes_in_lanes(model: nn.Module) -> bool:
+    """Whether `model`'s generation calls may run in lanes, beside each other (`runtime.lockstep`): it holds one stage
+    of a decoder-only model whose stages are every process of the job (one replica, not sharded; the turns keep one
+    replica's stages in step, not the processes of others)."""
+    hold = stage_hold(model)
+    if hold is None or hold.sharded or getattr(model.config, "is_encoder_decoder", False):
+        return False
+    return dist.is_initialized() and hold.mesh.size() == dist.get_world_size()
+
+
 @dataclasses.dataclass
 class _GroupLink:
     """What one group of sequences decodes through: its process group, its stage forward, its last stage's rank."""
@@ -291,6 +375,7 @@ class _GroupLink:
     group: Any
     stages: StageForward
     last: int
+    turn: int  # its number in its rotation of turns
 
 
 @dataclasses.dataclass

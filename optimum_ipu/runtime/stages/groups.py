@@ -23,8 +23,10 @@ equal those of one process; `tests/distributed`).
 
 from __future__ import annotations
 
+import bisect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -36,43 +38,111 @@ from ..lockstep import LeaderStop
 
 
 class Turns:
-    """Which group may compute on this process now: the groups in a fixed rotation, a group leaving it when its
-    decoding ends (on every process at the same step, since every process sees the same tokens).
+    """Which group may compute on this process now: the groups in a fixed rotation (ascending numbers, cyclically), a
+    group leaving it when its decoding ends (on every process at the same step, since every process sees the same
+    tokens), and joining it at a turn every process of the replica agreed on (`join_rotation`). Every process then
+    gives the same turns in the same order: stage i + 1's turn k is the step whose hidden states stage i sent in its
+    turn k.
+
+    A turn is given to the group after the last one to end a turn (the first after the highest); a group that is next
+    but has not left yet (it waits for its last tokens) keeps the turn until it leaves, so a process never gives away
+    a turn the others give to that group.
 
     Args:
-        groups (`int`): the groups, numbered from 0, in the order of their turns.
+        groups (`int`, *optional*, defaults to 0): the groups numbered 0 to `groups - 1`, in the rotation from the
+            start.
     """
 
-    def __init__(self, groups: int) -> None:
-        self._order = list(range(groups))
-        self._at = 0
+    def __init__(self, groups: int = 0) -> None:
+        self._active: list[int] = list(range(groups))  # in the rotation, ascending
+        self._joining: dict[int, int] = {}  # group -> the number of the first turn it may take
+        self._count = 0  # turns ended on this process
+        self._last: int | None = None  # the group whose turn ended last
+        self._holder: int | None = None  # the group computing now
+        self._paused = 0
         self._changed = threading.Condition()
 
+    def _next(self) -> int | None:
+        """The group whose turn is next (its joins at this turn count applied); None when no group is in it."""
+        for group, turn in list(self._joining.items()):
+            if turn <= self._count:
+                del self._joining[group]
+                bisect.insort(self._active, group)
+        if not self._active:
+            return None
+        if self._last is None:
+            return self._active[0]
+        return next((g for g in self._active if g > self._last), self._active[0])
+
     def acquire(self, group: int) -> None:
-        """Wait for `group`'s turn."""
+        """Wait for `group`'s turn (and for no agreement on joins to be under way here: `paused`)."""
         with self._changed:
-            self._changed.wait_for(lambda: self._order[self._at] == group)
+            self._changed.wait_for(lambda: not self._paused and self._holder is None and self._next() == group)
+            self._holder = group
 
     def release(self, group: int) -> None:
         """End `group`'s turn: the next group in the rotation may compute."""
         with self._changed:
-            if self._order[self._at] != group:
-                raise RuntimeError(f"group {group} ended a turn that was group {self._order[self._at]}'s")
-            self._at = (self._at + 1) % len(self._order)
+            if self._holder != group:
+                whose = self._holder if self._holder is not None else self._next()
+                raise RuntimeError(f"group {group} ended a turn that was group {whose}'s")
+            self._holder, self._last = None, group
+            self._count += 1
             self._changed.notify_all()
 
     def leave(self, group: int) -> None:
         """Take `group` out of the rotation (its decoding ended, or failed)."""
         with self._changed:
-            if group not in self._order:
-                return
-            index = self._order.index(group)
-            del self._order[index]
-            if index < self._at:  # the turn stays with the group that had it
-                self._at -= 1
-            if self._order:  # (a group leaving in its turn hands it to the next, the first after the last)
-                self._at %= len(self._order)
+            if self._holder == group:  # (failed within its turn: the turn ends with it)
+                self._holder, self._last = None, group
+                self._count += 1
+            if group in self._active:
+                self._active.remove(group)
+            self._joining.pop(group, None)
             self._changed.notify_all()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Within it, no turn starts on this process (one under way goes on): what `free_turn` says stays true."""
+        with self._changed:
+            self._paused += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._paused -= 1
+                self._changed.notify_all()
+
+    def free_turn(self) -> int:
+        """The number of the first turn this process has not given yet (turns are numbered from 0)."""
+        with self._changed:
+            return self._count + (self._holder is not None)
+
+    def join(self, groups: Sequence[int], turn: int) -> None:
+        """Put `groups` in the rotation from turn number `turn` on (one this process has not given yet)."""
+        with self._changed:
+            free = self._count + (self._holder is not None)
+            if turn < free:
+                raise RuntimeError(f"groups {list(groups)} cannot join at turn {turn}: this process gave it already")
+            for group in groups:
+                if group in self._active or group in self._joining:
+                    raise RuntimeError(f"group {group} is in the rotation already")
+                self._joining[group] = turn
+            self._changed.notify_all()
+
+
+def join_rotation(turns: Turns, groups: Sequence[int], group: Any) -> None:
+    """Put `groups` (a new call's, decoded by the processes of `group`) into `turns` on every one of those processes
+    at the same turn, while other calls' groups decode.
+
+    The processes first meet (so that none stops giving turns while another still needs them to finish a previous
+    call), then each, its rotation paused, says the first turn it has not given; the largest is the join's turn: no
+    process has given it, so every one gives it, and the turns after it, alike."""
+    dist.barrier(group=group)
+    with turns.paused():
+        free = torch.tensor([turns.free_turn()], dtype=torch.long)
+        dist.all_reduce(free, op=dist.ReduceOp.MAX, group=group)
+        turns.join(groups, int(free))
 
 
 class SendTokens(StoppingCriteria):
