@@ -123,6 +123,9 @@ def gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: whole(p.grad) for name, p in model.named_parameters() if p.grad is not None}
 
 
+ADAM_LR, ADAM_EPS = 1e-2, 1e-3  # the step compared: a first AdamW step moves a weight by lr * g / (|g| + eps)
+
+
 def held_bytes(model: torch.nn.Module) -> int:
     local = (p.to_local() if hasattr(p, "to_local") else p for p in model.parameters())
     return sum(t.numel() * t.element_size() for t in local)
@@ -139,7 +142,7 @@ def compare(family: str, mesh: Any) -> dict[str, Any]:
     # One fused AdamW step over one group of every parameter (a split model mixes plain tensors and DTensors there).
     # eps far above the gradients' rounding (1e-7): Adam's first step divides each gradient by its own size, so at
     # torch's 1e-8 a gradient that is rounding noise on one side and 0 on the other would move its weight by lr.
-    steps = [torch.optim.AdamW(m.parameters(), lr=1e-2, eps=1e-3, fused=True) for m in (reference, split)]
+    steps = [torch.optim.AdamW(m.parameters(), lr=ADAM_LR, eps=ADAM_EPS, fused=True) for m in (reference, split)]
     mixed_groups = step_mixed_groups_tensor_by_tensor(steps[1])
     for optimizer in steps:
         optimizer.step()

@@ -21,7 +21,7 @@ from optimum_ipu.runtime.tensor_parallel import check_divisible
 from ..conftest import PYTHON, REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch
 from ..local_tokenizers import save_tiny_pretrained
-from .tensor_parallel_worker import tiny
+from .tensor_parallel_worker import ADAM_EPS, ADAM_LR, tiny
 
 WORKER = str(REPO_ROOT / "tests" / "distributed" / "tensor_parallel_worker.py")
 FAMILIES = ("llama", "mistral", "qwen2", "gpt2", "bert", "roberta", "t5", "whisper", "opt", "xlm-roberta")
@@ -41,8 +41,11 @@ def test_split_model_gives_the_whole_models_loss_and_gradients(split_runs, famil
     assert result["split_parameters"] > 0
     assert result["loss_difference"] <= 1e-5, result
     assert result["gradient_difference"] <= 1e-5, result
-    # a fused AdamW step over one group mixing split and whole parameters runs, tensor by tensor, as the whole model's
-    assert result["step_difference"] <= 1e-5, result
+    # a fused AdamW step over one group mixing split and whole parameters runs, tensor by tensor, as the whole model's:
+    # its first step moves a weight by lr * g / (|g| + eps), whose slope in g is at most lr / eps, so gradients 1e-5
+    # apart may move weights up to lr / eps * 1e-5 apart (1e-4: measured 1.3e-5 for GPT-2 on an AVX2-only CPU, 1e-5 or
+    # less on AVX-512 ones); a step that mixed up tensors would move them by about lr (1e-2)
+    assert result["step_difference"] <= ADAM_LR / ADAM_EPS * 1e-5, result
     assert result["mixed_groups"] == 1
     # every split matrix is halved; only norms, biases of row-wise layers and position tables stay whole
     assert all(held == result["held_bytes"] for held in result["held_bytes_by_rank"])
