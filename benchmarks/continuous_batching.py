@@ -40,14 +40,26 @@ HERE = Path(__file__).resolve().parent
 SQUAD = HERE.parent.parent / "shared" / "data" / "squad" / "squad-v1.1-dev-articles-00-39.json"
 
 
-def requests(pipe: object, count: int, new_tokens: list[int]) -> list[dict]:
-    """`count` requests: a prompt of SQuAD's questions (6 to 13 words), its token ids as the pipeline makes them
-    (special tokens included, padding left out) and its `max_new_tokens`."""
+def add_arrival_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of the requests and their arrivals (shared with `staged_serving.py`)."""
+    parser.add_argument("--requests", type=int, default=24)
+    parser.add_argument("--interval", type=float, default=0.3, help="seconds between two arrivals")
+    parser.add_argument("--new-tokens", type=int, nargs="+", default=[8, 32, 16, 64])
+    parser.add_argument("--max-batch-size", type=int, default=8)
+
+
+def prompt_texts(count: int) -> list[str]:
+    """`count` prompts: SQuAD's questions cut to 6 to 13 words."""
     articles = json.loads(SQUAD.read_text(encoding="utf-8"))["data"]
     questions = [qa["question"] for a in articles for p in a["paragraphs"] for qa in p["qas"]]
+    return [" ".join(questions[i].split()[: 6 + i % 8]) for i in range(count)]
+
+
+def requests(pipe: object, count: int, new_tokens: list[int]) -> list[dict]:
+    """`count` requests: a prompt (`prompt_texts`), its token ids as the pipeline makes them (special tokens
+    included, padding left out) and its `max_new_tokens`."""
     out = []
-    for i in range(count):
-        text = " ".join(questions[i].split()[: 6 + i % 8])
+    for i, text in enumerate(prompt_texts(count)):
         encoded = pipe.preprocess(text)
         ids = encoded["input_ids"][0][encoded["attention_mask"][0].bool()].tolist()
         out.append({"text": text, "ids": ids, "new": new_tokens[i % len(new_tokens)]})
@@ -119,10 +131,7 @@ def summary(latency: list[float], makespan: float, reqs: list[dict]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=24)
-    parser.add_argument("--interval", type=float, default=0.3, help="seconds between two arrivals")
-    parser.add_argument("--new-tokens", type=int, nargs="+", default=[8, 32, 16, 64])
-    parser.add_argument("--max-batch-size", type=int, default=8)
+    add_arrival_arguments(parser)
     parser.add_argument("--out", help="write the report here (JSON)")
     parser.add_argument(
         "--temperature",

@@ -36,12 +36,11 @@ import time
 from pathlib import Path
 
 import httpx
-from serve_load import server_processes, stage_config  # (this folder: run as a script)
+from continuous_batching import add_arrival_arguments, prompt_texts  # (this folder: run as a script)
+from serve_load import server_processes, stage_config
 
 from optimum_ipu.benchmark.serve_load import SERVERS, start_server, stop_server
 
-HERE = Path(__file__).resolve().parent
-SQUAD = HERE.parent.parent / "shared" / "data" / "squad" / "squad-v1.1-dev-articles-00-39.json"
 SERVED = "model"
 # each server's extra command-line arguments, and how many processes run it
 LAYOUTS = {
@@ -52,17 +51,10 @@ LAYOUTS = {
 
 
 def request_bodies(count: int, new_tokens: list[int]) -> list[dict]:
-    """`count` greedy completions: prompts of SQuAD's questions (6 to 13 words), `max_tokens` cycling."""
-    articles = json.loads(SQUAD.read_text(encoding="utf-8"))["data"]
-    questions = [qa["question"] for a in articles for p in a["paragraphs"] for qa in p["qas"]]
+    """`count` greedy completions: `continuous_batching.py`'s prompts, `max_tokens` cycling."""
     return [
-        {
-            "model": SERVED,
-            "prompt": " ".join(questions[i].split()[: 6 + i % 8]),
-            "max_tokens": new_tokens[i % len(new_tokens)],
-            "temperature": 0,
-        }
-        for i in range(count)
+        {"model": SERVED, "prompt": text, "max_tokens": new_tokens[i % len(new_tokens)], "temperature": 0}
+        for i, text in enumerate(prompt_texts(count))
     ]
 
 
@@ -129,10 +121,7 @@ def measure(layout: str, model: str, config: str, bodies: list[dict], args: argp
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=24)
-    parser.add_argument("--interval", type=float, default=0.3, help="seconds between two arrivals")
-    parser.add_argument("--new-tokens", type=int, nargs="+", default=[8, 32, 16, 64])
-    parser.add_argument("--max-batch-size", type=int, default=8)
+    add_arrival_arguments(parser)
     parser.add_argument("--servers", nargs="+", choices=sorted(LAYOUTS), default=list(LAYOUTS))
     parser.add_argument("--model", help="a causal LM folder (default: a random 124 M GPT-2 made here)")
     parser.add_argument("--out", help="write the report here (JSON)")

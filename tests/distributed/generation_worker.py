@@ -27,6 +27,7 @@ from optimum_ipu.pipelines import pipeline
 from optimum_ipu.runtime.fsdp import shard_stages
 from optimum_ipu.runtime.lockstep import LeaderStop
 from optimum_ipu.runtime.stages.hold import stage_hold
+from tests.distributed.pipeline_worker import write_rank_record
 
 SEED = 7
 PAD = 0
@@ -171,9 +172,7 @@ def main() -> None:
     if os.path.exists(os.path.join(model_dir, "tokenizer_config.json")):
         pipe = pipeline("text-generation", model=model, tokenizer=model_dir, max_seq_length=16, batch_size=2)
         record["pipeline"] = pipe(PROMPTS, **PIPELINE_CALL)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"rank{dist.get_rank()}.json"), "w") as f:
-        json.dump(record, f)
+    write_rank_record(out, record)
     dist.destroy_process_group()
 
 

@@ -12,8 +12,6 @@ process 0, how many steps the long call had decoded when the short one returned.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import threading
 import time
@@ -25,6 +23,7 @@ import transformers
 import optimum_ipu
 from optimum_ipu import IPUConfig
 from optimum_ipu.runtime.lockstep import Lockstep
+from tests.distributed.pipeline_worker import write_rank_record
 
 PAD = 0
 LONG_TOKENS, SHORT_TOKENS, STEP_PAUSE_S = 24, 4, 0.02
@@ -91,9 +90,7 @@ def main() -> None:
     generation = model._stage_generation
     record["lane_links"] = [len(links) for links in generation._lanes]
     record["rotation_left"] = generation._lane_turns._active
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"rank{dist.get_rank()}.json"), "w") as f:
-        json.dump(record, f)
+    write_rank_record(out, record)
     dist.destroy_process_group()
 
 

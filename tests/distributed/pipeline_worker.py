@@ -32,12 +32,17 @@ def tiny_for(class_name: str):
     return tiny_models_vision_speech if class_name in tiny_models_vision_speech.CLASSES else tiny_models
 
 
-def write_results(out: str, record: dict, state: dict[str, torch.Tensor], losses: list[float]) -> None:
-    """Every rank's OUT/rank{r}.json (`record`); rank 0's OUT/model.safetensors (`state`) and OUT/losses.json. Then the
-    process group is destroyed."""
+def write_rank_record(out: str, record: dict) -> None:
+    """This rank's OUT/rank{r}.json (`record`)."""
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, f"rank{dist.get_rank()}.json"), "w") as f:
         json.dump(record, f)
+
+
+def write_results(out: str, record: dict, state: dict[str, torch.Tensor], losses: list[float]) -> None:
+    """Every rank's OUT/rank{r}.json (`record`); rank 0's OUT/model.safetensors (`state`) and OUT/losses.json. Then the
+    process group is destroyed."""
+    write_rank_record(out, record)
     if dist.get_rank() == 0:
         save_file({k: v.clone() for k, v in state.items()}, os.path.join(out, "model.safetensors"))
         with open(os.path.join(out, "losses.json"), "w") as f:

@@ -12,7 +12,6 @@ case, the parameters it holds and the bytes of its self-attention KV cache per d
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import torch
@@ -23,6 +22,7 @@ import optimum_ipu
 from optimum_ipu import IPUConfig
 from optimum_ipu.runtime.fsdp import shard_stages
 from optimum_ipu.runtime.stages.hold import stage_hold
+from tests.distributed.pipeline_worker import write_rank_record
 
 SEED = 11
 CASES: dict[str, dict] = {
@@ -59,9 +59,7 @@ def main() -> None:
         output = model.generate(**inputs, return_dict_in_generate=True, cache_implementation="dynamic", **kwargs)
         record["tokens"][name] = output.sequences.tolist()
         record["cache"][name] = cache_bytes(output.cache)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"rank{dist.get_rank()}.json"), "w") as f:
-        json.dump(record, f)
+    write_rank_record(out, record)
     dist.destroy_process_group()
 
 
