@@ -184,14 +184,14 @@ class StageGeneration:
         links = self._lane_links(lane)
         links = links[: min(len(links), kwargs["input_ids"].shape[0])]
         with others_may_run(), self._lane_locks[lane]:
-            join = lambda turns: join_rotation(self._lane_turns, turns, links[0].group)  # noqa: E731
-            return self._decode_in_groups(kwargs, links, self._lane_turns, join)
+            return self._decode_in_groups(kwargs, links, self._lane_turns, joining=True)
 
     def _decode_in_groups(
-        self, kwargs: dict[str, Any], links: list[_GroupLink], turns: Turns, join: Any = None
+        self, kwargs: dict[str, Any], links: list[_GroupLink], turns: Turns, joining: bool = False
     ) -> torch.Tensor:
         """The rows of `kwargs`'s call cut into one group per link, each decoded in its own thread, taking `turns`
-        (after `join(their turn numbers)` where given); their sequences joined as one `generate()` returns them."""
+        (`joining`: a rotation already running, which the groups join at a turn their stages agree on); their
+        sequences joined as one `generate()` returns them."""
         groups = len(links)
         rows = kwargs["input_ids"].shape[0]
         parts = group_rows(rows, groups)
@@ -202,8 +202,8 @@ class StageGeneration:
         if streamer is not None:
             joined = JoinedStreamer(streamer, groups, pad_token_id)
             calls = [{**call, "streamer": joined.for_group(g)} for g, call in enumerate(calls)]
-        if join is not None:
-            join([link.turn for link in links])
+        if joining:
+            join_rotation(turns, [link.turn for link in links], links[0].group)
         outputs = run_groups(lambda g: self._decode_group(links[g], calls[g], turns), groups)
         return join_sequences(outputs, pad_token_id)
 

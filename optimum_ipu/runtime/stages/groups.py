@@ -115,14 +115,13 @@ class Turns:
 
     def free_turn(self) -> int:
         """The number of the first turn this process has not given yet (turns are numbered from 0)."""
-        with self._changed:
+        with self._changed:  # (a reentrant lock: `join` asks within it)
             return self._count + (self._holder is not None)
 
     def join(self, groups: Sequence[int], turn: int) -> None:
         """Put `groups` in the rotation from turn number `turn` on (one this process has not given yet)."""
         with self._changed:
-            free = self._count + (self._holder is not None)
-            if turn < free:
+            if turn < self.free_turn():
                 raise RuntimeError(f"groups {list(groups)} cannot join at turn {turn}: this process gave it already")
             for group in groups:
                 if group in self._active or group in self._joining:
