@@ -52,7 +52,9 @@ def running_server(pipe: Any, **settings: Any) -> Iterator[tuple[str, Any]]:
         sock.close()
 
 
-def wait_healthy(url: str, timeout: float = 60.0) -> None:
+def wait_healthy(url: str, timeout: float = 240.0) -> None:
+    # A warm-up that compiles (--backend compile) takes ~25 s on an idle 2-core machine and can take minutes beside
+    # another xdist worker (CI timed one out at 60 s); a warm-up that fails says so at once (asserted below).
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
