@@ -5,7 +5,8 @@
 
 A random Llama (8 layers of 512, the bert-base-uncased vocabulary of 30,522) evaluates `--blocks` WikiText-2 blocks of
 `--seq-len` tokens (../shared/data/wikitext2_tokens/wiki.test.tokens, tokenized with that vocabulary) with
-`IPUTrainer.evaluate()`, one thread per process, four ways: one process holding the whole model; 2 stages on 2
+`IPUTrainer.evaluate()`, one thread per process, five ways: one process holding the whole model; the same with its
+loss computed from the vocabulary in chunks of words, as the shared head's shares compute theirs; 2 stages on 2
 processes (`layers_per_ipu` `--stage-layers`, each process loading only its stage with
 `optimum_ipu.AutoModelForCausalLM`, the batches split into micro-batches several in flight); the same with the output
 projection and its loss shared by the stages (`--shared-head-layers`, `inference_serialized_projection_splits_per_ipu`
@@ -30,6 +31,10 @@ REPO = Path(__file__).resolve().parent.parent
 WIKITEXT = REPO.parent / "shared" / "data" / "wikitext2_tokens" / "wiki.test.tokens"
 LAYOUTS = {
     "one process": {"processes": 1, "config": {}},
+    # the peer of the shared head's arithmetic: one process whose loss comes from the vocabulary in chunks of words
+    # (`optimum_ipu.runtime.stages.head.chunked_share_numbers` over the whole vocabulary, as one share), not from the
+    # whole logits as the stock model computes it
+    "one process, loss in word chunks": {"processes": 1, "config": {}},
     # 6 + 2 layers: the last stage also runs the 30,522-word output projection (about as costly as the 8 layers)
     "2 stages": {"processes": 2, "config": {"ipus_per_replica": 2}},
     # the output projection and its loss shared by the 2 stages (`optimum_ipu.runtime.stages.head`): the layers split
@@ -90,6 +95,25 @@ def token_accuracy(prediction) -> dict:
     return {"accuracy": float((predicted[kept] == labels[kept]).mean())}
 
 
+def loss_in_word_chunks(model):
+    """A `compute_loss_func` for `model`, whose output projection then keeps its input instead of computing the
+    logits: the causal LM loss from the projection's numbers over the vocabulary in chunks of words, as each stage's
+    share of a shared head computes them (`optimum_ipu.runtime.stages.head`)."""
+    from optimum_ipu.runtime.stages.head import HiddenCapture, chunked_share_numbers, combined_loss
+
+    projection, capture = model.get_output_embeddings(), HiddenCapture()
+    model.set_output_embeddings(capture)
+
+    def loss(outputs, labels, num_items_in_batch=None):
+        hidden = capture.captured[:, :-1].reshape(-1, capture.captured.shape[-1])  # position t predicts t + 1
+        labels = labels[:, 1:].reshape(-1)
+        words = range(projection.weight.shape[0])
+        numbers = chunked_share_numbers(hidden, projection.weight, projection.bias, labels, words)
+        return combined_loss(numbers[None], labels)
+
+    return loss
+
+
 def worker(folder: Path, layout: str, batch_size: int, repeats: int, config_json: str, keep_logits: bool) -> None:
     """One layout's evaluations (every process of it runs this); the main process writes `{layout}.json`."""
     import datasets
@@ -106,6 +130,8 @@ def worker(folder: Path, layout: str, batch_size: int, repeats: int, config_json
     )
     model = AutoModelForCausalLM.from_pretrained(folder / "model", ipu_config=config).model  # a stage, under torchrun
     metrics = {"compute_metrics": token_accuracy, "preprocess_logits_for_metrics": predicted_ids} if keep_logits else {}
+    if layout == "one process, loss in word chunks":
+        metrics = {"compute_loss_func": loss_in_word_chunks(model)}  # (no logits: nothing to keep)
     trainer = IPUTrainer(model, config, args, eval_dataset=data, **metrics)
     trainer.evaluate()  # warm-up: the stages' first forward learns how the layers are called
     runs = [trainer.evaluate() for _ in range(repeats)]
@@ -180,12 +206,14 @@ def main() -> None:
             if layout in args.layouts
         }
     base = results["one process"]["samples_per_second"]
+    peer = results.get("one process, loss in word chunks", {}).get("samples_per_second")
     print(f"evaluation of {args.blocks} blocks of {args.seq_len} tokens, batch {args.batch_size}, one thread a process")
     for layout, result in results.items():
-        ratio = result["samples_per_second"] / base
+        rate = result["samples_per_second"]
         print(
-            f"  {layout:22s} {result['samples_per_second']:7.2f} samples/s  {ratio:5.2f}x one process  "
-            f"eval loss {result['eval_loss']:.5f}"
+            f"  {layout:33s} {rate:7.2f} samples/s  {rate / base:5.2f}x one process  "
+            + (f"{rate / peer:5.2f}x in word chunks  " if peer else "")
+            + f"eval loss {result['eval_loss']:.5f}"
             + (f"  accuracy {result['eval_accuracy']:.5f}" if result["eval_accuracy"] is not None else "")
         )
     losses = [r["eval_loss"] for r in results.values()]

@@ -13,7 +13,8 @@ from torch import nn
 
 from optimum_ipu.runtime.stages.head import (
     CHUNK_BYTES,
-    chunk_tokens,
+    CHUNK_TOKENS,
+    chunk_words,
     chunked_share_numbers,
     combined_loss,
     share_numbers,
@@ -96,19 +97,30 @@ def test_a_shared_head_is_refused_where_the_shares_cannot_compute_the_loss(split
 
 
 @settings(max_examples=30, deadline=None)
-@given(tokens=st.integers(1, 70), width=st.integers(1, 16), words=st.integers(1, 50), chunk=st.integers(1, 80))
-def test_a_share_computed_a_few_tokens_at_a_time_gives_the_numbers_of_its_whole_logits(tokens, width, words, chunk):
+@given(
+    tokens=st.integers(1, 70),
+    width=st.integers(1, 16),
+    words=st.integers(1, 50),
+    word_chunk=st.integers(1, 60),
+    token_chunk=st.integers(1, 80),
+)
+def test_a_share_computed_in_chunks_of_words_and_tokens_gives_the_numbers_of_its_whole_logits(
+    tokens, width, words, word_chunk, token_chunk
+):
     generator = torch.Generator().manual_seed(tokens * 1000 + words)
     hidden, weight = torch.randn(tokens, width, generator=generator), torch.randn(words, width, generator=generator)
     bias = torch.randn(words, generator=generator)
     rows = range(7, 7 + words)  # the share's rows within a vocabulary of 7 + words + 3
     labels = torch.randint(0, 7 + words + 3, (tokens,), generator=generator)
     want = share_numbers(F.linear(hidden, weight, bias), labels, rows)
-    got = chunked_share_numbers(hidden, weight, bias, labels, rows, tokens=chunk)
+    got = chunked_share_numbers(hidden, weight, bias, labels, rows, words=word_chunk, tokens=token_chunk)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    want = share_numbers(F.linear(hidden, weight), labels, rows)  # the default chunks, without a bias
+    torch.testing.assert_close(chunked_share_numbers(hidden, weight, None, labels, rows), want)
 
 
-def test_the_chunks_hold_about_16_mib_of_logits():
-    assert chunk_tokens(16957) == 128 and chunk_tokens(13565) == 256  # the benchmark's two shares
-    assert chunk_tokens(30522) * 30522 * 4 <= CHUNK_BYTES < 2 * chunk_tokens(30522) * 30522 * 4
-    assert chunk_tokens(10**9) == 32  # never fewer tokens than that, however wide the share
+def test_the_chunks_hold_about_8_mib_of_logits_over_1024_words_or_more():
+    assert chunk_words(1016) == 2064  # the benchmark's micro-batch of 8 x 127 tokens
+    assert chunk_words(1016) * 1016 * 4 <= CHUNK_BYTES < (chunk_words(1016) + 1) * 1016 * 4
+    assert chunk_words(CHUNK_TOKENS) == 1024  # the most tokens a chunk takes
+    assert chunk_words(10**9) == 1

@@ -218,11 +218,14 @@ class SplitHead:
         return chunked_share_numbers(hidden, self.weight, self.bias, labels, self.rows)
 
 
-# a share's logits are computed a few tokens at a time, about this many bytes each: a stage never holds a
-# micro-batch's logits over its share at once (8 x 127 tokens over 16,957 words: chunks of 8.7 MB instead of 69 MB,
-# from the shapes), and each chunk stays in the CPU's cache while its numbers are taken (121 ms in chunks of 128
-# tokens against 176 ms whole, one thread, the same numbers; within the noise of a whole evaluation through 2 stages)
-CHUNK_BYTES = 16 * 2**20
+# a share's logits are computed over a few thousand words at a time, for all of a micro-batch's tokens (up to
+# `CHUNK_TOKENS`), about `CHUNK_BYTES` each: a stage never holds a micro-batch's logits over its share at once, each
+# chunk stays in the CPU's cache while its numbers are taken, and the share's weight is read once (in chunks of
+# tokens, it was read once a chunk). The chunks' numbers combine as the shares' do (`combined_numbers`). Measured on
+# an AMD EPYC with AVX2, one thread, 1,016 tokens over 16,957 words of 512: 216 ms in chunks of 2,048 words, against
+# 418 ms in chunks of 128 tokens (the scheme before) and 402 ms whole; the same numbers within 2e-6
+CHUNK_BYTES = 8 * 2**20
+CHUNK_TOKENS = 2048  # more tokens are taken in parts of this many, so a chunk still spans 1,024 words or more
 
 
 def chunked_share_numbers(
@@ -231,22 +234,30 @@ def chunked_share_numbers(
     bias: torch.Tensor | None,
     labels: torch.Tensor,
     rows: range,
-    tokens: int | None = None,
+    words: int | None = None,
+    tokens: int = CHUNK_TOKENS,
 ) -> torch.Tensor:
     """`share_numbers` of the share's logits `F.linear(hidden, weight, bias)` (`hidden`: `(tokens, width)`),
-    computed `tokens` at a time (`chunk_tokens(len(rows))` by default)."""
-    tokens = tokens or chunk_tokens(len(rows))
-    parts = [
-        share_numbers(F.linear(hidden[at : at + tokens], weight, bias), labels[at : at + tokens], rows)
-        for at in range(0, hidden.shape[0], tokens)
-    ]
+    computed `tokens` at a time, each over `words` of the share's rows at a time (`chunk_words` by default)."""
+    parts = []
+    for at in range(0, hidden.shape[0], tokens):
+        part_hidden, part_labels = hidden[at : at + tokens], labels[at : at + tokens]
+        step = words or chunk_words(part_hidden.shape[0])
+        numbers = [
+            share_numbers(
+                F.linear(part_hidden, weight[w : w + step], bias[w : w + step] if bias is not None else None),
+                part_labels,
+                range(rows.start + w, rows.start + min(w + step, len(rows))),
+            )
+            for w in range(0, len(rows), step)
+        ]
+        parts.append(combined_numbers(torch.stack(numbers)) if len(numbers) > 1 else numbers[0])
     return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
 
 
-def chunk_tokens(rows: int) -> int:
-    """Tokens whose logits over `rows` words take about `CHUNK_BYTES` in fp32: a power of two, at least 32."""
-    fits = CHUNK_BYTES // (4 * max(rows, 1))
-    return max(32, 1 << max(fits, 1).bit_length() - 1)
+def chunk_words(tokens: int) -> int:
+    """Words whose logits for `tokens` tokens take about `CHUNK_BYTES` in fp32 (at least 1)."""
+    return max(1, CHUNK_BYTES // (4 * max(tokens, 1)))
 
 
 def share_numbers(logits: torch.Tensor, labels: torch.Tensor, rows: range) -> torch.Tensor:
@@ -262,11 +273,18 @@ def share_numbers(logits: torch.Tensor, labels: torch.Tensor, rows: range) -> to
     return torch.stack([log_sum_exp, label_logit])
 
 
+def combined_numbers(numbers: torch.Tensor) -> torch.Tensor:
+    """The `(2, tokens)` numbers of the union of disjoint parts of the vocabulary from theirs, `(parts, 2, tokens)`:
+    the log-sum-exp of their log-sum-exps, and the sum of their label logits (a label is in one part at most)."""
+    return torch.stack([torch.logsumexp(numbers[:, 0], dim=0), numbers[:, 1].sum(dim=0)])
+
+
 def combined_loss(numbers: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """The mean cross-entropy over the labelled tokens from the shares' `(shares, 2, tokens)` numbers (`SplitHead`):
     each token's log-sum-exp over all the logits less its label's logit; NaN when no token is labelled, as
     `F.cross_entropy`'s mean."""
-    losses = torch.logsumexp(numbers[:, 0], dim=0) - numbers[:, 1].sum(dim=0)
+    log_sum_exp, label_logit = combined_numbers(numbers)
+    losses = log_sum_exp - label_logit
     labelled = labels != IGNORE_INDEX
     return losses[labelled].sum() / labelled.sum()
 
