@@ -4,12 +4,15 @@ logits; and when a shared head is refused. (The processes: tests/distributed/tes
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
+from transformers import PretrainedConfig
 
 from optimum_ipu.runtime.stages.head import (
     CHUNK_BYTES,
@@ -73,9 +76,10 @@ def test_a_batch_without_a_labelled_token_gives_nan_as_the_cross_entropy_does():
 
 
 class WithHead(nn.Module):
-    def __init__(self, head: nn.Module) -> None:
+    def __init__(self, head: nn.Module, **config: Any) -> None:
         super().__init__()
         self.head = head
+        self.config = PretrainedConfig(**config)
 
     def get_output_embeddings(self) -> nn.Module:
         return self.head
@@ -94,6 +98,21 @@ class WithHead(nn.Module):
 )
 def test_a_shared_head_is_refused_where_the_shares_cannot_compute_the_loss(splits, stages, loss_kind, head, reason):
     assert split_head_refusal(WithHead(head), splits, stages, loss_kind) == reason
+
+
+@pytest.mark.parametrize(
+    ("config", "reason"),
+    [
+        ({"final_logit_softcapping": 30.0}, "config.final_logit_softcapping"),  # Gemma 2's tanh cap
+        ({"logit_scale": 0.0625}, "config.logit_scale"),  # Cohere's
+        ({"logits_scaling": 8.0}, "config.logits_scaling"),  # Granite's
+        ({"final_logit_softcapping": None, "logit_scale": 1.0}, None),  # set, but changing nothing
+    ],
+)
+def test_a_shared_head_is_refused_for_a_model_that_changes_its_logits_after_the_projection(config, reason):
+    refusal = split_head_refusal(WithHead(nn.Linear(4, 10), **config), [1, 1], 2, "causal")
+    want = f"the model changes its logits after the projection ({reason})" if reason else ""
+    assert refusal == want
 
 
 @settings(max_examples=30, deadline=None)

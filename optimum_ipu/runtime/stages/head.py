@@ -42,6 +42,10 @@ from .shapes import DTYPES, receive_described, send_described
 # adds to it, LoRA's, is not one of them)
 PLAIN_PROJECTIONS = (nn.Linear, SerializedLinear)
 IGNORE_INDEX = -100  # the label without a loss, as transformers' loss functions take it
+# config fields with which a `transformers` model changes its logits after the projection (Gemma 2 and 3's soft cap,
+# Cohere's and Granite's scales, Falcon-H1's multiplier): the shares' numbers, taken from the projection's own output,
+# would give another loss
+LOGITS_AFTER_PROJECTION = ("final_logit_softcapping", "logit_scale", "logits_scaling", "lm_head_multiplier", "softcap")
 
 
 class HiddenCapture(nn.Module):
@@ -79,6 +83,11 @@ def split_head_refusal(model: nn.Module, splits: Sequence[int] | None, stages: i
     projection = getter() if callable(getter) else None
     if type(projection) not in PLAIN_PROJECTIONS:
         return f"its output projection ({type(projection).__name__}) is not a linear layer"
+    config = getattr(model, "config", None)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    changed = [name for name in LOGITS_AFTER_PROJECTION if getattr(text_config, name, None) not in (None, 1, 1.0)]
+    if changed:
+        return f"the model changes its logits after the projection (config.{changed[0]})"
     return ""
 
 
