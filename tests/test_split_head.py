@@ -22,6 +22,7 @@ from optimum_ipu.runtime.stages.head import (
     combined_loss,
     share_numbers,
     share_rows,
+    shared_head_hint,
     split_head_refusal,
 )
 
@@ -143,3 +144,14 @@ def test_the_chunks_hold_about_8_mib_of_logits_over_1024_words_or_more():
     assert chunk_words(1016) * 1016 * 4 <= CHUNK_BYTES < (chunk_words(1016) + 1) * 1016 * 4
     assert chunk_words(CHUNK_TOKENS) == 1024  # the most tokens a chunk takes
     assert chunk_words(10**9) == 1
+
+
+def test_the_last_stage_hints_at_sharing_a_head_that_is_a_quarter_of_its_parameters_or_more():
+    wide, narrow = WithHead(nn.Linear(8, 400)), WithHead(nn.Linear(8, 4))
+    wide.layer = narrow.layer = nn.Linear(32, 32)  # the stage's one layer: 1,056 parameters
+    hint = shared_head_hint(wide, 2, "causal")  # 3,600 of 4,656
+    assert hint.startswith("the output projection is 77% of the last stage's parameters") and "[1, 1]" in hint
+    assert shared_head_hint(narrow, 2, "causal") == ""  # 36 of 1,092
+    assert shared_head_hint(wide, 2, "") == ""  # no vocabulary loss: nothing to share
+    wide.layer.to("meta")  # another stage's layer, not held here: the head is all this stage holds
+    assert shared_head_hint(wide, 2, "causal").startswith("the output projection is 100%")

@@ -42,7 +42,7 @@ from ..distributed import world_size
 from ..stages.checkpoint import save_stage_shards
 from ..stages.engine import PipelineEngine
 from ..stages.forward import MICRO_BATCHES_PER_STAGE, PipelinedForward, forward_through_stages
-from ..stages.head import SplitHead, head_group, split_head_refusal
+from ..stages.head import SplitHead, head_group, shared_head_hint, split_head_refusal
 from ..stages.hold import stage_hold
 from ..stages.optimizer import save_stage_optimizer
 from ..step import TrainingStep
@@ -210,6 +210,11 @@ class ProcessStagesLayout(ReplicasLayout):
         if not refusal and (hold.sharded or self.split > 1):
             refusal = "each stage's weights are sharded over processes (--fsdp, tensor_parallel_size)"
         if refusal == "not asked":
+            last, first_replica = hold.stage == len(hold.ranges) - 1, hold.mesh.get_coordinate()[0] == 0
+            if last and first_replica and not (hold.sharded or self.split > 1):  # said once, by one process
+                hint = shared_head_hint(self.parts.model, len(hold.ranges), self.parts.vocabulary_loss)
+                if hint:
+                    logger.warning(hint)
             return None
         if refusal:
             logger.warning(f"{field} {splits}: evaluation runs the projection on the last stage alone: {refusal}")

@@ -91,6 +91,28 @@ def split_head_refusal(model: nn.Module, splits: Sequence[int] | None, stages: i
     return ""
 
 
+def shared_head_hint(model: nn.Module, stages: int, loss_kind: str) -> str:
+    """On the last stage, when evaluation runs its output projection there alone although the stages could share it:
+    a line saying so when the projection holds a quarter or more of the stage's parameters (it then bounds the
+    pipeline however whole layers are split), `""` otherwise. A stage's process holds its own parameters only, the
+    others being on the meta device."""
+    if split_head_refusal(model, [1] * stages, stages, loss_kind):
+        return ""
+    projection = model.get_output_embeddings()
+    if projection.weight.device.type == "meta":
+        return ""
+    head = sum(p.numel() for p in projection.parameters())
+    held = sum(p.numel() for p in model.parameters() if p.device.type != "meta")  # (a tied head counted once)
+    if 4 * head < held:
+        return ""
+    share = head / held
+    return (
+        f"the output projection is {share:.0%} of the last stage's parameters and runs there alone in evaluation; "
+        f"inference_serialized_projection_splits_per_ipu (say {[1] * stages}) shares it between the {stages} stages "
+        "in an evaluation of the loss alone, the layers then split evenly (docs/distributed.md)"
+    )
+
+
 class SplitHead:
     """This stage's share of the output projection and of its cross-entropy (see the module docstring).
 
