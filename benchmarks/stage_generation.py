@@ -81,6 +81,7 @@ def worker(folder: Path, layout: str, model: str, new_tokens: int, repeats: int)
 
     from optimum_ipu import AutoModelForCausalLM, IPUConfig
     from optimum_ipu.models.tensor_parallel import split_for_inference
+    from optimum_ipu.runtime.serialization import weight_major_projection
 
     torch.set_num_threads(1)
     staged = LAYOUTS[layout] > 1
@@ -101,7 +102,8 @@ def worker(folder: Path, layout: str, model: str, new_tokens: int, repeats: int)
         call["return_dict_in_generate"] = True
 
     def generate() -> list[list[int]]:
-        output = generator.generate(input_ids=ids, attention_mask=mask, **call)
+        with weight_major_projection(generator.model):  # as pipeline() decodes on a CPU (the last stage's head)
+            output = generator.generate(input_ids=ids, attention_mask=mask, **call)
         return (output.sequences if call.get("return_dict_in_generate") else output).tolist()
 
     generate()  # warm-up: the stages' first forward learns how the layers are called

@@ -195,6 +195,12 @@ def test_weight_major_projection_swaps_the_head_for_the_context_only():
             swapped = model(input_ids=ids).logits
     assert model.get_output_embeddings() is head
     torch.testing.assert_close(swapped, stock, rtol=1e-5, atol=1e-5)
+    model.transformer.h[0].to("meta")  # a process holding the last stage: another stage's layer is not here
+    with weight_major_projection(model):
+        assert isinstance(model.get_output_embeddings(), WeightMajorLinear)
+    model.lm_head.to("meta")  # ... and one holding another stage: its projection is not here either
+    with weight_major_projection(model):
+        assert model.get_output_embeddings() is head
     bert_like = nn.Module()  # no plain nn.Linear head: left alone
     bert_like.get_output_embeddings = lambda: nn.Identity()
     with weight_major_projection(bert_like):
