@@ -28,7 +28,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .batching import Batcher, Job, QueueFull
+from .batching import Batcher, Job, QueueFull, cancel_now
 from .continuous import ContinuousGeneration
 from .errors import APIError, error_response, install_error_handlers
 from .metrics import ServerMetrics
@@ -153,7 +153,7 @@ class ServerState:
         try:
             result = await asyncio.wait_for(asyncio.shield(future), self.time_left(request))
         except asyncio.TimeoutError:
-            future.cancel()  # still waiting: dropped from the queue; computing: its result is dropped
+            await cancel_now(future)  # still waiting: dropped from the queue; computing: its result is dropped
             self.metrics.rejected.labels("timeout").inc()
             raise APIError(
                 504, f"no answer within {self.settings.request_timeout:g} s (--request-timeout); retry or raise it"

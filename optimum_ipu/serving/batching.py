@@ -273,3 +273,12 @@ class Batcher:
                 job.future.set_exception(result)
             else:
                 job.future.set_result(result)
+
+
+async def cancel_now(future: asyncio.Future) -> None:
+    """Cancel a submitted request's `future` and let its done callbacks run before the caller answers the client:
+    `Future.cancel` only schedules them, and one of them is the job's `on_cancel` (a generation's rows end at the
+    next decoding step). Answered first, a client told of a timeout could still see its decoding go on a step or two
+    longer on a loaded machine."""
+    future.cancel()
+    await asyncio.sleep(0)  # (the callbacks scheduled by cancel run before this coroutine resumes)

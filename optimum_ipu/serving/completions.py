@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 from starlette.responses import StreamingResponse
 
-from .batching import Job
+from .batching import Job, cancel_now
 from .errors import APIError, bad_request, error_body
 from .generation import GenerationSink, cut_at_stop, run_generation_batch
 from .tasks import api_error_of
@@ -305,7 +305,7 @@ async def _stream(
             try:
                 event = await asyncio.wait_for(sink.queue.get(), state.time_left(request))
             except asyncio.TimeoutError:
-                future.cancel()
+                await cancel_now(future)  # its decoding told to stop before the client reads the 504
                 timeout = state.settings.request_timeout
                 message = f"no answer within {timeout:g} s (--request-timeout); retry or raise it"
                 yield f"data: {json.dumps(error_body(504, message))}\n\n"
