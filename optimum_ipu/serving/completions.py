@@ -205,7 +205,7 @@ async def _complete(state: Any, request: Request, req: _Sampling, prompts: list[
     # a client that goes away mid-stream: the events stop (Starlette cancels them), and the request is cancelled
     # (out of the queue, or its rows stop decoding), in the events' own `finally` and, should they never have
     # started, once the response ends
-    gone = BackgroundTask(_cancel, future)  # (a coroutine: in the event loop, where futures are cancelled)
+    gone = BackgroundTask(cancel_now, future)  # (a coroutine: in the event loop, where futures are cancelled)
     return StreamingResponse(
         events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}, background=gone
     )
@@ -332,10 +332,6 @@ async def _stream(
             return
     finally:
         future.cancel()  # (nothing once it has finished) the client went away: free its place
-
-
-async def _cancel(future: asyncio.Future) -> None:
-    future.cancel()
 
 
 def _outcome(future: asyncio.Future) -> Any:
