@@ -12,6 +12,8 @@ from transformers.utils.logging import get_logger
 from ..config import IPUConfig
 from ..errors import IncompatibleIPUConfigError
 from ..runtime.distributed import join_process_group, world_size
+from ..runtime.host_collectives import HostCollectives
+from ..runtime.local_shards import hook_ids, localizable, localize
 from ..runtime.tensor_parallel import TensorParallelPlan, inference_mesh, parallelize
 from .pipelined import PipelinedModel
 
@@ -136,5 +138,9 @@ def split_for_inference(model: nn.Module, ipu_config: IPUConfig) -> nn.Module:
         )
     join_process_group()
     pipelined = model if isinstance(model, PipelinedModel) else PipelinedModel(model, ipu_config)
-    parallelize(pipelined.model, tensor_parallel_plan(pipelined, size), inference_mesh(processes, size)["tp"])
+    plan, mesh = tensor_parallel_plan(pipelined, size), inference_mesh(processes, size)["tp"]
+    before = hook_ids(pipelined.model, plan)
+    parallelize(pipelined.model, plan, mesh)
+    if localizable(pipelined.model, plan):  # plain tensors and shared-memory exchanges: decoding's few rows a step
+        localize(pipelined.model, plan, before, HostCollectives(mesh.get_group()))
     return model

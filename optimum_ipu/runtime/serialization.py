@@ -146,6 +146,7 @@ class WeightMajorLinear(nn.Module):
         self.weight = linear.weight
         self.bias = linear.bias
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self._forward_hooks.update(linear._forward_hooks)  # a share's logits gathered over processes, for one
 
     def forward(self, hidden: Tensor) -> Tensor:
         rows = hidden.reshape(-1, self.in_features)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,7 @@ from ..errors import IncompatibleIPUConfigError
 
 logger = logging.getLogger(__name__)
 
+LOCALIZED: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # modules split into plain shares (`local_shards`)
 STYLES = ("colwise", "colwise_qkv", "rowwise", "vocabulary_embedding", "vocabulary_head")
 
 
@@ -247,7 +249,10 @@ def inference_mesh(processes: int, size: int) -> Any:
 
 
 def is_tensor_parallel(model: nn.Module) -> bool:
-    """Whether some parameter of `model` is split by tensor parallelism (a `DTensor` over a `tp` mesh)."""
+    """Whether some parameter of `model` is split by tensor parallelism (a `DTensor` over a `tp` mesh, or a plain
+    share after `local_shards.localize`)."""
+    if any(module in LOCALIZED for module in model.modules()):
+        return True
     return any(isinstance(p, DTensor) and "tp" in (p.device_mesh.mesh_dim_names or ()) for p in model.parameters())
 
 

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 import transformers
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from optimum_ipu import IPUConfig
 from optimum_ipu.errors import IncompatibleIPUConfigError
@@ -196,11 +196,21 @@ def test_split_stages_on_four_processes_give_one_process_numbers(tmp_path_factor
 PIPELINE_WORKER = str(REPO_ROOT / "tests" / "distributed" / "tensor_parallel_pipeline_worker.py")
 
 
-def test_pipeline_split_over_two_processes_generates_one_process_text(tmp_path, tokenizer_for):
-    # a tiny Llama with GPT-2's byte-level tokenizer; tokens that vary from step to step
+@pytest.mark.parametrize(
+    "class_name, sizes", [("LlamaForCausalLM", {"intermediate_size": 64}), ("GPT2LMHeadModel", {"n_inner": 64})]
+)
+def test_pipeline_split_over_two_processes_generates_one_process_text(tmp_path, tokenizer_for, class_name, sizes):
+    # GPT-2's byte-level tokenizer; tokens that vary from step to step. The split decodes with plain shares and
+    # shared-memory exchanges (`local_shards`): Llama's linears; GPT-2's Conv1D, fused query|key|value, row-wise
+    # biases added once, and its output projection tied to the embedding
     model_dir = save_tiny_pretrained(
-        tmp_path / "llama", "LlamaForCausalLM", tokenizer_for("gpt2"), initializer_range=0.5, intermediate_size=64
+        tmp_path / "model", class_name, tokenizer_for("gpt2"), initializer_range=0.5, **sizes
     )
+    weights = load_file(model_dir / "model.safetensors")  # biases that count (GPT-2 starts them at zero)
+    torch.manual_seed(1)
+    biases = {k: torch.randn_like(v) * 0.5 for k, v in weights.items() if k.endswith(("c_attn.bias", "c_proj.bias"))}
+    save_file({**weights, **biases}, model_dir / "model.safetensors", metadata={"format": "pt"})
+    assert len(biases) == (12 if class_name.startswith("GPT2") else 0)  # 4 layers: c_attn, attn and mlp c_proj
     one, split = tmp_path / "one", tmp_path / "split"
     one.mkdir(), split.mkdir()
     alone = launch(PYTHON, PIPELINE_WORKER, str(one), str(model_dir))

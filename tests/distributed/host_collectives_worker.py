@@ -1,0 +1,63 @@
+"""`HostCollectives` on 2 gloo processes of one host, for tests/distributed/test_host_collectives.py.
+
+    torchrun --nproc_per_node 2 host_collectives_worker.py OUT_DIR
+
+Each process runs the same sequence of all-reduces and all-gathers through shared memory and through gloo, and
+writes OUT_DIR/rank{r}.json: whether the shared memory was used, the mismatches, a digest of its results (the same
+bits on every process), and what a wait on a process that stopped calling raised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from optimum_ipu.runtime.host_collectives import SLOT_BYTES, HostCollectives
+
+
+def main() -> None:
+    out = sys.argv[1]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    collectives = HostCollectives(dist.group.WORLD, timeout=1.5)
+    generator = torch.Generator().manual_seed(rank)
+    mismatches, digest = [], hashlib.sha256()
+    shapes = [(8, 768), (1,), (3, 5, 7), (8, 1, 768), (SLOT_BYTES // 4 + 1,)]  # the last past a slot: gloo runs it
+    for call in range(60):  # many calls: each set of slots reused every other call
+        shape = shapes[call % len(shapes)]
+        dtype = (torch.float32, torch.bfloat16, torch.int64)[call % 3]
+        mine = (torch.randn(shape, generator=generator) * 100).to(dtype)
+        want = mine.clone()
+        dist.all_reduce(want)
+        got = collectives.all_reduce(mine.clone())
+        if not torch.equal(got, want):
+            mismatches.append(f"all_reduce {call} {shape} {dtype}")
+        gathered = collectives.all_gather(mine, dim=call % len(shape))
+        parts = [torch.empty_like(mine) for _ in range(2)]
+        dist.all_gather(parts, mine)
+        if not torch.equal(gathered, torch.cat(parts, dim=call % len(shape))):
+            mismatches.append(f"all_gather {call} {shape} {dtype}")
+        digest.update(got.float().numpy().tobytes())
+    raised = None
+    if rank == 0:  # process 1 stops calling: the wait must end in an error, not hang
+        start = time.monotonic()
+        try:
+            collectives.all_reduce(torch.ones(4))
+        except RuntimeError as error:
+            raised = {"message": str(error), "seconds": time.monotonic() - start}
+    record = {"shared": collectives.shared, "mismatches": mismatches, "digest": digest.hexdigest(), "raised": raised}
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(record, f)
+    dist.barrier()  # (gloo: process 0 is done waiting)
+    collectives.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
