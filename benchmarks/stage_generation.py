@@ -11,13 +11,15 @@ tokens (WikiText-2's first lines) by `--new-tokens` greedy tokens in one `genera
   one group's token while the other stage computes the other's (`optimum_ipu.runtime.stages.groups`);
 - the same 2 stages with the rows in one group (asking `generate()` for its scores,
   `return_dict_in_generate=True`, needs every row's logits on every stage: the scheme before the groups);
-- 2 processes with each layer split over them (`tensor_parallel_size=2`): every step reads half the weights on each
-  process, for all the rows, at the price of the layers' all-reduces.
+- 2 processes with each layer split over them (`tensor_parallel_size=2`, as `pipeline()` and `optimum-ipu serve`
+  split it under `torchrun`): every step reads half the weights on each process, for all the rows, at the price of the
+  layers' all-reduces (through shared memory: `optimum_ipu.runtime.host_collectives`).
 It prints generated tokens per second (the median of `--repeats` calls after a warm-up call) as ratios to one process,
 and checks that the four give the same tokens. Run it on an idle machine: the two processes need both cores.
 
 Where the bound is: decoding is mostly reading weights (here a step of 4 rows costs 0.8x a step of 8), so two groups of
-4 rows cost each stage nearly what 8 rows would, and the gain of keeping both stages busy is the step's compute share.
+4 rows cost each stage nearly what 8 rows would, and the gain of keeping both stages busy is the step's compute share;
+the split layers halve every step's reads instead.
 """
 
 from __future__ import annotations

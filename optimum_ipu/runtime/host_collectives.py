@@ -33,17 +33,26 @@ SPINS_BEFORE_YIELD = 2000
 SHM = "/dev/shm"
 
 
+def group_timeout(group: dist.ProcessGroup) -> float:
+    """The seconds `group`'s own collectives wait (300 where the backend does not say)."""
+    try:
+        return group._get_backend(torch.device("cpu")).options._timeout.total_seconds()
+    except (AttributeError, RuntimeError):
+        return 300.0
+
+
 class HostCollectives:
     """Shared-memory all-reduce (sum) and all-gather for the processes of `group`, all on this host.
 
     Args:
         group (`ProcessGroup`): the processes (created with `torch.distributed`); its collectives exchange the
             segment's name once, and run whatever this class cannot (another host, a GPU tensor, a large one).
-        timeout (`float`, *optional*, defaults to 300): seconds to wait for the slowest process before raising.
+        timeout (`float`, *optional*): seconds to wait for the slowest process before raising; by default the
+            group's own timeout (`optimum-ipu serve --stage-timeout`, `ddp_timeout`), as its collectives would.
     """
 
-    def __init__(self, group: dist.ProcessGroup, timeout: float = 300.0) -> None:
-        self.group, self.timeout = group, timeout
+    def __init__(self, group: dist.ProcessGroup, timeout: float | None = None) -> None:
+        self.group, self.timeout = group, timeout or group_timeout(group)
         self.rank, self.size = dist.get_rank(group), dist.get_world_size(group)
         self.calls = 0
         hosts: list[str | None] = [None] * self.size
@@ -93,9 +102,9 @@ class HostCollectives:
                     os.sched_yield()
                     start = start or time.monotonic()
                     if time.monotonic() - start > self.timeout:
-                        raise RuntimeError(
-                            f"tensor parallel process {rank} of {self.size} did not reach collective {calls} within "
-                            f"{self.timeout:g} s: it has exited or stalled"
+                        raise dist.DistBackendError(  # what a gloo collective raises, as the server expects
+                            f"tensor parallel process {rank} of {self.size} timed out: it did not reach collective "
+                            f"{calls} within {self.timeout:g} s (it has exited or stalled)"
                         )
         return [self._slot(calls, rank, tensor) for rank in range(self.size)]
 

@@ -9,6 +9,7 @@ bits on every process), and what a wait on a process that stopped calling raised
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
@@ -18,13 +19,15 @@ import time
 import torch
 import torch.distributed as dist
 
+from optimum_ipu.runtime.distributed import is_collective_error
 from optimum_ipu.runtime.host_collectives import SLOT_BYTES, HostCollectives
 
 
 def main() -> None:
     out = sys.argv[1]
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=42))
     rank = dist.get_rank()
+    timeout = HostCollectives(dist.group.WORLD).timeout  # the group's (a second segment: each is its own)
     collectives = HostCollectives(dist.group.WORLD, timeout=1.5)
     generator = torch.Generator().manual_seed(rank)
     mismatches, digest = [], hashlib.sha256()
@@ -51,7 +54,8 @@ def main() -> None:
             collectives.all_reduce(torch.ones(4))
         except RuntimeError as error:
             raised = {"message": str(error), "seconds": time.monotonic() - start}
-    record = {"shared": collectives.shared, "mismatches": mismatches, "digest": digest.hexdigest(), "raised": raised}
+            raised["collective error"] = is_collective_error(error)
+    record = {"timeout": timeout, "shared": collectives.shared, "mismatches": mismatches, "digest": digest.hexdigest(), "raised": raised}
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(record, f)
     dist.barrier()  # (gloo: process 0 is done waiting)

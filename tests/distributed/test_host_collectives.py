@@ -1,6 +1,7 @@
 """`HostCollectives`: the shared-memory all-reduce and all-gather that inference tensor parallelism exchanges
 activations through give gloo's results, the same bits on every process, over many calls (the slots reused), fall
-back to the group past a slot's size, and end a wait on a process that stopped in an error naming it."""
+back to the group past a slot's size, and end a wait on a process that stopped in an error naming it (one the server takes for a
+collective's failure), after the group's own timeout by default."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ def test_shared_memory_collectives_give_gloos_results_and_never_hang(tmp_path):
     run = launch(*TORCHRUN, "--nproc_per_node=2", f"--master_port={free_port()}", WORKER, str(tmp_path))
     assert run.returncode == 0, run.stderr[-3000:]
     records = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
-    assert all(r["shared"] for r in records)  # one host, x86-64: through shared memory
+    assert all(r["shared"] for r in records)
+    assert [r["timeout"] for r in records] == [42.0, 42.0]  # the group's  # one host, x86-64: through shared memory
     assert [r["mismatches"] for r in records] == [[], []]
     assert records[0]["digest"] == records[1]["digest"]
     raised = records[0]["raised"]
-    assert raised is not None and "process 1 of 2 did not reach collective" in raised["message"]
-    assert "within 1.5 s: it has exited or stalled" in raised["message"]
+    assert raised is not None and "process 1 of 2 timed out: it did not reach collective" in raised["message"]
+    assert "within 1.5 s (it has exited or stalled)" in raised["message"] and raised["collective error"]
     assert 1.5 <= raised["seconds"] < 30
     assert not [name for name in os.listdir("/dev/shm") if name.startswith("optimum-ipu-tp-")]
