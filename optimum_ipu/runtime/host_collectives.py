@@ -33,6 +33,18 @@ SPINS_BEFORE_YIELD = 2000
 SHM = "/dev/shm"
 
 
+_BY_RANKS: dict[tuple[int, ...], HostCollectives] = {}  # by the group's processes (global ranks)
+
+
+def registered(group: dist.ProcessGroup) -> HostCollectives | None:
+    """The `HostCollectives` made for the processes of `group` (through shared memory), if any: what the small
+    exchanges of every decoding step (`lockstep.LeaderStop`) take instead of the group's own collective. Every process
+    of `group` must run the same calls on it in the same order, as the model's exchanges are run."""
+    if not dist.is_initialized():
+        return None
+    return _BY_RANKS.get(tuple(dist.get_process_group_ranks(group)))
+
+
 def group_timeout(group: dist.ProcessGroup) -> float:
     """The seconds `group`'s own collectives wait (300 where the backend does not say)."""
     try:
@@ -61,6 +73,7 @@ class HostCollectives:
         self.memory: mmap.mmap | None = None
         if self.shared:
             self._attach()
+            _BY_RANKS[tuple(dist.get_process_group_ranks(group))] = self
 
     def _attach(self) -> None:
         size = HEADER_BYTES * self.size + 2 * self.size * SLOT_BYTES
@@ -128,5 +141,7 @@ class HostCollectives:
     def close(self) -> None:
         """Stop using the shared memory (it is unmapped once nothing views it)."""
         if self.memory is not None:
+            for ranks in [r for r, held in _BY_RANKS.items() if held is self]:
+                del _BY_RANKS[ranks]
             self.sequence.release()
             self.memory = self.bytes = None

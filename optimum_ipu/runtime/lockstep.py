@@ -34,6 +34,8 @@ import torch
 import torch.distributed as dist
 from transformers.generation.stopping_criteria import StoppingCriteria
 
+from .host_collectives import registered
+
 logger = logging.getLogger(__name__)
 
 _CALL, _STOP = "call", "stop"
@@ -240,7 +242,10 @@ class LeaderStop(StoppingCriteria):
         group = self.group
         if group is None and dist.is_initialized() and dist.get_world_size() > 1:
             group = dist.group.WORLD  # unbound under torchrun: every process of the job runs this call (`Lockstep`)
-        if group is not None:
+        shared = registered(group) if group is not None else None
+        if shared is not None:  # the processes of a split model: through its shared memory, not a gloo round trip
+            shared.all_reduce(done)  # (a sum of 0/1 flags: nonzero where any process ends the row, as MAX)
+        elif group is not None:
             dist.all_reduce(done, op=dist.ReduceOp.MAX, group=group)
         return done.bool()
 

@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 
 from optimum_ipu.runtime.distributed import is_collective_error
-from optimum_ipu.runtime.host_collectives import SLOT_BYTES, HostCollectives
+from optimum_ipu.runtime.host_collectives import SLOT_BYTES, HostCollectives, registered
+from optimum_ipu.runtime.lockstep import LeaderStop
 
 
 def main() -> None:
@@ -47,6 +48,12 @@ def main() -> None:
         if not torch.equal(gathered, torch.cat(parts, dim=call % len(shape))):
             mismatches.append(f"all_gather {call} {shape} {dtype}")
         digest.update(got.float().numpy().tobytes())
+    # the step's stopping flags of a split model's generation (`LeaderStop`, unbound: every process of the job) go
+    # through the group's registered shared memory: the leader's rows end on every process at the same step
+    calls = collectives.calls
+    stop = LeaderStop(lambda rows: [False, True, False]) if rank == 0 else LeaderStop()
+    ended = stop(torch.zeros(3, 4, dtype=torch.long), torch.zeros(3, 8)).tolist()
+    through_shared_memory = registered(dist.group.WORLD) is collectives and collectives.calls == calls + 1
     raised = None
     if rank == 0:  # process 1 stops calling: the wait must end in an error, not hang
         start = time.monotonic()
@@ -55,7 +62,15 @@ def main() -> None:
         except RuntimeError as error:
             raised = {"message": str(error), "seconds": time.monotonic() - start}
             raised["collective error"] = is_collective_error(error)
-    record = {"timeout": timeout, "shared": collectives.shared, "mismatches": mismatches, "digest": digest.hexdigest(), "raised": raised}
+    record = {
+        "ended": ended,
+        "through shared memory": through_shared_memory,
+        "timeout": timeout,
+        "shared": collectives.shared,
+        "mismatches": mismatches,
+        "digest": digest.hexdigest(),
+        "raised": raised,
+    }
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(record, f)
     dist.barrier()  # (gloo: process 0 is done waiting)

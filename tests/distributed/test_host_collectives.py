@@ -1,7 +1,8 @@
 """`HostCollectives`: the shared-memory all-reduce and all-gather that inference tensor parallelism exchanges
 activations through give gloo's results, the same bits on every process, over many calls (the slots reused), fall
-back to the group past a slot's size, and end a wait on a process that stopped in an error naming it (one the server takes for a
-collective's failure), after the group's own timeout by default."""
+back to the group past a slot's size, and end a wait on a process that stopped in an error naming it (one the server
+takes for a collective's failure), after the group's own timeout by default; a split model's stopping flags
+(`LeaderStop`) go through it."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def test_shared_memory_collectives_give_gloos_results_and_never_hang(tmp_path):
     assert [r["timeout"] for r in records] == [42.0, 42.0]  # the group's  # one host, x86-64: through shared memory
     assert [r["mismatches"] for r in records] == [[], []]
     assert records[0]["digest"] == records[1]["digest"]
+    assert [r["ended"] for r in records] == [[False, True, False]] * 2  # the leader's flags, on both processes
+    assert all(r["through shared memory"] for r in records)
     raised = records[0]["raised"]
     assert raised is not None and "process 1 of 2 timed out: it did not reach collective" in raised["message"]
     assert "within 1.5 s (it has exited or stalled)" in raised["message"] and raised["collective error"]
