@@ -53,6 +53,27 @@ def group_timeout(group: dist.ProcessGroup) -> float:
         return 300.0
 
 
+def _allocate(size: int) -> str | None:
+    """A file of `size` bytes in memory (`/dev/shm`), its pages reserved now: a write past a full tmpfs would kill the
+    process (SIGBUS) rather than fail. None (said once) where it cannot be had: the group's collectives run instead."""
+    descriptor, path = tempfile.mkstemp(prefix="optimum-ipu-tp-", dir=SHM if os.path.isdir(SHM) else None)
+    try:
+        os.posix_fallocate(descriptor, 0, size)
+        return path
+    except OSError as error:
+        os.unlink(path)
+        logger.warning(
+            "tensor parallel collectives: %d MB of shared memory cannot be had in %s (%s); they go through the process "
+            "group instead (slower for decoding's few rows; give the container more, e.g. docker --shm-size=1g)",
+            size >> 20,
+            os.path.dirname(path),
+            error.strerror,
+        )
+        return None
+    finally:
+        os.close(descriptor)
+
+
 class HostCollectives:
     """Shared-memory all-reduce (sum) and all-gather for the processes of `group`, all on this host.
 
@@ -73,16 +94,18 @@ class HostCollectives:
         self.memory: mmap.mmap | None = None
         if self.shared:
             self._attach()
+            self.shared = self.memory is not None
+        if self.shared:
             _BY_RANKS[tuple(dist.get_process_group_ranks(group))] = self
 
     def _attach(self) -> None:
         size = HEADER_BYTES * self.size + 2 * self.size * SLOT_BYTES
         path: list[str | None] = [None]
         if self.rank == 0:  # a file in memory (/dev/shm), mapped by every process, its name gone once all have it
-            descriptor, path[0] = tempfile.mkstemp(prefix="optimum-ipu-tp-", dir=SHM if os.path.isdir(SHM) else None)
-            os.ftruncate(descriptor, size)
-            os.close(descriptor)
+            path[0] = _allocate(size)
         dist.broadcast_object_list(path, src=dist.get_global_rank(self.group, 0), group=self.group)
+        if path[0] is None:
+            return
         with open(str(path[0]), "r+b") as file:
             self.memory = mmap.mmap(file.fileno(), size)
         dist.barrier(group=self.group)

@@ -6,8 +6,12 @@ takes for a collective's failure), after the group's own timeout by default; a s
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
+
+from optimum_ipu.runtime import host_collectives
 
 from ..conftest import REPO_ROOT
 from ..helpers import TORCHRUN, free_port, launch
@@ -30,3 +34,16 @@ def test_shared_memory_collectives_give_gloos_results_and_never_hang(tmp_path):
     assert "within 1.5 s (it has exited or stalled)" in raised["message"] and raised["collective error"]
     assert 1.5 <= raised["seconds"] < 30
     assert not [name for name in os.listdir("/dev/shm") if name.startswith("optimum-ipu-tp-")]
+
+
+def test_shared_memory_that_cannot_be_had_falls_back_in_one_line(monkeypatch, caplog, tmp_path):
+    def full(descriptor: int, offset: int, size: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(host_collectives.os, "posix_fallocate", full)  # a container's small /dev/shm, full
+    monkeypatch.setattr(host_collectives, "SHM", str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger=host_collectives.__name__):
+        assert host_collectives._allocate(16 << 20) is None
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "16 MB of shared memory cannot be had" in said[0] and "--shm-size" in said[0]
+    assert list(tmp_path.iterdir()) == []  # the file it tried is gone
