@@ -39,7 +39,7 @@ from pathlib import Path
 
 import httpx
 from continuous_batching import add_arrival_arguments, prompt_texts  # (this folder: run as a script)
-from serve_load import server_processes, stage_config
+from serve_load import metrics, server_processes, stage_config
 
 from optimum_ipu.benchmark.serve_load import SERVERS, start_server, stop_server
 
@@ -101,7 +101,9 @@ def measure(layout: str, model: str, configs: dict, bodies: list[dict], args: ar
     pids = server_processes(process, LAYOUTS[layout][1])
     try:
         send_arrivals(url, bodies[:2], 0.0)
+        before = metrics(url)
         latency, texts, seconds = send_arrivals(url, bodies, args.interval)
+        after = metrics(url)
     finally:
         os.kill(pids[0], signal.SIGTERM)  # the server (process 0 under torchrun: it drains, then releases the rest)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -110,6 +112,9 @@ def measure(layout: str, model: str, configs: dict, bodies: list[dict], args: ar
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         stop_server(process)
+    counted = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}  # the timed requests' batches
+    batches = round(counted.get('optimum_ipu_batch_size_count{task="text-generation"}', 0.0))
+    call_seconds = counted.get('optimum_ipu_batch_seconds_sum{task="text-generation"}', 0.0)
     tokens = sum(body["max_tokens"] for body in bodies)  # (no end-of-sequence token: every request its max_tokens)
     cuts = statistics.quantiles(latency, n=10)
     return {
@@ -118,6 +123,8 @@ def measure(layout: str, model: str, configs: dict, bodies: list[dict], args: ar
         "p50_s": statistics.median(latency),
         "p90_s": cuts[8],
         "seconds": seconds,
+        "batches": batches,
+        "mean_batch_seconds": call_seconds / max(batches, 1),
         "texts": texts,
     }
 
@@ -169,7 +176,8 @@ def main() -> None:
             for base in ("stages", "one-process")
             if base in results and base != name
         }
-        print(f"{name}: {result['tokens_per_s']:.1f} tokens/s, p50 {result['p50_s']:.2f} s; " + "; ".join(
+        calls = f"{result['batches']} batches of {result['mean_batch_seconds']:.2f} s"
+        print(f"{name}: {result['tokens_per_s']:.1f} tokens/s, p50 {result['p50_s']:.2f} s, {calls}; " + "; ".join(
             f"vs {base}: {text}" for base, text in ratios.items()
         ))  # fmt: skip
     print(f"the same greedy text for every request on every server: {report['same_greedy_texts']}")
