@@ -7,9 +7,10 @@ process has published the same number; each then sums the slots in rank order, s
 bits. Two sets of slots are used in turn: a process writing call k's slot knows every other one has begun call k-1,
 so has finished reading call k-2's slots, the ones it reuses.
 
-Only where it is safe: every process of the group on this host, CPU tensors that fit the slot, and an x86-64 CPU
-(its stores become visible to other cores in program order, which the sequence number relies on; elsewhere the group's
-own collective runs). A process that stops answering makes the others raise after `timeout` seconds, never hang.
+Only where it is safe: a gloo group (NCCL keeps its own transport), every process of it on this host, CPU tensors
+that fit the slot, and an x86-64 CPU (its stores become visible to other cores in program order, which the sequence
+number relies on; elsewhere the group's own collective runs). A process that stops answering makes the others raise
+after `timeout` seconds, never hang.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import platform
 import socket
 import tempfile
+import threading
 import time
 
 import torch
@@ -88,10 +90,14 @@ class HostCollectives:
         self.group, self.timeout = group, timeout or group_timeout(group)
         self.rank, self.size = dist.get_rank(group), dist.get_world_size(group)
         self.calls = 0
-        hosts: list[str | None] = [None] * self.size
-        dist.all_gather_object(hosts, socket.gethostname(), group=group)
-        self.shared = len(set(hosts)) == 1 and platform.machine().lower() in ("x86_64", "amd64") and self.size > 1
+        self.fence = threading.Lock()
         self.memory: mmap.mmap | None = None
+        self.shared = self.size > 1 and dist.get_backend(group) == "gloo"  # (NCCL: GPU tensors, its own transport)
+        self.shared = self.shared and platform.machine().lower() in ("x86_64", "amd64")
+        if self.shared:
+            hosts: list[str | None] = [None] * self.size
+            dist.all_gather_object(hosts, socket.gethostname(), group=group)
+            self.shared = len(set(hosts)) == 1
         if self.shared:
             self._attach()
             self.shared = self.memory is not None
@@ -129,7 +135,8 @@ class HostCollectives:
         self.calls += 1
         calls = self.calls
         self._slot(calls, self.rank, tensor).copy_(tensor)
-        self.sequence[self.rank * 8] = calls  # after the data: x86 keeps stores in order
+        with self.fence:  # a locked instruction: a large copy's streaming stores drain before the number is seen
+            self.sequence[self.rank * 8] = calls  # after the data: x86 keeps ordinary stores in order
         spins, start = 0, None
         for rank in range(self.size):
             while self.sequence[rank * 8] < calls:
