@@ -8,9 +8,9 @@ bits. Two sets of slots are used in turn: a process writing call k's slot knows 
 so has finished reading call k-2's slots, the ones it reuses.
 
 Only where it is safe: a gloo group (NCCL keeps its own transport), every process of it on this host, CPU tensors
-that fit the slot, and an x86-64 CPU (its stores become visible to other cores in program order, which the sequence
-number relies on; elsewhere the group's own collective runs). A process that stops answering makes the others raise
-after `timeout` seconds, never hang.
+(past a slot's 4 MB, in pieces), and an x86-64 CPU (its stores become visible to other cores in program order, which
+the sequence number relies on; elsewhere the group's own collective runs). A process that stops answering makes the
+others raise after `timeout` seconds, never hang.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 logger = logging.getLogger(__name__)
 
-SLOT_BYTES = 4 << 20  # a decoding step's rows (the logits' share of 64 rows x 16,000 words in fp32 is 4 MB)
+SLOT_BYTES = 4 << 20  # a decoding step's rows (the logits' share of 64 rows x 16,000 words in fp32); more: in pieces
 HEADER_BYTES = 64  # a process's int64 sequence number, on its own cache line
 SPINS_BEFORE_YIELD = 2000
 SHM = "/dev/shm"
@@ -81,7 +81,7 @@ class HostCollectives:
 
     Args:
         group (`ProcessGroup`): the processes (created with `torch.distributed`); its collectives exchange the
-            segment's name once, and run whatever this class cannot (another host, a GPU tensor, a large one).
+            segment's name once, and run whatever this class cannot (another host, a GPU tensor).
         timeout (`float`, *optional*): seconds to wait for the slowest process before raising; by default the
             group's own timeout (`optimum-ipu serve --stage-timeout`, `ddp_timeout`), as its collectives would.
     """
@@ -122,8 +122,12 @@ class HostCollectives:
         logger.info("tensor parallel collectives through shared memory (%d processes on this host)", self.size)
 
     def _usable(self, tensor: torch.Tensor) -> bool:
-        size = tensor.numel() * tensor.element_size()
-        return self.memory is not None and tensor.device.type == "cpu" and size <= SLOT_BYTES
+        return self.memory is not None and tensor.device.type == "cpu"
+
+    def _pieces(self, tensor: torch.Tensor) -> list[slice]:
+        """`tensor` (flattened) in pieces of at most a slot: a larger one goes through the slots piece by piece."""
+        step = SLOT_BYTES // tensor.element_size()
+        return [slice(start, start + step) for start in range(0, tensor.numel(), step)]
 
     def _slot(self, calls: int, rank: int, like: torch.Tensor) -> torch.Tensor:
         start = HEADER_BYTES * self.size + ((calls % 2) * self.size + rank) * SLOT_BYTES
@@ -156,8 +160,15 @@ class HostCollectives:
         if not self._usable(tensor):
             dist.all_reduce(tensor, group=self.group)
             return tensor
-        slots = self._exchange(tensor.contiguous())
-        torch.sum(torch.stack(slots), dim=0, out=tensor) if self.size > 2 else torch.add(*slots, out=tensor)
+        flat = tensor.contiguous().view(-1)  # (`tensor` itself where contiguous: summed in place)
+        for piece in self._pieces(flat):
+            slots = self._exchange(flat[piece])  # (copied out before the sum overwrites it)
+            if len(slots) == 2:
+                torch.add(*slots, out=flat[piece])
+            else:
+                torch.sum(torch.stack(slots), dim=0, out=flat[piece])
+        if flat.data_ptr() != tensor.data_ptr():
+            tensor.copy_(flat.view(tensor.shape))
         return tensor
 
     def all_gather(self, tensor: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -166,7 +177,15 @@ class HostCollectives:
             parts = [torch.empty_like(tensor) for _ in range(self.size)]
             dist.all_gather(parts, tensor.contiguous(), group=self.group)
             return torch.cat(parts, dim=dim)
-        return torch.cat(self._exchange(tensor.contiguous()), dim=dim)
+        flat = tensor.contiguous().view(-1)
+        pieces = self._pieces(flat)
+        if len(pieces) == 1:
+            return torch.cat(self._exchange(flat.view(tensor.shape)), dim=dim)
+        parts = [torch.empty_like(flat) for _ in range(self.size)]
+        for piece in pieces:
+            for part, slot in zip(parts, self._exchange(flat[piece]), strict=True):
+                part[piece] = slot
+        return torch.cat([part.view(tensor.shape) for part in parts], dim=dim)
 
     def close(self) -> None:
         """Stop using the shared memory (it is unmapped once nothing views it)."""
