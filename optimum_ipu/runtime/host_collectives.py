@@ -9,8 +9,8 @@ so has finished reading call k-2's slots, the ones it reuses.
 
 Only where it is safe: a gloo group (NCCL keeps its own transport), every process of it on this host, CPU tensors
 (past a slot's 4 MB, in pieces), and an x86-64 CPU (its stores become visible to other cores in program order, which
-the sequence number relies on; elsewhere the group's own collective runs). A process that stops answering makes the
-others raise after `timeout` seconds, never hang.
+the sequence number relies on; elsewhere the group's own collective runs). A process that exits makes the others
+raise within a second; one that stops answering, after `timeout` seconds: never a hang.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import socket
 import tempfile
 import threading
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -53,6 +54,28 @@ def group_timeout(group: dist.ProcessGroup) -> float:
         return group._get_backend(torch.device("cpu")).options._timeout.total_seconds()
     except (AttributeError, RuntimeError):
         return 300.0
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "unknown"
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs: it exists and has not exited unreaped (a zombie, until its parent waits)."""
+    try:
+        os.kill(pid, 0)  # (no signal sent: whether the process exists)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (exists, another user's)
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"  # (the state follows the command's parenthesis)
+    except (OSError, IndexError):
+        return True
 
 
 def _allocate(size: int) -> str | None:
@@ -92,6 +115,7 @@ class HostCollectives:
         self.calls = 0
         self.fence = threading.Lock()
         self.memory: mmap.mmap | None = None
+        self.pids: list[int] | None = None
         self.shared = self.size > 1 and dist.get_backend(group) == "gloo"  # (NCCL: GPU tensors, its own transport)
         self.shared = self.shared and platform.machine().lower() in ("x86_64", "amd64")
         if self.shared:
@@ -112,11 +136,21 @@ class HostCollectives:
         dist.broadcast_object_list(path, src=dist.get_global_rank(self.group, 0), group=self.group)
         if path[0] is None:
             return
-        with open(str(path[0]), "r+b") as file:
-            self.memory = mmap.mmap(file.fileno(), size)
-        dist.barrier(group=self.group)
+        try:  # (a process in another container of the same host name sees another /dev/shm)
+            with open(str(path[0]), "r+b") as file:
+                self.memory = mmap.mmap(file.fileno(), size)
+        except OSError:
+            self.memory = None
+        seen: list[Any] = [None] * self.size  # whether each process mapped it, and its process id and namespace
+        dist.all_gather_object(seen, (self.memory is not None, os.getpid(), _pid_namespace()), group=self.group)
         if self.rank == 0:
             os.unlink(str(path[0]))
+        if not all(mapped for mapped, _, _ in seen):
+            logger.warning("tensor parallel collectives: %s is not shared by every process; gloo runs them", path[0])
+            self.memory = None
+            return
+        # a process that exits is seen at once where the ids mean the same to every process (one PID namespace)
+        self.pids = [pid for _, pid, _ in seen] if len({space for _, _, space in seen}) == 1 else None
         self.sequence = memoryview(self.memory)[: HEADER_BYTES * self.size].cast("q")  # rank r's: [r * 8]
         self.bytes = torch.frombuffer(self.memory, dtype=torch.uint8)
         logger.info("tensor parallel collectives through shared memory (%d processes on this host)", self.size)
@@ -141,19 +175,34 @@ class HostCollectives:
         self._slot(calls, self.rank, tensor).copy_(tensor)
         with self.fence:  # a locked instruction: a large copy's streaming stores drain before the number is seen
             self.sequence[self.rank * 8] = calls  # after the data: x86 keeps ordinary stores in order
-        spins, start = 0, None
         for rank in range(self.size):
-            while self.sequence[rank * 8] < calls:
-                spins += 1
-                if spins > SPINS_BEFORE_YIELD:  # a process beside it needs the core (more processes than cores)
-                    os.sched_yield()
-                    start = start or time.monotonic()
-                    if time.monotonic() - start > self.timeout:
-                        raise dist.DistBackendError(  # what a gloo collective raises, as the server expects
-                            f"tensor parallel process {rank} of {self.size} timed out: it did not reach collective "
-                            f"{calls} within {self.timeout:g} s (it has exited or stalled)"
-                        )
+            self._wait(rank, calls)
         return [self._slot(calls, rank, tensor) for rank in range(self.size)]
+
+    def _wait(self, rank: int, calls: int) -> None:
+        """Until process `rank` has published call `calls`: spinning, then yielding the core (a process beside it may
+        need it: more processes than cores). An error, as a gloo collective raises it (the server takes it for a
+        collective's failure), once that process has exited (looked at every half second) or after the timeout."""
+        spins, start, looked = 0, 0.0, 0.0
+        while self.sequence[rank * 8] < calls:
+            spins += 1
+            if spins <= SPINS_BEFORE_YIELD:
+                continue
+            os.sched_yield()
+            now = time.monotonic()
+            start = start or now
+            if self.pids is not None and now - looked > 0.5:
+                looked = now
+                if not _alive(self.pids[rank]):
+                    raise dist.DistBackendError(
+                        f"tensor parallel process {rank} of {self.size} (pid {self.pids[rank]}) has exited: "
+                        f"collective {calls} cannot complete"
+                    )
+            if now - start > self.timeout:
+                raise dist.DistBackendError(
+                    f"tensor parallel process {rank} of {self.size} timed out: it did not reach collective {calls} "
+                    f"within {self.timeout:g} s (it has exited or stalled)"
+                )
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum `tensor` over the processes, in place (the same bits on every one), and return it."""

@@ -1,8 +1,8 @@
 """`HostCollectives`: the shared-memory all-reduce and all-gather that inference tensor parallelism exchanges
 activations through give gloo's results, the same bits on every process, over many calls (the slots reused), carry
 a tensor past a slot's size in pieces, and end a wait on a process that stopped in an error naming it (one the server
-takes for a collective's failure), after the group's own timeout by default; a split model's stopping flags
-(`LeaderStop`) go through it."""
+takes for a collective's failure), after the group's own timeout by default, and at once on one that exited; a split
+model's stopping flags (`LeaderStop`) go through it."""
 
 from __future__ import annotations
 
@@ -41,6 +41,9 @@ def test_shared_memory_collectives_give_gloos_results_and_never_hang(tmp_path, p
     )
     assert "within 1.5 s (it has exited or stalled)" in raised["message"] and raised["collective error"]
     assert 1.5 <= raised["seconds"] < 30
+    exited = records[0]["exited"]
+    assert "process 1 of" in exited["message"] and "has exited: collective 1 cannot complete" in exited["message"]
+    assert exited["seconds"] < 10  # (the timeout was 60 s)
     assert not [name for name in os.listdir("/dev/shm") if name.startswith("optimum-ipu-tp-")]
 
 
