@@ -222,3 +222,39 @@ def test_a_stopped_stage_process_ends_the_server(tmp_path, tiny_pretrained, mome
                 assert httpx.get(f"{url}/health", timeout=2).status_code == 503
         _until(lambda: not leader.is_running() or leader.status() == psutil.STATUS_ZOMBIE, "process 0's exit", BOUND_S)
     assert "a stage process stopped answering" in log.read_text()
+
+
+def test_a_process_of_a_split_model_stopped_mid_stream_ends_the_server(tmp_path, tokenizer_for):
+    """Every layer split over 2 processes (`tensor_parallel_size` 2): their exchanges go through shared memory, not
+    gloo. Process 1 stopped while a completion streams: process 0's next exchange waits --stage-timeout for it, then
+    fails as a collective does (the stream ends, not a hang), and process 0 drains and exits."""
+    from ..local_tokenizers import save_tiny_pretrained
+
+    folder = save_tiny_pretrained(  # wide enough that 900 tokens take seconds, so the stop lands mid-stream
+        tmp_path / "llama",
+        "LlamaForCausalLM",
+        tokenizer_for("gpt2"),
+        hidden_size=256,
+        intermediate_size=1024,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=1024,
+        eos_token_id=None,  # (no early end)
+    )
+    flags = ("--stage-timeout", "3")
+    with stage_server(tmp_path, folder, [-1], "text-generation", *flags, tensor_parallel=2) as (process, url, log):
+        stopped, leader = _rank(process, 1), _rank(process, 0)
+        body = {"model": "llama", "prompt": "the rain", "max_tokens": 900, "stream": True}
+        chunks = 0
+        with httpx.stream("POST", f"{url}/v1/completions", json={**body, "temperature": 0}, timeout=BOUND_S) as reply:
+            assert reply.status_code == 200, reply.read()
+            for line in reply.iter_lines():
+                chunks += line.startswith("data: {")
+                if chunks == 1:
+                    stopped.suspend()  # (resumed and killed on leaving)
+                    since = time.monotonic()
+        ended = time.monotonic() - since
+        assert 2.5 < ended < BOUND_S and chunks < 900, (ended, chunks)
+        _until(lambda: not leader.is_running() or leader.status() == psutil.STATUS_ZOMBIE, "process 0's exit", BOUND_S)
+    text = log.read_text()
+    assert "tensor parallel process 1 of 2 timed out" in text, text[-3000:]
