@@ -21,10 +21,13 @@ import torch
 import torch.distributed as dist
 import transformers
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
 
 from optimum_ipu import IPUConfig
 from optimum_ipu.models.pipelined import PipelinedModel
 from optimum_ipu.models.tensor_parallel import tensor_parallel_plan
+from optimum_ipu.runtime.host_collectives import HostCollectives
+from optimum_ipu.runtime.local_shards import hook_ids, localize
 from optimum_ipu.runtime.tensor_parallel import parallelize, step_mixed_groups_tensor_by_tensor, whole
 
 VOCAB, SEQ, ROWS = 128, 12, 3
@@ -168,14 +171,43 @@ def compare(family: str, mesh: Any) -> dict[str, Any]:
     return result
 
 
+def inference(family: str, mesh: Any, collectives: HostCollectives) -> dict[str, Any]:
+    """The split as `pipeline()` and `optimum-ipu serve` decode with it (`split_for_inference`: plain shares and
+    shared-memory exchanges, `runtime.local_shards`) against the whole model: the largest difference of its outputs
+    (logits, or a classifier's), and whether its greedy tokens are the whole model's."""
+    reference, batch = tiny(family)
+    split = copy.deepcopy(reference)
+    plan = tensor_parallel_plan(PipelinedModel(split, IPUConfig()), mesh.size())
+    before = hook_ids(split, plan)
+    parallelize(split, plan, mesh)
+    localize(split, plan, before, collectives)
+    with torch.no_grad():
+        want, got = reference(**batch), split(**batch)
+    result = {
+        "difference": max(float((got[k] - want[k]).abs().max()) for k in ("loss", "logits")),
+        "scale": max(float(want[k].abs().max()) for k in ("loss", "logits")),
+        "dtensors": sum(isinstance(p, DTensor) for p in split.parameters()),
+    }
+    if family in ("llama", "t5", "gpt2"):
+        inputs = {"input_ids": batch["input_ids"][:, :5]}
+        settings = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": 0}
+        with torch.no_grad():
+            result["generated_equal"] = bool(torch.equal(split.generate(**inputs, **settings), reference.generate(
+                **inputs, **settings
+            )))  # fmt: skip
+    return result
+
+
 def main() -> None:
     out, families = sys.argv[1], sys.argv[2:]
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
     rank = dist.get_rank()
+    collectives = HostCollectives(mesh.get_group())
     for family in families:
         result = compare(family, mesh)
+        result["inference"] = inference(family, mesh, collectives)
         gathered: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, result["held_bytes"])
         result["held_bytes_by_rank"] = gathered
