@@ -84,7 +84,10 @@ def a_request_joins_the_stages_while_another_decodes(url: str, folder) -> None:
     """A short request sent once a long one streams its first tokens decodes beside it (`--batches-in-flight`, 2 by
     default): its answer comes before the long one's end; both texts are one process's."""
     local = pipeline("text-generation", model=str(folder))
-    long_body = {"model": folder.name, "prompt": PROMPTS, "max_tokens": 30, "temperature": 0, "stream": True}
+    # long enough that the short request's lane (its process groups made at its first call) is ready before its end:
+    # 30 tokens left 28 ms too few once, beside another worker of the suite
+    long_tokens = 60  # (the pipeline pads prompts to 64 tokens of the 128 positions)
+    long_body = {"model": folder.name, "prompt": PROMPTS, "max_tokens": long_tokens, "temperature": 0, "stream": True}
     short_body = {"model": folder.name, "prompt": PROMPTS[1], "max_tokens": 2, "temperature": 0}
     lines: list[str] = []
     first_chunk, ended = threading.Event(), []
@@ -107,7 +110,7 @@ def a_request_joins_the_stages_while_another_decodes(url: str, folder) -> None:
     assert short.json()["choices"][0]["text"] == local(PROMPTS[1], max_new_tokens=2, **call)[0]["generated_text"]
     events = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
     texts = ["".join(e["choices"][0]["text"] for e in events if e["choices"][0]["index"] == i) for i in range(4)]
-    assert texts == [r[0]["generated_text"] for r in local(PROMPTS, max_new_tokens=30, **call)]
+    assert texts == [r[0]["generated_text"] for r in local(PROMPTS, max_new_tokens=long_tokens, **call)]
     assert answered < ended[0], f"the short request waited for the long one ({ended[0] - answered:.3f} s)"
 
 
