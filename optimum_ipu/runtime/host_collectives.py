@@ -116,17 +116,26 @@ class HostCollectives:
         self.fence = threading.Lock()
         self.memory: mmap.mmap | None = None
         self.pids: list[int] | None = None
-        self.shared = self.size > 1 and dist.get_backend(group) == "gloo"  # (NCCL: GPU tensors, its own transport)
-        self.shared = self.shared and platform.machine().lower() in ("x86_64", "amd64")
-        if self.shared:
-            hosts: list[str | None] = [None] * self.size
-            dist.all_gather_object(hosts, socket.gethostname(), group=group)
-            self.shared = len(set(hosts)) == 1
-        if self.shared:
+        if self._one_host():
             self._attach()
-            self.shared = self.memory is not None
         if self.shared:
             _BY_RANKS[tuple(dist.get_process_group_ranks(group))] = self
+
+    @property
+    def shared(self) -> bool:
+        """Whether the exchanges go through shared memory (else through the group's own collectives)."""
+        return self.memory is not None
+
+    def _one_host(self) -> bool:
+        """Whether shared memory may carry this group's exchanges: a gloo group (NCCL: GPU tensors, its own
+        transport) of several processes, all on this host, on an x86-64 CPU."""
+        if self.size < 2 or dist.get_backend(self.group) != "gloo":
+            return False
+        if platform.machine().lower() not in ("x86_64", "amd64"):
+            return False
+        hosts: list[str | None] = [None] * self.size
+        dist.all_gather_object(hosts, socket.gethostname(), group=self.group)
+        return len(set(hosts)) == 1
 
     def _attach(self) -> None:
         size = HEADER_BYTES * self.size + 2 * self.size * SLOT_BYTES
@@ -156,7 +165,7 @@ class HostCollectives:
         logger.info("tensor parallel collectives through shared memory (%d processes on this host)", self.size)
 
     def _usable(self, tensor: torch.Tensor) -> bool:
-        return self.memory is not None and tensor.device.type == "cpu"
+        return self.shared and tensor.device.type == "cpu"
 
     def _pieces(self, tensor: torch.Tensor) -> list[slice]:
         """`tensor` (flattened) in pieces of at most a slot: a larger one goes through the slots piece by piece."""
