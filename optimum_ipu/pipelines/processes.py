@@ -15,12 +15,34 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import torch.distributed as dist
+
+from ..models.pipelined import PipelinedModel
 from ..runtime.distributed import is_collective_error, join_process_group, silent_ranks, start_heartbeat, world_size
+from ..runtime.joined_rows import RowsSchedule, decode_joined
 from ..runtime.lockstep import LANES, LeaderStop, Lockstep, leads
 from ..runtime.stages.generation import decodes_in_lanes
 
 # what a caller hands the pipeline that stays in its own process: the generation streamer feeds its requests
 LOCAL_ARGUMENTS = ("streamer",)
+JOINED_ROWS = "joined-rows"  # the call of continuous batching across the processes (`decode_joined_rows`)
+
+
+def causal_model(pipe: Any) -> Any:
+    """The `transformers` model of a text-generation pipeline (inside its `PipelinedModel`, where it has one)."""
+    model = pipe.model
+    return model.model if isinstance(model, PipelinedModel) else model
+
+
+def decode_joined_rows(pipe: Any, seed: int, schedule: RowsSchedule | None = None) -> None:
+    """Continuous batching's decoding (`runtime.joined_rows.decode_joined`) on this process's model, with every
+    process of the job (each holds a share of every layer); `schedule` on process 0 only."""
+    group = dist.group.WORLD if world_size() > 1 else None
+    decode_joined(causal_model(pipe), seed, schedule, group)
+
+
+def _targets(pipe: Any) -> dict[str, Any]:
+    return {JOINED_ROWS: functools.partial(decode_joined_rows, pipe)}
 
 
 class LeadingPipeline:
@@ -34,7 +56,7 @@ class LeadingPipeline:
 
     def __init__(self, pipe: Any, lanes: int = LANES) -> None:
         self.pipe = pipe
-        self.lockstep = Lockstep(pipe, lanes)
+        self.lockstep = Lockstep(pipe, lanes, _targets(pipe))
         self.lost: str | None = None  # why the processes are no longer in step (a collective that failed)
 
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
@@ -57,12 +79,23 @@ class LeadingPipeline:
             and decodes_in_lanes(pipelined.model)
         )
 
-    def _lead(self, args: tuple, kwargs: dict[str, Any], overlap: bool) -> Any:
-        local = {k: kwargs.pop(k) for k in LOCAL_ARGUMENTS if k in kwargs}
+    def decode_joined_rows(self, seed: int, schedule: RowsSchedule) -> None:
+        """Continuous batching's decoding on every process (`decode_joined_rows`), led by `schedule`, alone."""
+        self._lead((), {"seed": seed}, overlap=False, local={"schedule": schedule}, target=JOINED_ROWS)
+
+    def _lead(
+        self,
+        args: tuple,
+        kwargs: dict[str, Any],
+        overlap: bool,
+        local: dict[str, Any] | None = None,
+        target: str | None = None,
+    ) -> Any:
+        local = {**(local or {}), **{k: kwargs.pop(k) for k in LOCAL_ARGUMENTS if k in kwargs}}
         if self.lost is not None:
             raise RuntimeError(f"a stage process is lost: {self.lost}")
         try:
-            return self.lockstep.lead(args, kwargs, local, overlap=overlap)
+            return self.lockstep.lead(args, kwargs, local, overlap=overlap, target=target)
         except RuntimeError as err:  # torch.distributed's: a peer gone, or silent past the group's timeout
             if is_collective_error(err):
                 self.lost = " ".join(str(err).split())[:300]
@@ -102,7 +135,7 @@ def lockstep(pipe: Any, lanes: int = LANES) -> Any:
         return pipe
     if leads():
         return LeadingPipeline(pipe, lanes)
-    Lockstep(pipe).follow()
+    Lockstep(pipe, targets=_targets(pipe)).follow()
     return None
 
 
@@ -116,6 +149,8 @@ __all__ = [
     "LOCAL_ARGUMENTS",
     "LeaderStop",  # (the server's stopping criterion of gone requests' rows, `runtime.lockstep`'s, handed on here)
     "LeadingPipeline",
+    "causal_model",
+    "decode_joined_rows",
     "join_stage_processes",
     "lockstep",
     "release",

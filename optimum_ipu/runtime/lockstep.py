@@ -101,6 +101,11 @@ class Lanes:
                 self._free.sort()
                 self._changed.notify_all()
 
+    @property
+    def calls_alone(self) -> int:
+        """Calls alone running or waiting to (a long call alone may end early for those that wait)."""
+        return self._alone
+
     @contextmanager
     def alone(self) -> Iterator[None]:
         with self._changed:
@@ -127,28 +132,40 @@ class Lockstep:
     Args:
         fn (`Callable`): what every process calls; on the followers its result is dropped.
         lanes (`int`, *optional*, defaults to `LANES`): calls that may run at once (`lead(..., overlap=True)`).
+        targets (`dict[str, Callable]`, *optional*): other functions a call may name (`lead(..., target=name)`),
+            each process's own (bound to its model, say).
     """
 
-    def __init__(self, fn: Callable[..., Any], lanes: int = LANES) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], lanes: int = LANES, targets: dict[str, Callable[..., Any]] | None = None
+    ) -> None:
         self.fn = fn
+        self.targets = dict(targets or {})
         self.stopped = False
         self.lanes = Lanes(lanes)
         self._sending = threading.Lock()  # the leader's calls send their messages one at a time
 
     def lead(
-        self, args: tuple, kwargs: dict[str, Any], local: dict[str, Any] | None = None, overlap: bool = False
+        self,
+        args: tuple,
+        kwargs: dict[str, Any],
+        local: dict[str, Any] | None = None,
+        overlap: bool = False,
+        target: str | None = None,
     ) -> Any:
         """On the leader: send `args` and `kwargs` (and, for a call alone, this process's random state, so that
         sampling draws alike wherever it happens) to every follower, then call `fn(*args, **kwargs, **local)` here;
-        `local` (a streamer, say) stays in this process. With `overlap`, the call runs in a lane, beside others."""
+        `local` (a streamer, say) stays in this process. With `overlap`, the call runs in a lane, beside others.
+        With `target`, each process calls its function of that name (`targets`) instead of `fn`."""
         kwargs_here = {**kwargs, **(local or {})}
+        fn = self.targets[target] if target is not None else self.fn
         if overlap:
             with self.lanes.lane() as lane:
-                self._send((_CALL, args, kwargs, None, lane))
-                return _run_call(self.fn, lane, args, kwargs_here)
+                self._send((_CALL, args, kwargs, None, lane, target))
+                return _run_call(fn, lane, args, kwargs_here)
         with self.lanes.alone():
-            self._send((_CALL, args, kwargs, torch.get_rng_state(), None))
-            return _run_call(self.fn, None, args, kwargs_here)
+            self._send((_CALL, args, kwargs, torch.get_rng_state(), None, target))
+            return _run_call(fn, None, args, kwargs_here)
 
     def _send(self, message: tuple) -> None:
         with self._sending:
@@ -158,7 +175,7 @@ class Lockstep:
         """On the leader: release the followers (they return from `follow`). Once; nothing after it."""
         if not self.stopped:
             self.stopped = True
-            self._send((_STOP, (), {}, None, None))
+            self._send((_STOP, (), {}, None, None, None))
 
     def follow(self) -> None:
         """On a follower: make each call the leader sends, until it says stop: a call alone here, once the calls in
@@ -170,13 +187,14 @@ class Lockstep:
             while True:
                 message: list[Any] = [None]
                 dist.broadcast_object_list(message, src=0)
-                kind, args, kwargs, random_state, lane = message[0]
+                kind, args, kwargs, random_state, lane, target = message[0]
+                fn = self.targets[target] if target is not None else self.fn
                 in_lanes = [thread for thread in in_lanes if thread.is_alive()]
                 if kind == _STOP:
                     return
                 if lane is not None:
                     thread = threading.Thread(
-                        target=self._follow_call, args=(lane, args, kwargs), name=f"optimum-ipu-lane-{lane}"
+                        target=self._follow_call, args=(fn, lane, args, kwargs), name=f"optimum-ipu-lane-{lane}"
                     )
                     thread.start()
                     in_lanes.append(thread)
@@ -184,15 +202,15 @@ class Lockstep:
                 for thread in in_lanes:
                     thread.join()
                 torch.set_rng_state(random_state)
-                self._follow_call(None, args, kwargs)
+                self._follow_call(fn, None, args, kwargs)
         finally:
             for thread in in_lanes:
                 thread.join()
             signal.signal(signal.SIGTERM, previous)
 
-    def _follow_call(self, lane: int | None, args: tuple, kwargs: dict[str, Any]) -> None:
+    def _follow_call(self, fn: Callable[..., Any], lane: int | None, args: tuple, kwargs: dict[str, Any]) -> None:
         try:
-            _run_call(self.fn, lane, args, kwargs)
+            _run_call(fn, lane, args, kwargs)
         except Exception as error:  # the leader answers it; the stages must stay in step for the next call
             logger.info("a call failed here as on the leading process: %s", error)
 

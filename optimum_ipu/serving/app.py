@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .batching import Batcher, Job, QueueFull, cancel_now
 from .continuous import ContinuousGeneration
+from .joined import JoinedGeneration
 from .errors import APIError, error_response, install_error_handlers
 from .metrics import ServerMetrics
 from .settings import ServeSettings
@@ -70,7 +71,9 @@ class ServerState:
         self.batcher = Batcher(
             settings.max_batch_size, settings.batch_wait_ms / 1000, settings.max_queue, metrics, self.task, in_flight
         )
-        self.continuous = ContinuousGeneration(pipe, settings.max_batch_size) if settings.continuous_batching else None
+        # continuous batching: transformers' managers for a model whole in this process, ours across processes
+        engine = JoinedGeneration if hasattr(pipe, "lockstep") else ContinuousGeneration
+        self.continuous = engine(pipe, settings.max_batch_size) if settings.continuous_batching else None
         self.warm = False
         self.warmup_error: str | None = None
         self.draining = False

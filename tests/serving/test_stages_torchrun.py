@@ -126,3 +126,27 @@ def test_completions_split_over_two_processes_as_one_process(tmp_path, tokenizer
     with stage_server(tmp_path, folder, [-1], "text-generation", tensor_parallel=2) as (_, url, _log):
         _, body = completions_equal_one_process(url, folder)
         a_gone_client_leaves_the_job_in_step(url, folder, body)
+
+
+def test_continuous_batching_split_over_two_processes_as_one_process(tmp_path, tokenizer_for):
+    """`--continuous-batching` with every layer split over the 2 processes (`serving/joined.py`): the rows of one
+    request, a streamed request's chunks, and a request that joins the running rows while they decode (answered
+    before their end) get one process's greedy texts; a request the joining does not take (a seed) runs between its
+    calls; a client gone mid-stream leaves both processes in step."""
+    from ..local_tokenizers import save_tiny_pretrained
+
+    folder = save_tiny_pretrained(
+        tmp_path / "llama", "LlamaForCausalLM", tokenizer_for("gpt2"), initializer_range=0.5, intermediate_size=64
+    )
+    flags = ("--continuous-batching",)
+    with stage_server(tmp_path, folder, [-1], "text-generation", *flags, tensor_parallel=2) as (_, url, log):
+        want, body = completions_equal_one_process(url, folder)
+        with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=120) as stream:
+            events = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: {")]
+        streamed = ["".join(e["choices"][0]["text"] for e in events if e["choices"][0]["index"] == i) for i in range(4)]
+        assert streamed == want
+        a_request_joins_the_stages_while_another_decodes(url, folder)
+        seeded = httpx.post(f"{url}/v1/completions", json={**body, "seed": 3}, timeout=120)  # (batched statically)
+        assert [c["text"] for c in seeded.json()["choices"]] == want, seeded.text
+        a_gone_client_leaves_the_job_in_step(url, folder, body)
+    assert "continuous batching failed" not in log.read_text()

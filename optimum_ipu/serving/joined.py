@@ -1,0 +1,211 @@
+"""Continuous batching of generation requests on a model split over the processes of a `torchrun` job
+(`optimum-ipu serve --continuous-batching` with `tensor_parallel_size` > 1): a request joins the running batch at the
+next step and leaves it when done, as `transformers`' managers do for a model whole in one process
+(`serving/continuous.py`).
+
+Process 0 decides (this module's `JoinedGeneration`, a `runtime.joined_rows.RowsSchedule`) and every process decodes
+(`runtime.joined_rows.decode_joined`, one call of the job's `Lockstep` that lasts while rows run). Before each step
+the schedule ends the rows that are done (the end-of-sequence token, `max_tokens`, a stop string, a client gone) and
+lets waiting requests join up to `--max-batch-size` rows; the call ends once no row runs and none waits, and the
+next request starts another. A call alone of the job (a request of several choices or with a seed, batched
+statically) that waits for the processes stops the joining: the running rows finish, that call runs, then the
+joining resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import functools
+import logging
+import random
+import threading
+from collections import deque
+from typing import Any
+
+from ..pipelines.processes import causal_model, decode_joined_rows
+from ..runtime.joined_rows import RowsControl, RowsSchedule
+from ..runtime.tensor_parallel import is_tensor_parallel
+from .generation import Choice, GenerationSink, cut_at_stop, eos_token_ids, prompt_ids
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class _Request:
+    """A request's future (in the event loop) and its sink; `pending` choices not yet done."""
+
+    future: asyncio.Future
+    sink: GenerationSink
+    pending: int
+
+
+@dataclasses.dataclass
+class _Row:
+    """One choice of a request decoding as a row: its prompt, `max_tokens`, sampling and stop strings."""
+
+    request: _Request
+    index: int
+    prompt: list[int]
+    max_new_tokens: int
+    sampling: tuple[float, float]
+    stop: list[str]
+    done: bool = False
+
+
+class JoinedGeneration(RowsSchedule):
+    """Continuous batching across the processes of a model split over them (see the module docstring).
+
+    Args:
+        pipe: the served `text-generation` pipeline (process 0's `LeadingPipeline`, or one process's pipeline).
+        max_batch_size (`int`, *optional*, defaults to 8): rows decoding at once.
+    """
+
+    def __init__(self, pipe: Any, max_batch_size: int = 8) -> None:
+        self.check(pipe)
+        self.pipe, self.max_batch_size = pipe, max_batch_size
+        self.eos = eos_token_ids(pipe)
+        self.tokenizer = copy.deepcopy(pipe.tokenizer)  # (decoding texts in the decoding thread)
+        self.waiting: deque[_Row] = deque()
+        self.running: list[_Row] = []
+        self.in_flight = 0
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def check(pipe: Any) -> None:
+        """One line when this cannot serve `pipe`: another task, or a model whose stages are on separate processes."""
+        if getattr(pipe, "task", None) != "text-generation":
+            raise ValueError(
+                f"--continuous-batching: batches generation requests; this server's task is {pipe.task}: leave it out"
+            )
+        if hasattr(pipe, "lockstep") and not is_tensor_parallel(causal_model(pipe)):
+            raise ValueError(
+                "--continuous-batching: the model's stages run on separate processes, whose generation batches decode "
+                "in groups in flight (--batches-in-flight); rows join a running batch where each process holds a "
+                "share of every layer (tensor_parallel_size in the IPU config): leave it out or split the layers"
+            )
+
+    def start(self) -> None:
+        """Nothing to start: the decoding runs while requests do."""
+
+    def stop(self) -> None:
+        """Wait for the decoding to end (the requests in flight have finished once the server drained)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout=30)
+
+    def takes(self, kwargs: dict[str, Any]) -> bool:
+        """Whether a request of these pipeline arguments runs here: one choice, no seed."""
+        return kwargs.get("num_return_sequences", 1) == 1 and "seed" not in kwargs
+
+    def submit(self, sink: GenerationSink, prompts: list[Any], kwargs: dict[str, Any], param: str) -> asyncio.Future:
+        """Queue one row per prompt; the future of `sink` once every choice has ended (cancelling it ends its rows at
+        the next step). Raises the pipeline's `InputError` for a prompt it refuses."""
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        prompts_ids = [prompt_ids(self.pipe, prompt, param) for prompt in prompts]
+        sink.prompt_tokens = sum(len(ids) for ids in prompts_ids)
+        sink.choices = [Choice() for _ in prompts_ids]
+        request = _Request(future, sink, len(prompts_ids))
+        sampling = (float(kwargs["temperature"]), float(kwargs.get("top_p", 1.0))) if kwargs.get("do_sample") else (0, 1)
+        stop = list(kwargs.get("stop_sequence", []))
+        rows = [_Row(request, i, ids, kwargs["max_new_tokens"], sampling, stop) for i, ids in enumerate(prompts_ids)]
+        self.in_flight += 1
+        future.add_done_callback(functools.partial(self._done, sink))
+        with self._lock:
+            self.waiting.extend(rows)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._decode, name="optimum-ipu-joined-rows", daemon=True)
+                self._thread.start()
+        return future
+
+    def _done(self, sink: GenerationSink, future: asyncio.Future) -> None:
+        self.in_flight -= 1
+        if future.cancelled():  # (a timeout, a client gone): its rows end at the next step, or never join
+            sink.cancel()
+
+    def _decode(self) -> None:
+        """The decoding thread: one decoding call while rows run or wait, again while requests keep coming."""
+        while True:
+            try:
+                seed = random.getrandbits(63)
+                if hasattr(self.pipe, "decode_joined_rows"):  # the processes of a torchrun job
+                    self.pipe.decode_joined_rows(seed, self)
+                else:
+                    decode_joined_rows(self.pipe, seed, self)
+            except Exception as err:  # the requests in flight get it; the next request starts afresh
+                logger.error("continuous batching failed: %s", err)
+                self._fail(err)
+            with self._lock:
+                if not self.waiting:
+                    self._thread = None
+                    return
+
+    def _fail(self, err: Exception) -> None:
+        with self._lock:
+            rows, self.running = [*self.running, *self.waiting], []
+            self.waiting.clear()
+        for request in {id(row.request): row.request for row in rows}.values():
+            future = request.future
+            future.get_loop().call_soon_threadsafe(_set_exception, future, err)
+
+    def control(self, rows: int) -> RowsControl:
+        """The rows that end (done, or their client gone) and those that join, up to `max_batch_size` rows; none
+        join while a call alone waits for the processes (the running rows finish first)."""
+        for row in self.running:
+            row.done = row.done or row.request.sink.cancelled
+        ends = [i for i, row in enumerate(self.running) if row.done]
+        self.running = [row for row in self.running if not row.done]
+        joins: list[_Row] = []
+        others_wait = hasattr(self.pipe, "lockstep") and self.pipe.lockstep.lanes.calls_alone > 1
+        with self._lock:
+            while self.waiting and len(self.running) + len(joins) < self.max_batch_size and not others_wait:
+                row = self.waiting.popleft()
+                if not row.request.sink.cancelled:
+                    joins.append(row)
+        self.running += joins
+        return RowsControl(ends, [row.prompt for row in joins], [row.sampling for row in joins], not self.running)
+
+    def tokens(self, joined: list[int] | None, stepped: list[int] | None) -> None:
+        """A step's tokens to their rows: `joined` for the rows that just joined (the last ones), `stepped` for
+        every row."""
+        rows = self.running[len(self.running) - len(joined) :] if joined is not None else self.running
+        for row, token in zip(rows, joined if joined is not None else stepped or [], strict=True):
+            if not row.done:
+                self._add(row, token)
+
+    def _add(self, row: _Row, token: int) -> None:
+        sink = row.request.sink
+        choice = sink.choices[row.index]
+        choice.ids.append(token)
+        choice.ended = token in self.eos
+        if sink.queue is not None:
+            sink.loop.call_soon_threadsafe(sink.queue.put_nowait, (row.index, token))
+        stopped = False
+        if row.stop:
+            choice.text = self._decoded(row.prompt, choice.ids)
+            stopped = cut_at_stop(choice.text, row.stop)[1]
+        if not (choice.ended or stopped or len(choice.ids) >= row.max_new_tokens):
+            return
+        row.done = True
+        choice.text = self._decoded(row.prompt, choice.ids)
+        row.request.pending -= 1
+        if row.request.pending == 0:
+            future = row.request.future
+            future.get_loop().call_soon_threadsafe(_set_result, future, sink)
+
+    def _decoded(self, prompt: list[int], tokens: list[int]) -> str:
+        """The text of `tokens` as the pipeline makes it: the decoded prompt and tokens, less the decoded prompt."""
+        whole = self.tokenizer.decode(prompt + tokens, skip_special_tokens=True)
+        return whole[len(self.tokenizer.decode(prompt, skip_special_tokens=True)) :]
+
+
+def _set_result(future: asyncio.Future, value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _set_exception(future: asyncio.Future, err: Exception) -> None:
+    if not future.done():
+        future.set_exception(err)
