@@ -14,7 +14,10 @@ setting for figures across processes) and is warmed up before the timed requests
 - `stages-in-flight`: the same with `--batches-in-flight 2`: it starts at the stages' next turns, its groups taking
   turns with the running batch's;
 - `tensor-parallel`: under `torchrun`, every layer split over the 2 processes (`tensor_parallel_size=2`), a batch
-  decoding on both at once.
+  decoding on both at once;
+- `one-process-continuous`: one process with `--continuous-batching` (`transformers`' managers): a request joins the
+  running batch at its next step;
+- `tensor-parallel-continuous`: the split with `--continuous-batching` (this project's joining across processes).
 Each request's latency runs from its sending to its answer. Printed: tokens/s over the run (first sending to last
 answer), p50 / p90 latency, the ratios of each server to `stages` and to `one-process`, and whether every request's
 greedy text is the same on every server. Honesty rules: an idle machine (the load average is printed and kept), three
@@ -50,6 +53,8 @@ LAYOUTS = {
     "stages": (["--batches-in-flight", "1"], 2, "stages"),
     "stages-in-flight": (["--batches-in-flight", "2"], 2, "stages"),
     "tensor-parallel": ([], 2, "split"),
+    "one-process-continuous": (["--continuous-batching"], 1, None),
+    "tensor-parallel-continuous": (["--continuous-batching"], 2, "split"),
 }
 
 

@@ -138,9 +138,8 @@ class JoinedRows:
         real token (as `generate()` counts them from the attention mask)."""
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1] :]
         with torch.inference_mode():
-            out = self.model(
-                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{self.cache_argument: cache}
-            )
+            inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": positions, self.cache_argument: cache}
+            out = self.model(**inputs, use_cache=True)
         return out.logits[:, -1].float()
 
     def _choose(self, logits: torch.Tensor, sampling: list[tuple[float, float]]) -> torch.Tensor:
@@ -207,4 +206,3 @@ def decode_joined(model: Any, seed: int, schedule: RowsSchedule | None = None, g
         stepped = rows.step().tolist() if rows.rows and not control.joins else None
         if leads:
             schedule.tokens(joined, stepped)
-

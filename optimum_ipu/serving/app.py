@@ -30,8 +30,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .batching import Batcher, Job, QueueFull, cancel_now
 from .continuous import ContinuousGeneration
-from .joined import JoinedGeneration
 from .errors import APIError, error_response, install_error_handlers
+from .joined import JoinedGeneration
 from .metrics import ServerMetrics
 from .settings import ServeSettings
 from .tasks import (

@@ -29,7 +29,7 @@ import logging
 import uuid
 from typing import Any
 
-from .generation import Choice, GenerationSink, cut_at_stop, eos_token_ids, prompt_ids
+from .generation import Choice, GenerationSink, cut_at_stop, eos_token_ids, new_text, prompt_ids
 
 logger = logging.getLogger(__name__)
 HANDLER_GRACE_S = 5.0  # seconds a cancelled request's handler stays, for the outputs of the step in flight
@@ -172,7 +172,7 @@ class ContinuousGeneration:
             if sink.queue is not None:
                 sink.queue.put_nowait((index, token))
         if stop or result.is_finished() or choice.ended:  # (decoded only when needed: each decode reads them all)
-            choice.text = self._decoded(ids, choice.ids)
+            choice.text = new_text(self.pipe.tokenizer, choice.ids)
         stopped = bool(stop) and cut_at_stop(choice.text, stop)[1]
         if not (result.is_finished() or stopped or choice.ended):
             return
@@ -181,12 +181,6 @@ class ContinuousGeneration:
         pending.discard(request_id)
         if not pending:
             future.set_result(sink)
-
-    def _decoded(self, prompt: list[int], tokens: list[int]) -> str:
-        """The text of `tokens` as the pipeline makes it: the decoded prompt and tokens, less the decoded prompt."""
-        tokenizer = self.pipe.tokenizer
-        whole = tokenizer.decode(prompt + tokens, skip_special_tokens=True)
-        return whole[len(tokenizer.decode(prompt, skip_special_tokens=True)) :]
 
     def _done(self, manager: Any, pending: set[str], future: asyncio.Future) -> None:
         """The request ended: answered, or cancelled (its manager requests are cancelled, freeing their places)."""

@@ -124,6 +124,12 @@ def eos_token_ids(pipe: Any) -> set[int]:
     return set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
 
 
+def new_text(tokenizer: Any, tokens: list[int]) -> str:
+    """The text of a choice's `tokens` as the `text-generation` pipeline makes it without the prompt
+    (`return_full_text=False`): the new tokens decoded alone, special tokens left out."""
+    return tokenizer.decode(tokens, skip_special_tokens=True)
+
+
 def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
     """`text` up to the first stop string (OpenAI's output leaves it out), and whether one was found."""
     cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)

@@ -27,7 +27,7 @@ from typing import Any
 from ..pipelines.processes import causal_model, decode_joined_rows
 from ..runtime.joined_rows import RowsControl, RowsSchedule
 from ..runtime.tensor_parallel import is_tensor_parallel
-from .generation import Choice, GenerationSink, cut_at_stop, eos_token_ids, prompt_ids
+from .generation import Choice, GenerationSink, cut_at_stop, eos_token_ids, new_text, prompt_ids
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +108,8 @@ class JoinedGeneration(RowsSchedule):
         sink.prompt_tokens = sum(len(ids) for ids in prompts_ids)
         sink.choices = [Choice() for _ in prompts_ids]
         request = _Request(future, sink, len(prompts_ids))
-        sampling = (float(kwargs["temperature"]), float(kwargs.get("top_p", 1.0))) if kwargs.get("do_sample") else (0, 1)
+        sampled = bool(kwargs.get("do_sample"))
+        sampling = (float(kwargs["temperature"]), float(kwargs.get("top_p", 1.0))) if sampled else (0.0, 1.0)
         stop = list(kwargs.get("stop_sequence", []))
         rows = [_Row(request, i, ids, kwargs["max_new_tokens"], sampling, stop) for i, ids in enumerate(prompts_ids)]
         self.in_flight += 1
@@ -184,21 +185,16 @@ class JoinedGeneration(RowsSchedule):
             sink.loop.call_soon_threadsafe(sink.queue.put_nowait, (row.index, token))
         stopped = False
         if row.stop:
-            choice.text = self._decoded(row.prompt, choice.ids)
+            choice.text = new_text(self.tokenizer, choice.ids)
             stopped = cut_at_stop(choice.text, row.stop)[1]
         if not (choice.ended or stopped or len(choice.ids) >= row.max_new_tokens):
             return
         row.done = True
-        choice.text = self._decoded(row.prompt, choice.ids)
+        choice.text = new_text(self.tokenizer, choice.ids)
         row.request.pending -= 1
         if row.request.pending == 0:
             future = row.request.future
             future.get_loop().call_soon_threadsafe(_set_result, future, sink)
-
-    def _decoded(self, prompt: list[int], tokens: list[int]) -> str:
-        """The text of `tokens` as the pipeline makes it: the decoded prompt and tokens, less the decoded prompt."""
-        whole = self.tokenizer.decode(prompt + tokens, skip_special_tokens=True)
-        return whole[len(self.tokenizer.decode(prompt, skip_special_tokens=True)) :]
 
 
 def _set_result(future: asyncio.Future, value: Any) -> None:
