@@ -17,6 +17,8 @@ setting for figures across processes) and is warmed up before the timed requests
   decoding on both at once;
 - `one-process-continuous`: one process with `--continuous-batching` (`transformers`' managers): a request joins the
   running batch at its next step;
+- `one-process-joined`: one process with `--continuous-batching --continuous-batching-engine optimum-ipu` (this
+  project's joining, `serving/joined.py`);
 - `tensor-parallel-continuous`: the split with `--continuous-batching` (this project's joining across processes).
 Each request's latency runs from its sending to its answer. Printed: tokens/s over the run (first sending to last
 answer), p50 / p90 latency, the ratios of each server to `stages` and to `one-process`, and whether every request's
@@ -54,6 +56,7 @@ LAYOUTS = {
     "stages-in-flight": (["--batches-in-flight", "2"], 2, "stages"),
     "tensor-parallel": ([], 2, "split"),
     "one-process-continuous": (["--continuous-batching"], 1, None),
+    "one-process-joined": (["--continuous-batching", "--continuous-batching-engine", "optimum-ipu"], 1, None),
     "tensor-parallel-continuous": (["--continuous-batching"], 2, "split"),
 }
 

@@ -231,6 +231,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             served_model_name=args.served_model_name,
             stage_timeout=args.stage_timeout,
             continuous_batching=args.continuous_batching,
+            continuous_batching_engine=args.continuous_batching_engine,
             batches_in_flight=args.batches_in_flight,
             backend=args.backend,
         )
@@ -472,8 +473,14 @@ def _add_serve(sub: Any) -> None:
     serve.add_argument(
         "--continuous-batching",
         action="store_true",
-        help="generation requests (one choice, no seed) join the running batch at the next step (transformers' "
-        "managers; one process)",
+        help="generation requests (one choice, no seed) join the running batch at the next step",
+    )
+    serve.add_argument(
+        "--continuous-batching-engine",
+        choices=("auto", "transformers", "optimum-ipu"),
+        default="auto",
+        help="with --continuous-batching: transformers' managers (one process) or optimum-ipu's decoding (one process, "
+        "or a model split over torchrun's processes); auto: transformers in one process, optimum-ipu under torchrun",
     )
     serve.add_argument(
         "--batches-in-flight",

@@ -58,6 +58,16 @@ _UNCOUNTED = ("/health", "/metrics")  # probes: neither refused while draining n
 _START = "optimum_ipu.start"
 
 
+def continuous_engine(pipe: Any, settings: ServeSettings) -> ContinuousGeneration | JoinedGeneration:
+    """`--continuous-batching`'s engine: `--continuous-batching-engine`, where `auto` is `transformers`' managers in
+    one process and ours (`serving/joined.py`) across the processes of a `torchrun` job."""
+    engine = settings.continuous_batching_engine
+    if engine == "auto":
+        engine = "optimum-ipu" if hasattr(pipe, "lockstep") else "transformers"
+    kind = JoinedGeneration if engine == "optimum-ipu" else ContinuousGeneration
+    return kind(pipe, settings.max_batch_size)
+
+
 class ServerState:
     """What the endpoints share: the pipeline, the settings, the metrics, the batcher, and the server's life
     (warm, draining, requests in flight)."""
@@ -71,9 +81,7 @@ class ServerState:
         self.batcher = Batcher(
             settings.max_batch_size, settings.batch_wait_ms / 1000, settings.max_queue, metrics, self.task, in_flight
         )
-        # continuous batching: transformers' managers for a model whole in this process, ours across processes
-        engine = JoinedGeneration if hasattr(pipe, "lockstep") else ContinuousGeneration
-        self.continuous = engine(pipe, settings.max_batch_size) if settings.continuous_batching else None
+        self.continuous = continuous_engine(pipe, settings) if settings.continuous_batching else None
         self.warm = False
         self.warmup_error: str | None = None
         self.draining = False

@@ -65,6 +65,7 @@ class JoinedGeneration(RowsSchedule):
     def __init__(self, pipe: Any, max_batch_size: int = 8) -> None:
         self.check(pipe)
         self.pipe, self.max_batch_size = pipe, max_batch_size
+        self.model = causal_model(pipe)
         self.eos = eos_token_ids(pipe)
         self.tokenizer = copy.deepcopy(pipe.tokenizer)  # (decoding texts in the decoding thread)
         self.waiting: deque[_Row] = deque()

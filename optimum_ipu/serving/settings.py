@@ -37,6 +37,10 @@ class ServeSettings:
         continuous_batching (`bool`, *optional*, defaults to `False`): generation requests of one choice without a
             seed, greedy or sampled, join the running batch at the next step (`transformers`' continuous batching
             managers, a model whole in this process; `serving/continuous.py`); the others are batched statically.
+        continuous_batching_engine (`str`, *optional*, defaults to `"auto"`): what joins the rows: `"transformers"`
+            (its managers; a model whole in this process), `"optimum-ipu"` (this project's decoding,
+            `serving/joined.py`: one process, or a model split over the processes of a `torchrun` job); `"auto"`:
+            `transformers` in one process, `optimum-ipu` under `torchrun`.
         batches_in_flight (`int`, *optional*, defaults to 2): under `torchrun`, with a text-generation model's stages on
             the processes: generation batches (without a seed) that decode at once, their groups taking turns on the
             stages; a batch that arrives while another decodes starts at the stages' next turns instead of waiting for
@@ -59,12 +63,23 @@ class ServeSettings:
     served_model_name: str | None = None
     stage_timeout: float = 300.0
     continuous_batching: bool = False
+    continuous_batching_engine: str = "auto"
     batches_in_flight: int = 2
     backend: str = "auto"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend: got {self.backend!r}; give one of {', '.join(BACKENDS)}")
+        if self.continuous_batching_engine not in CONTINUOUS_ENGINES:
+            raise ValueError(
+                f"continuous_batching_engine: got {self.continuous_batching_engine!r}; give one of "
+                f"{', '.join(CONTINUOUS_ENGINES)}"
+            )
+        if self.continuous_batching_engine != "auto" and not self.continuous_batching:
+            raise ValueError(
+                f"continuous_batching_engine: got {self.continuous_batching_engine!r} without continuous batching; "
+                "add --continuous-batching, or leave the engine out"
+            )
         for name, low in (
             ("max_batch_size", 1),
             ("max_queue", 1),
@@ -88,6 +103,9 @@ class ServeSettings:
             return self.served_model_name
         path = os.path.normpath(self.model)
         return os.path.basename(path) if os.path.isdir(path) else self.model
+
+
+CONTINUOUS_ENGINES = ("auto", "transformers", "optimum-ipu")
 
 
 def _check_number(name: str, value: Any, low: float, integer: bool) -> None:

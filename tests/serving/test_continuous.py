@@ -1,5 +1,6 @@
-"""`optimum-ipu serve --continuous-batching` on a tiny GPT-2: greedy requests run through `transformers`' continuous
-batching manager (not the static batcher) with the text of `model.generate` and of the static path (streamed chunks
+"""`optimum-ipu serve --continuous-batching` on a tiny GPT-2, with each engine (`transformers`' continuous batching
+managers, and this project's joining of rows, `serving/joined.py`): greedy requests run through it (not the static
+batcher) with the text of `model.generate` and of the static path (streamed chunks
 adding up, stop strings, chat); sampled requests too, each drawing from its own top-p nucleus; seeded and
 several-choice requests still batch statically; a streaming client that goes away, or a request past its
 timeout, cancels its request in the manager; other tasks and torchrun are refused in one line."""
@@ -22,10 +23,13 @@ from .conftest import metric, running_server
 from .test_faults import _until
 from .test_generation import PROMPTS, _generate
 
+ENGINES = ("transformers", "optimum-ipu")  # (`--continuous-batching-engine`: its managers, or `serving/joined.py`)
 
-@pytest.fixture(scope="module")
-def server(generator):
-    with running_server(generator, max_batch_size=4, continuous_batching=True) as running:
+
+@pytest.fixture(scope="module", params=ENGINES)
+def server(generator, request):
+    engine = {"continuous_batching": True, "continuous_batching_engine": request.param}
+    with running_server(generator, max_batch_size=4, **engine) as running:
         yield running
 
 
@@ -150,11 +154,13 @@ def test_a_client_gone_mid_stream_cancels_its_request(server):
     assert again.status_code == 200 and again.json()["choices"][0]["finish_reason"] == "length"
 
 
-def test_a_request_past_its_timeout_is_cancelled_in_the_manager(generator):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_request_past_its_timeout_is_cancelled_in_the_manager(generator, engine):
     """`--request-timeout 1` with steps slowed to 40 ms: a 60-token greedy request gets its 504, and the manager stops
     decoding it at the next step; the next request is answered."""
     body = {"model": "tiny", "prompt": PROMPTS[1], "max_tokens": 60, "temperature": 0}
-    with running_server(generator, max_batch_size=4, continuous_batching=True, request_timeout=1) as (url, state):
+    settings = {"continuous_batching": True, "continuous_batching_engine": engine, "request_timeout": 1}
+    with running_server(generator, max_batch_size=4, **settings) as (url, state):
         with _slowed_steps(state, 0.04) as steps:
             late = httpx.post(f"{url}/v1/completions", json=body, timeout=30)
             assert late.status_code == 504, late.text
@@ -175,3 +181,20 @@ def test_refused_where_the_manager_cannot_serve(pipe, message):
 
     with pytest.raises(ValueError, match=message):
         ContinuousGeneration.check(pipe)
+
+
+def test_ours_refused_for_stages_on_processes_and_other_tasks():
+    """Rows join where each process holds every layer (whole, or a share of each): stages on processes decode in
+    groups instead; an engine named without the flag is refused too."""
+    from optimum_ipu.serving.joined import JoinedGeneration
+    from optimum_ipu.serving.settings import ServeSettings
+
+    with pytest.raises(ValueError, match="this server's task is question-answering"):
+        JoinedGeneration.check(SimpleNamespace(task="question-answering"))
+    stages = SimpleNamespace(task="text-generation", lockstep=object(), model=torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="stages run on separate processes"):
+        JoinedGeneration.check(stages)
+    with pytest.raises(ValueError, match="continuous_batching_engine: got 'optimum-ipu' without continuous batching"):
+        ServeSettings("m", continuous_batching_engine="optimum-ipu")
+    with pytest.raises(ValueError, match="continuous_batching_engine: got 'vllm'; give one of auto, transformers"):
+        ServeSettings("m", continuous_batching=True, continuous_batching_engine="vllm")
