@@ -224,10 +224,12 @@ def test_a_stopped_stage_process_ends_the_server(tmp_path, tiny_pretrained, mome
     assert "a stage process stopped answering" in log.read_text()
 
 
-def test_a_process_of_a_split_model_stopped_mid_stream_ends_the_server(tmp_path, tokenizer_for):
+@pytest.mark.parametrize("batching", [(), ("--continuous-batching",)], ids=["static", "continuous"])
+def test_a_process_of_a_split_model_stopped_mid_stream_ends_the_server(tmp_path, tokenizer_for, batching):
     """Every layer split over 2 processes (`tensor_parallel_size` 2): their exchanges go through shared memory, not
-    gloo. Process 1 stopped while a completion streams: process 0's next exchange waits --stage-timeout for it, then
-    fails as a collective does (the stream ends, not a hang), and process 0 drains and exits."""
+    gloo. Process 1 stopped while a completion streams (a static batch, or rows joined by `--continuous-batching`):
+    process 0's next exchange waits --stage-timeout for it, then fails as a collective does (the stream ends, not a
+    hang), and process 0 drains and exits."""
     from ..local_tokenizers import save_tiny_pretrained
 
     folder = save_tiny_pretrained(  # wide enough that 900 tokens take seconds, so the stop lands mid-stream
@@ -241,7 +243,7 @@ def test_a_process_of_a_split_model_stopped_mid_stream_ends_the_server(tmp_path,
         max_position_embeddings=1024,
         eos_token_id=None,  # (no early end)
     )
-    flags = ("--stage-timeout", "3")
+    flags = ("--stage-timeout", "3", *batching)
     with stage_server(tmp_path, folder, [-1], "text-generation", *flags, tensor_parallel=2) as (process, url, log):
         stopped, leader = _rank(process, 1), _rank(process, 0)
         body = {"model": "llama", "prompt": "the rain", "max_tokens": 900, "stream": True}

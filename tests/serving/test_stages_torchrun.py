@@ -132,14 +132,14 @@ def test_continuous_batching_split_over_two_processes_as_one_process(tmp_path, t
     """`--continuous-batching` with every layer split over the 2 processes (`serving/joined.py`): the rows of one
     request, a streamed request's chunks, and a request that joins the running rows while they decode (answered
     before their end) get one process's greedy texts; a request the joining does not take (a seed) runs between its
-    calls; a client gone mid-stream leaves both processes in step."""
+    calls; a client gone mid-stream leaves both processes in step; SIGTERM drains, and every process exits with 0."""
     from ..local_tokenizers import save_tiny_pretrained
 
     folder = save_tiny_pretrained(
         tmp_path / "llama", "LlamaForCausalLM", tokenizer_for("gpt2"), initializer_range=0.5, intermediate_size=64
     )
     flags = ("--continuous-batching",)
-    with stage_server(tmp_path, folder, [-1], "text-generation", *flags, tensor_parallel=2) as (_, url, log):
+    with stage_server(tmp_path, folder, [-1], "text-generation", *flags, tensor_parallel=2) as (process, url, log):
         want, body = completions_equal_one_process(url, folder)
         with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=120) as stream:
             events = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: {")]
@@ -149,4 +149,7 @@ def test_continuous_batching_split_over_two_processes_as_one_process(tmp_path, t
         seeded = httpx.post(f"{url}/v1/completions", json={**body, "seed": 3}, timeout=120)  # (batched statically)
         assert [c["text"] for c in seeded.json()["choices"]] == want, seeded.text
         a_gone_client_leaves_the_job_in_step(url, folder, body)
+        server = int(re.search(r"Started server process \[(\d+)\]", log.read_text()).group(1))
+        os.kill(server, signal.SIGTERM)  # drained: the joining ends, then process 1 is released
+        assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
     assert "continuous batching failed" not in log.read_text()
