@@ -14,8 +14,9 @@ the running batch at the next step, where here a request that arrives while a ba
 the tokens/s and 0.26-0.31x the p50 latency, the sampling one 1.26-1.28x and 0.35-0.36x
 (`benchmarks/continuous_batching.py`); with every request there at once the manager equals one padded `generate()`
 (67.0 against 67.2 tokens/s, 8 prompts x 32 tokens of a 124 M GPT-2). This path stays for what the managers do not
-take: several choices (a manager fixes their number when it is made), a seed, and a model across the processes of a
-`torchrun` job.
+take: several choices (a manager fixes their number when it is made), a seed, and a model whose stages are on
+separate processes of a `torchrun` job (a model split over them joins rows with this project's engine instead:
+`serving/joined.py`).
 
 A request cancelled (a streaming client that went away, a timeout) marks its sink (`GenerationSink.cancelled`): a
 `LeaderStop` over the streamer's `gone` rows, a stopping criterion handed to `generate()` beside the streamer, ends
