@@ -15,13 +15,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import torch.distributed as dist
-
 from ..models.pipelined import PipelinedModel
 from ..runtime.distributed import is_collective_error, join_process_group, silent_ranks, start_heartbeat, world_size
-from ..runtime.joined_rows import RowsSchedule, decode_joined
+from ..runtime.joined_rows import RowsControl, RowsSchedule, decode_joined
 from ..runtime.lockstep import LANES, LeaderStop, Lockstep, leads
 from ..runtime.stages.generation import decodes_in_lanes
+from ..runtime.tensor_parallel import is_tensor_parallel
 
 # what a caller hands the pipeline that stays in its own process: the generation streamer feeds its requests
 LOCAL_ARGUMENTS = ("streamer",)
@@ -37,8 +36,13 @@ def causal_model(pipe: Any) -> Any:
 def decode_joined_rows(pipe: Any, seed: int, schedule: RowsSchedule | None = None) -> None:
     """Continuous batching's decoding (`runtime.joined_rows.decode_joined`) on this process's model, with every
     process of the job (each holds a share of every layer); `schedule` on process 0 only."""
-    group = dist.group.WORLD if world_size() > 1 else None
-    decode_joined(causal_model(pipe), seed, schedule, group)
+    decode_joined(causal_model(pipe), seed, schedule)
+
+
+def holds_every_layer(pipe: Any) -> bool:
+    """Whether each process runs every layer of `pipe`'s model (whole in one process, or split over the job's
+    processes by tensor parallelism), so that rows can join a running batch: not where stages are on processes."""
+    return not hasattr(pipe, "lockstep") or is_tensor_parallel(causal_model(pipe))
 
 
 def _targets(pipe: Any) -> dict[str, Any]:
@@ -149,8 +153,11 @@ __all__ = [
     "LOCAL_ARGUMENTS",
     "LeaderStop",  # (the server's stopping criterion of gone requests' rows, `runtime.lockstep`'s, handed on here)
     "LeadingPipeline",
+    "RowsControl",  # (continuous batching's decision and its schedule, `runtime.joined_rows`'s, handed on here)
+    "RowsSchedule",
     "causal_model",
     "decode_joined_rows",
+    "holds_every_layer",
     "join_stage_processes",
     "lockstep",
     "release",

@@ -193,8 +193,10 @@ def decode_joined(model: Any, seed: int, schedule: RowsSchedule | None = None, g
         seed (`int`): the sampling seed, the same on every process.
         schedule (`RowsSchedule`, *optional*): on the leading process, what decides and receives; None on the others.
         group (`torch.distributed.ProcessGroup`, *optional*): the processes that run these rows together (their rank
-            0 leads); None in one process.
+            0 leads); by default every process of the job (`torchrun`), none in one process.
     """
+    if group is None and dist.is_initialized() and dist.get_world_size() > 1:
+        group = dist.group.WORLD
     rows = JoinedRows(model, seed)
     leads = schedule is not None
     while True:

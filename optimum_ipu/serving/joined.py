@@ -21,12 +21,11 @@ import functools
 import logging
 import random
 import threading
+import time
 from collections import deque
 from typing import Any
 
-from ..pipelines.processes import causal_model, decode_joined_rows
-from ..runtime.joined_rows import RowsControl, RowsSchedule
-from ..runtime.tensor_parallel import is_tensor_parallel
+from ..pipelines.processes import RowsControl, RowsSchedule, causal_model, decode_joined_rows, holds_every_layer
 from .generation import Choice, GenerationSink, cut_at_stop, eos_token_ids, new_text, prompt_ids
 
 logger = logging.getLogger(__name__)
@@ -81,7 +80,7 @@ class JoinedGeneration(RowsSchedule):
             raise ValueError(
                 f"--continuous-batching: batches generation requests; this server's task is {pipe.task}: leave it out"
             )
-        if hasattr(pipe, "lockstep") and not is_tensor_parallel(causal_model(pipe)):
+        if not holds_every_layer(pipe):
             raise ValueError(
                 "--continuous-batching: the model's stages run on separate processes, whose generation batches decode "
                 "in groups in flight (--batches-in-flight); rows join a running batch where each process holds a "
@@ -133,6 +132,8 @@ class JoinedGeneration(RowsSchedule):
             try:
                 seed = random.getrandbits(63)
                 if hasattr(self.pipe, "decode_joined_rows"):  # the processes of a torchrun job
+                    while self.pipe.lockstep.lanes.calls_alone:  # a call alone that waited for these rows goes first
+                        time.sleep(0.001)
                     self.pipe.decode_joined_rows(seed, self)
                 else:
                     decode_joined_rows(self.pipe, seed, self)
