@@ -17,7 +17,7 @@ from typing import Any
 
 from ..models.pipelined import PipelinedModel
 from ..runtime.distributed import is_collective_error, join_process_group, silent_ranks, start_heartbeat, world_size
-from ..runtime.joined_rows import RowsControl, RowsSchedule, decode_joined
+from ..runtime.joined_rows import RowsControl, RowsSchedule, decode_joined, rows_can_join
 from ..runtime.lockstep import LANES, LeaderStop, Lockstep, leads
 from ..runtime.stages.generation import decodes_in_lanes
 from ..runtime.tensor_parallel import is_tensor_parallel
@@ -39,10 +39,23 @@ def decode_joined_rows(pipe: Any, seed: int, schedule: RowsSchedule | None = Non
     decode_joined(causal_model(pipe), seed, schedule)
 
 
-def holds_every_layer(pipe: Any) -> bool:
-    """Whether each process runs every layer of `pipe`'s model (whole in one process, or split over the job's
-    processes by tensor parallelism), so that rows can join a running batch: not where stages are on processes."""
-    return not hasattr(pipe, "lockstep") or is_tensor_parallel(causal_model(pipe))
+def why_rows_cannot_join(pipe: Any) -> str | None:
+    """Why rows cannot join a running batch of `pipe`'s model (`runtime.joined_rows`), or None: each process must run
+    every layer (the model whole in one process, or split over the job's processes by tensor parallelism; not stages
+    on processes), and its KV cache keep every position (no sliding window)."""
+    model = causal_model(pipe)
+    if hasattr(pipe, "lockstep") and not is_tensor_parallel(model):
+        return (
+            "the model's stages run on separate processes, whose generation batches decode in groups in flight "
+            "(--batches-in-flight); rows join a running batch where each process holds a share of every layer "
+            "(tensor_parallel_size in the IPU config): leave it out or split the layers"
+        )
+    if not rows_can_join(model.config):
+        return (
+            f"{type(model).__name__}'s KV cache keeps a sliding window, beside which rows of other lengths cannot be "
+            "put: leave it out, or in one process use --continuous-batching-engine transformers"
+        )
+    return None
 
 
 def _targets(pipe: Any) -> dict[str, Any]:
@@ -157,7 +170,7 @@ __all__ = [
     "RowsSchedule",
     "causal_model",
     "decode_joined_rows",
-    "holds_every_layer",
+    "why_rows_cannot_join",
     "join_stage_processes",
     "lockstep",
     "release",

@@ -50,6 +50,12 @@ class RowsControl:
         return bool(self.ends or self.joins or self.finished)
 
 
+def rows_can_join(config: Any) -> bool:
+    """Whether a `DynamicCache` of `config`'s layers keeps every position of every row (no sliding window), so that
+    rows of other lengths can be put beside its rows."""
+    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
+
+
 class JoinedRows:
     """The rows decoding together in this process: their KV cache, attention mask and last tokens.
 

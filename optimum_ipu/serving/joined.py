@@ -25,7 +25,7 @@ import time
 from collections import deque
 from typing import Any
 
-from ..pipelines.processes import RowsControl, RowsSchedule, causal_model, decode_joined_rows, holds_every_layer
+from ..pipelines.processes import RowsControl, RowsSchedule, causal_model, decode_joined_rows, why_rows_cannot_join
 from .generation import Choice, GenerationSink, cut_at_stop, eos_token_ids, new_text, prompt_ids
 
 logger = logging.getLogger(__name__)
@@ -75,17 +75,15 @@ class JoinedGeneration(RowsSchedule):
 
     @staticmethod
     def check(pipe: Any) -> None:
-        """One line when this cannot serve `pipe`: another task, or a model whose stages are on separate processes."""
+        """One line when this cannot serve `pipe`: another task, a model whose stages are on separate processes, or one
+        whose KV cache keeps a sliding window."""
         if getattr(pipe, "task", None) != "text-generation":
             raise ValueError(
                 f"--continuous-batching: batches generation requests; this server's task is {pipe.task}: leave it out"
             )
-        if not holds_every_layer(pipe):
-            raise ValueError(
-                "--continuous-batching: the model's stages run on separate processes, whose generation batches decode "
-                "in groups in flight (--batches-in-flight); rows join a running batch where each process holds a "
-                "share of every layer (tensor_parallel_size in the IPU config): leave it out or split the layers"
-            )
+        why = why_rows_cannot_join(pipe)
+        if why is not None:
+            raise ValueError(f"--continuous-batching: {why}")
 
     def start(self) -> None:
         """Nothing to start: the decoding runs while requests do."""

@@ -18,6 +18,7 @@ import httpx
 import openai
 import pytest
 import torch
+import transformers
 
 from .conftest import metric, running_server
 from .test_faults import _until
@@ -185,7 +186,8 @@ def test_refused_where_the_manager_cannot_serve(pipe, message):
 
 def test_ours_refused_for_stages_on_processes_and_other_tasks():
     """Rows join where each process holds every layer (whole, or a share of each): stages on processes decode in
-    groups instead; an engine named without the flag is refused too."""
+    groups instead; a sliding-window cache is refused at start, not at the first request; an engine named without the
+    flag is refused too."""
     from optimum_ipu.serving.joined import JoinedGeneration
     from optimum_ipu.serving.settings import ServeSettings
 
@@ -194,6 +196,10 @@ def test_ours_refused_for_stages_on_processes_and_other_tasks():
     stages = SimpleNamespace(task="text-generation", lockstep=object(), model=torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match="stages run on separate processes"):
         JoinedGeneration.check(stages)
+    window = transformers.MistralConfig(sliding_window=4, num_hidden_layers=2)
+    sliding = SimpleNamespace(task="text-generation", model=SimpleNamespace(config=window))
+    with pytest.raises(ValueError, match="SimpleNamespace's KV cache keeps a sliding window"):
+        JoinedGeneration.check(sliding)
     with pytest.raises(ValueError, match="continuous_batching_engine: got 'optimum-ipu' without continuous batching"):
         ServeSettings("m", continuous_batching_engine="optimum-ipu")
     with pytest.raises(ValueError, match="continuous_batching_engine: got 'vllm'; give one of auto, transformers"):
