@@ -55,6 +55,14 @@ def completions_equal_one_process(url: str, folder) -> tuple[list[str], dict]:
     return want, body
 
 
+def streamed_texts(url: str, body: dict) -> list[str]:
+    """Each choice's text as the chunks of the streamed request `body` add it up."""
+    with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=120) as stream:
+        events = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: {")]
+    choices = len(body["prompt"])
+    return ["".join(e["choices"][0]["text"] for e in events if e["choices"][0]["index"] == i) for i in range(choices)]
+
+
 def a_gone_client_leaves_the_job_in_step(url: str, folder, body: dict) -> None:
     """A streaming client gone after its first chunk: its rows end at the next step on every process together (a
     `LeaderStop` that process 0 decides; tests/distributed/test_generation_stages.py checks the rows and steps), so
@@ -72,10 +80,7 @@ def test_completions_on_two_stages_decode_in_groups_as_one_process(tmp_path, tin
     folder = tiny_pretrained("GPT2LMHeadModel", initializer_range=0.5)
     with stage_server(tmp_path, folder, [2, 2], "text-generation") as (_, url, _log):
         want, body = completions_equal_one_process(url, folder)
-        with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=120) as stream:
-            events = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: {")]
-        streamed = ["".join(e["choices"][0]["text"] for e in events if e["choices"][0]["index"] == i) for i in range(4)]
-        assert streamed == want
+        assert streamed_texts(url, body) == want
         a_request_joins_the_stages_while_another_decodes(url, folder)
         a_gone_client_leaves_the_job_in_step(url, folder, body)
 
@@ -141,10 +146,7 @@ def test_continuous_batching_split_over_two_processes_as_one_process(tmp_path, t
     flags = ("--continuous-batching",)
     with stage_server(tmp_path, folder, [-1], "text-generation", *flags, tensor_parallel=2) as (process, url, log):
         want, body = completions_equal_one_process(url, folder)
-        with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=120) as stream:
-            events = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: {")]
-        streamed = ["".join(e["choices"][0]["text"] for e in events if e["choices"][0]["index"] == i) for i in range(4)]
-        assert streamed == want
+        assert streamed_texts(url, body) == want
         a_request_joins_the_stages_while_another_decodes(url, folder)
         seeded = httpx.post(f"{url}/v1/completions", json={**body, "seed": 3}, timeout=120)  # (batched statically)
         assert [c["text"] for c in seeded.json()["choices"]] == want, seeded.text
