@@ -2,7 +2,7 @@
 
     python benchmarks/serve_load.py [--model FOLDER] [--task feature-extraction|text-classification|text-generation]
         [--requests 5000] [--concurrency 32] [--malformed-every 20] [--gone-every 50] [--nproc-per-node 2]
-        [--continuous-batching] [--json out.json]
+        [--continuous-batching [--continuous-batching-engine optimum-ipu]] [--json out.json]
 
 The server is started in its own process (`python -m optimum_ipu.cli serve`) on a free port of 127.0.0.1, then sent
 `--requests` requests, `--concurrency` at a time, from an `httpx` async client in this process. One request in
@@ -326,6 +326,7 @@ def start_server(args: argparse.Namespace, model: str, log: Path) -> tuple[subpr
         command += ["--served-model-name", SERVED, "--max-batch-size", str(args.max_batch_size)]
         command += ["--max-queue", str(max(64, 2 * args.concurrency)), "--max-body-bytes", str(args.max_body_bytes)]
         command += ["--continuous-batching"] if args.continuous_batching else []
+        command += ["--continuous-batching-engine", args.continuous_batching_engine] if args.continuous_batching else []
         return command + (["--ipu-config", args.ipu_config] if args.ipu_config else [])
 
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # (the server's environment: no tokenizer threads beside torch's)
@@ -464,6 +465,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--nproc-per-node", type=int, default=1, help="serve under torchrun, the stages on N processes")
     parser.add_argument("--continuous-batching", action="store_true", help="the server's --continuous-batching")
+    parser.add_argument(
+        "--continuous-batching-engine",
+        choices=("auto", "transformers", "optimum-ipu"),
+        default="auto",
+        help="the server's --continuous-batching-engine (with --continuous-batching)",
+    )
     parser.add_argument("--max-batch-size", type=int, default=16, help="the server's --max-batch-size")
     parser.add_argument("--max-body-bytes", type=int, default=16384, help="the server's --max-body-bytes")
     parser.add_argument("--rss-every", type=int, default=0, help="sample RSS every N answers (default: requests/100)")
@@ -546,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
         "gone": {"sent": counts["gone_sent"], "first_chunk": counts["gone_ok"], "max_tokens": GONE_MAX_TOKENS},
         "processes": args.nproc_per_node,
         "continuous_batching": args.continuous_batching,
+        "continuous_batching_engine": args.continuous_batching_engine if args.continuous_batching else None,
         "ipu_config": args.ipu_config,
         "5xx_client": counts["5xx"],
         "5xx_server_metrics": server_5xx,
