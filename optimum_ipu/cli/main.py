@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from ..config import IPUConfig
 from ..errors import DEBUG_ENV, IncompatibleIPUConfigError, debug_env
 from ..serving.settings import BACKENDS as SERVE_BACKENDS  # (no torch: the parser is built without it)
+from ..serving.settings import CONTINUOUS_ENGINES
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
@@ -477,7 +478,7 @@ def _add_serve(sub: Any) -> None:
     )
     serve.add_argument(
         "--continuous-batching-engine",
-        choices=("auto", "transformers", "optimum-ipu"),
+        choices=CONTINUOUS_ENGINES,
         default="auto",
         help="with --continuous-batching: transformers' managers (one process) or optimum-ipu's decoding (one process, "
         "or a model split over torchrun's processes); auto: transformers in one process, optimum-ipu under torchrun",

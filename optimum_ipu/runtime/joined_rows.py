@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from transformers.cache_utils import DynamicCache, DynamicLayer
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
-from .host_collectives import registered
+from .host_collectives import HostCollectives, registered
 
 
 @dataclasses.dataclass
@@ -65,6 +65,11 @@ class JoinedRows:
     """
 
     def __init__(self, model: Any, seed: int) -> None:
+        if not rows_can_join(model.config):
+            raise ValueError(
+                f"{type(model).__name__}: its KV cache has sliding-window or other non-growing layers, which "
+                "rows cannot join; serve it without --continuous-batching"
+            )
         self.model = model
         self.config = model.config
         self.cache: DynamicCache | None = None
@@ -83,7 +88,8 @@ class JoinedRows:
         """Drop `rows` (indices of the running rows), and the columns no remaining row uses."""
         if not rows:
             return
-        keep = [r for r in range(self.rows) if r not in set(rows)]
+        ending = set(rows)
+        keep = [r for r in range(self.rows) if r not in ending]
         self.sampling = [self.sampling[r] for r in keep]
         if not keep:
             self.cache, self.mask, self.tokens = None, self.mask[:0, :0], self.tokens[:0]
@@ -103,11 +109,6 @@ class JoinedRows:
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
         cache = DynamicCache(config=self.config)
         logits = self._forward(ids, mask, cache)
-        if not all(type(layer) is DynamicLayer for layer in cache.layers):
-            raise ValueError(
-                f"{type(self.model).__name__}: its KV cache has sliding-window or other non-growing layers, which "
-                "rows cannot join; serve it without --continuous-batching"
-            )
         first = self._choose(logits, sampling)
         if self.cache is None:
             self.cache, self.mask, self.tokens = cache, mask, first
@@ -173,13 +174,13 @@ class RowsSchedule:
         raise NotImplementedError
 
 
-def _agreed(control: RowsControl | None, group: Any) -> RowsControl:
-    """The leader's `control` on every process of `group` (None elsewhere): a one-element sum says whether it
-    changes anything; only then does the control itself travel."""
+def _agreed(control: RowsControl | None, group: Any, shared: HostCollectives | None) -> RowsControl:
+    """The leader's `control` on every process of `group` (None elsewhere): a one-element sum (through `shared`,
+    the group's shared memory, where it has one) says whether it changes anything; only then does the control itself
+    travel."""
     if group is None:
         return control
     flag = torch.tensor([1 if control is not None and control.changes else 0], dtype=torch.int64)
-    shared = registered(group)
     if shared is not None:
         shared.all_reduce(flag)
     else:
@@ -203,10 +204,11 @@ def decode_joined(model: Any, seed: int, schedule: RowsSchedule | None = None, g
     """
     if group is None and dist.is_initialized() and dist.get_world_size() > 1:
         group = dist.group.WORLD
+    shared = registered(group) if group is not None else None
     rows = JoinedRows(model, seed)
     leads = schedule is not None
     while True:
-        control = _agreed(schedule.control(rows.rows) if leads else None, group)
+        control = _agreed(schedule.control(rows.rows) if leads else None, group, shared)
         if control.finished:
             return
         rows.end(control.ends)

@@ -158,7 +158,7 @@ class Lockstep:
         `local` (a streamer, say) stays in this process. With `overlap`, the call runs in a lane, beside others.
         With `target`, each process calls its function of that name (`targets`) instead of `fn`."""
         kwargs_here = {**kwargs, **(local or {})}
-        fn = self.targets[target] if target is not None else self.fn
+        fn = self._function(target)
         if overlap:
             with self.lanes.lane() as lane:
                 self._send((_CALL, args, kwargs, None, lane, target))
@@ -166,6 +166,10 @@ class Lockstep:
         with self.lanes.alone():
             self._send((_CALL, args, kwargs, torch.get_rng_state(), None, target))
             return _run_call(fn, None, args, kwargs_here)
+
+    def _function(self, target: str | None) -> Callable[..., Any]:
+        """What a call of `target` runs in this process: `fn`, or the target of that name."""
+        return self.fn if target is None else self.targets[target]
 
     def _send(self, message: tuple) -> None:
         with self._sending:
@@ -188,7 +192,7 @@ class Lockstep:
                 message: list[Any] = [None]
                 dist.broadcast_object_list(message, src=0)
                 kind, args, kwargs, random_state, lane, target = message[0]
-                fn = self.targets[target] if target is not None else self.fn
+                fn = self._function(target)
                 in_lanes = [thread for thread in in_lanes if thread.is_alive()]
                 if kind == _STOP:
                     return

@@ -29,6 +29,7 @@ import logging
 import uuid
 from typing import Any
 
+from ..pipelines.processes import causal_model
 from .generation import Choice, GenerationSink, cut_at_stop, eos_token_ids, new_text, prompt_ids
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class ContinuousGeneration:
     def __init__(self, pipe: Any, max_batch_size: int = 8) -> None:
         self.check(pipe)
         self.pipe, self.max_batch_size = pipe, max_batch_size
-        self.model = getattr(pipe.model, "model", pipe.model)  # the transformers model inside a PipelinedModel
+        self.model = causal_model(pipe)  # (the transformers model inside its PipelinedModel)
         self.eos = eos_token_ids(pipe)
         self.managers: dict[bool, Any] = {}  # by `do_sample`: the greedy manager, the sampling one
         self.in_flight = 0

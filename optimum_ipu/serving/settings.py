@@ -8,6 +8,8 @@ from typing import Any
 
 # pipeline()'s backends (runtime.inference.runner.BACKENDS; not imported: it would load torch here)
 BACKENDS = ("auto", "eager", "compile", "onnxruntime")
+# what joins generation rows with --continuous-batching (`serving/app.py` `continuous_engine`)
+CONTINUOUS_ENGINES = ("auto", "transformers", "optimum-ipu")
 
 
 @dataclass
@@ -103,9 +105,6 @@ class ServeSettings:
             return self.served_model_name
         path = os.path.normpath(self.model)
         return os.path.basename(path) if os.path.isdir(path) else self.model
-
-
-CONTINUOUS_ENGINES = ("auto", "transformers", "optimum-ipu")
 
 
 def _check_number(name: str, value: Any, low: float, integer: bool) -> None:
