@@ -43,7 +43,7 @@ class Script(RowsSchedule):
         self.joins, self.early, self.sampling = joins, early, sampling
         self.step, self.running, self.got = 0, [], {}
 
-    def control(self, rows: int) -> RowsControl:
+    def control(self, rows: int, group: int = 0) -> RowsControl:
         assert rows == len(self.running)
         limit = lambda p: self.early.get(p, NEW)  # noqa: E731
         ends = [i for i, p in enumerate(self.running) if len(self.got[p]) >= limit(p)]
@@ -55,7 +55,7 @@ class Script(RowsSchedule):
         finished = not self.running and not self.joins
         return RowsControl(ends, [PROMPTS[p] for p in joining], [self.sampling] * len(joining), finished)
 
-    def tokens(self, joined: list[int] | None, stepped: list[int] | None) -> None:
+    def tokens(self, joined: list[int] | None, stepped: list[int] | None, group: int = 0) -> None:
         rows = self.running[len(self.running) - len(joined) :] if joined is not None else self.running
         for p, token in zip(rows, joined if joined is not None else stepped, strict=True):
             self.got[p].append(token)

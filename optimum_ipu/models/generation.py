@@ -176,6 +176,14 @@ def generate_static(
     return output
 
 
+def stage_generation(wrapper: StaticGeneration) -> StageGeneration | None:
+    """The `StageGeneration` of `wrapper`'s model when this process holds one of its stages (made once per wrapper),
+    else None: what decodes its rows through the stages outside `generate()` (continuous batching)."""
+    if stage_hold(wrapper.model) is None:
+        return None
+    return _stage_generation(wrapper.model, wrapper, wrapper.ipu_config, {})
+
+
 def _stage_generation(
     model: nn.Module, wrapper: StaticGeneration | None, ipu_config: IPUConfig | None, generate_kwargs: dict[str, Any]
 ) -> StageGeneration | None:

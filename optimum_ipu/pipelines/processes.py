@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from ..models.generation import stage_generation
 from ..models.pipelined import PipelinedModel
 from ..runtime.distributed import is_collective_error, join_process_group, silent_ranks, start_heartbeat, world_size
 from ..runtime.joined_rows import RowsControl, RowsSchedule, decode_joined, rows_can_join
@@ -34,21 +35,29 @@ def causal_model(pipe: Any) -> Any:
 
 
 def decode_joined_rows(pipe: Any, seed: int, schedule: RowsSchedule | None = None) -> None:
-    """Continuous batching's decoding (`runtime.joined_rows.decode_joined`) on this process's model, with every
-    process of the job (each holds a share of every layer); `schedule` on process 0 only."""
-    decode_joined(causal_model(pipe), seed, schedule)
+    """Continuous batching's decoding on this process's model, with every process of the job; `schedule` on process 0
+    only. Through stages on the processes, one group of rows per stage in flight (`StageGeneration.decode_joined`);
+    else one group, each process running every layer or its share of each (`runtime.joined_rows.decode_joined`)."""
+    pipelined = getattr(pipe, "pipelined", None)
+    generation = stage_generation(pipelined) if pipelined is not None else None
+    if generation is not None:
+        generation.decode_joined(seed, schedule)
+    else:
+        decode_joined(causal_model(pipe), seed, schedule)
 
 
 def why_rows_cannot_join(pipe: Any) -> str | None:
-    """Why rows cannot join a running batch of `pipe`'s model (`runtime.joined_rows`), or None: each process must run
-    every layer (the model whole in one process, or split over the job's processes by tensor parallelism; not stages
-    on processes), and its KV cache keep every position (no sliding window)."""
+    """Why rows cannot join a running batch of `pipe`'s model (`runtime.joined_rows`), or None: the model whole in
+    one process, split over the job's processes by tensor parallelism, or a decoder-only model whose stages are the
+    job's processes (one replica, not sharded); and its KV cache keeping every position (no sliding window)."""
     model = causal_model(pipe)
-    if hasattr(pipe, "lockstep") and not is_tensor_parallel(model):
+    pipelined = getattr(pipe, "pipelined", None)
+    staged = pipelined is not None and decodes_in_lanes(pipelined.model)
+    if hasattr(pipe, "lockstep") and not is_tensor_parallel(model) and not staged:
         return (
-            "the model's stages run on separate processes, whose generation batches decode in groups in flight "
-            "(--batches-in-flight); rows join a running batch where each process holds a share of every layer "
-            "(tensor_parallel_size in the IPU config): leave it out or split the layers"
+            "rows join a running batch through stages that are every process of the job (one replica, not "
+            "sharded) of a decoder-only model, or where each process holds a share of every layer "
+            "(tensor_parallel_size in the IPU config): change the layout or leave it out"
         )
     if not rows_can_join(model.config):
         return (

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -163,14 +164,19 @@ class JoinedRows:
 
 
 class RowsSchedule:
-    """What the leading process's decoding asks of its server: each step's `RowsControl` (`control(rows)`, given the
-    rows running), and where the tokens go (`tokens(joined, stepped)`: the joining rows' first tokens, then every
-    running row's token of the step, each a list or None)."""
+    """What the leading process's decoding asks of its server: `begin(groups)` once (the groups of rows decoding at
+    once: 1, or one per stage through stages on processes), then for each group before each of its steps its
+    `RowsControl` (`control(rows, group)`, given the group's rows running), and where the tokens go
+    (`tokens(joined, stepped, group)`: the joining rows' first tokens, then every running row's token of the step,
+    each a list or None). The groups decode in threads of their own: both are called from several threads at once."""
 
-    def control(self, rows: int) -> RowsControl:  # pragma: no cover - an interface
+    def begin(self, groups: int) -> None:
+        """The decoding starts, with `groups` groups of rows."""
+
+    def control(self, rows: int, group: int) -> RowsControl:  # pragma: no cover - an interface
         raise NotImplementedError
 
-    def tokens(self, joined: list[int] | None, stepped: list[int] | None) -> None:  # pragma: no cover
+    def tokens(self, joined: list[int] | None, stepped: list[int] | None, group: int) -> None:  # pragma: no cover
         raise NotImplementedError
 
 
@@ -204,15 +210,32 @@ def decode_joined(model: Any, seed: int, schedule: RowsSchedule | None = None, g
     """
     if group is None and dist.is_initialized() and dist.get_world_size() > 1:
         group = dist.group.WORLD
-    shared = registered(group) if group is not None else None
-    rows = JoinedRows(model, seed)
+    if schedule is not None:
+        schedule.begin(1)
+    run_rows(JoinedRows(model, seed), schedule, group, registered(group) if group is not None else None)
+
+
+def run_rows(
+    rows: JoinedRows,
+    schedule: RowsSchedule | None,
+    group: Any,
+    shared: HostCollectives | None = None,
+    index: int = 0,
+    idle: Callable[[], None] | None = None,
+) -> None:
+    """The decoding loop of one group of rows (`index`), until the leader says it is finished: each pass, the
+    leader's control agreed over `group`, then the rows that end leave, the joining prompts' prefill runs (the running
+    rows wait for the next pass) or else every row steps; a pass in which the group has no row calls `idle` (through
+    stages, the group's turn passes)."""
     leads = schedule is not None
     while True:
-        control = _agreed(schedule.control(rows.rows) if leads else None, group, shared)
+        control = _agreed(schedule.control(rows.rows, index) if leads else None, group, shared)
         if control.finished:
             return
         rows.end(control.ends)
         joined = rows.join(control.joins, control.sampling).tolist() if control.joins else None
         stepped = rows.step().tolist() if rows.rows and not control.joins else None
+        if joined is None and stepped is None and idle is not None:
+            idle()
         if leads:
-            schedule.tokens(joined, stepped)
+            schedule.tokens(joined, stepped, index)

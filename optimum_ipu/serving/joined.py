@@ -1,14 +1,17 @@
 """Continuous batching of generation requests on a model split over the processes of a `torchrun` job
-(`optimum-ipu serve --continuous-batching` with `tensor_parallel_size` > 1): a request joins the running batch at the
-next step and leaves it when done, as `transformers`' managers do for a model whole in one process
+(`optimum-ipu serve --continuous-batching`, with `tensor_parallel_size` > 1 or the stages of a decoder-only model on
+the processes), or whole in one process with `--continuous-batching-engine optimum-ipu`: a request joins the running
+batch at the next step and leaves it when done, as `transformers`' managers do for a model whole in one process
 (`serving/continuous.py`).
 
 Process 0 decides (this module's `JoinedGeneration`, a `runtime.joined_rows.RowsSchedule`) and every process decodes
-(`runtime.joined_rows.decode_joined`, one call of the job's `Lockstep` that lasts while rows run). Before each step
-the schedule ends the rows that are done (the end-of-sequence token, `max_tokens`, a stop string, a client gone) and
-lets waiting requests join up to `--max-batch-size` rows; the call ends once no row runs and none waits, and the
-next request starts another. A call alone of the job (a request of several choices or with a seed, batched
-statically) that waits for the processes stops the joining: the running rows finish, that call runs, then the
+(`pipelines.processes.decode_joined_rows`, one call of the job's `Lockstep` that lasts while rows run). Through
+stages, the rows decode in one group per stage, in flight (stage 0 computes one group's step while stage 1 computes
+the other's); a request joins the group whose pass comes first with room in it (each holds up to its share of
+`--max-batch-size`). Before each pass of a group the schedule ends its rows that are done (the end-of-sequence token,
+`max_tokens`, a stop string, a client gone) and lets waiting requests join; the call ends once no row runs and none
+waits, and the next request starts another. A call alone of the job (a request of several choices or with a seed,
+batched statically) that waits for the processes stops the joining: the running rows finish, that call runs, then the
 joining resumes.
 """
 
@@ -68,9 +71,11 @@ class JoinedGeneration(RowsSchedule):
         self.eos = eos_token_ids(pipe)
         self.tokenizer = copy.deepcopy(pipe.tokenizer)  # (decoding texts in the decoding thread)
         self.waiting: deque[_Row] = deque()
-        self.running: list[_Row] = []
+        self.running: list[list[_Row]] = [[]]  # each group's rows (`begin`)
+        self.share = max_batch_size  # the rows a group may hold
+        self.closing = False  # a group was told the decoding is finished: the others are told too
         self.in_flight = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # (the groups' threads, and the event loop's `submit`)
         self._thread: threading.Thread | None = None
 
     @staticmethod
@@ -145,36 +150,51 @@ class JoinedGeneration(RowsSchedule):
 
     def _fail(self, err: Exception) -> None:
         with self._lock:
-            rows, self.running = [*self.running, *self.waiting], []
+            rows = [*(row for group in self.running for row in group), *self.waiting]
+            self.running = [[] for _ in self.running]
             self.waiting.clear()
         for request in {id(row.request): row.request for row in rows}.values():
             future = request.future
             future.get_loop().call_soon_threadsafe(_set_exception, future, err)
 
-    def control(self, rows: int) -> RowsControl:
-        """The rows that end (done, or their client gone) and those that join, up to `max_batch_size` rows; none
-        join while a call alone waits for the processes (the running rows finish first)."""
-        for row in self.running:
-            row.done = row.done or row.request.sink.cancelled
-        ends = [i for i, row in enumerate(self.running) if row.done]
-        self.running = [row for row in self.running if not row.done]
-        joins: list[_Row] = []
-        others_wait = hasattr(self.pipe, "lockstep") and self.pipe.lockstep.lanes.calls_alone > 1
+    def begin(self, groups: int) -> None:
+        """A decoding call starts with `groups` groups of rows, each holding up to its share of `max_batch_size`."""
         with self._lock:
-            while self.waiting and len(self.running) + len(joins) < self.max_batch_size and not others_wait:
+            self.running = [[] for _ in range(groups)]
+            self.share = -(-self.max_batch_size // groups)
+            self.closing = False
+
+    def control(self, rows: int, group: int) -> RowsControl:
+        """`group`'s rows that end (done, or their client gone) and those that join, up to its share of
+        `max_batch_size`; none join while a call alone waits for the processes (the running rows finish first). The
+        decoding finishes once no group has a row and none waits (or a call alone does); every group is told so."""
+        with self._lock:
+            running = self.running[group]
+            for row in running:
+                row.done = row.done or row.request.sink.cancelled
+            ends = [i for i, row in enumerate(running) if row.done]
+            running[:] = [row for row in running if not row.done]
+            joins: list[_Row] = []
+            others_wait = hasattr(self.pipe, "lockstep") and self.pipe.lockstep.lanes.calls_alone > 1
+            room = min(self.share - len(running), self.max_batch_size - sum(len(g) for g in self.running))
+            while self.waiting and len(joins) < room and not others_wait and not self.closing:
                 row = self.waiting.popleft()
                 if not row.request.sink.cancelled:
                     joins.append(row)
-        self.running += joins
-        return RowsControl(ends, [row.prompt for row in joins], [row.sampling for row in joins], not self.running)
+            running += joins
+            # (requests left waiting for a call alone start the next decoding call, once that call has run)
+            self.closing = self.closing or not any(self.running) and (not self.waiting or others_wait)
+            return RowsControl(ends, [row.prompt for row in joins], [row.sampling for row in joins], self.closing)
 
-    def tokens(self, joined: list[int] | None, stepped: list[int] | None) -> None:
-        """A step's tokens to their rows: `joined` for the rows that just joined (the last ones), `stepped` for
+    def tokens(self, joined: list[int] | None, stepped: list[int] | None, group: int) -> None:
+        """A pass's tokens to `group`'s rows: `joined` for the rows that just joined (the last ones), `stepped` for
         every row."""
-        rows = self.running[len(self.running) - len(joined) :] if joined is not None else self.running
-        for row, token in zip(rows, joined if joined is not None else stepped or [], strict=True):
-            if not row.done:
-                self._add(row, token)
+        with self._lock:
+            running = self.running[group]
+            rows = running[len(running) - len(joined) :] if joined is not None else running
+            for row, token in zip(rows, joined if joined is not None else stepped or [], strict=True):
+                if not row.done:
+                    self._add(row, token)
 
     def _add(self, row: _Row, token: int) -> None:
         sink = row.request.sink

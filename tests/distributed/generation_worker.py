@@ -23,8 +23,10 @@ import transformers
 
 import optimum_ipu
 from optimum_ipu import IPUConfig
+from optimum_ipu.models.generation import stage_generation
 from optimum_ipu.pipelines import pipeline
 from optimum_ipu.runtime.fsdp import shard_stages
+from optimum_ipu.runtime.joined_rows import RowsControl, RowsSchedule
 from optimum_ipu.runtime.lockstep import LeaderStop
 from optimum_ipu.runtime.stages.hold import stage_hold
 from tests.distributed.pipeline_worker import write_rank_record
@@ -133,6 +135,59 @@ def leader_stop_cases(model: torch.nn.Module) -> dict:
     return record
 
 
+# Continuous batching through the stages (`StageGeneration.decode_joined`): prompts join each group at given passes
+# (group 1 passes its first turns with no row, then takes one) and rows end at JOINED_NEW tokens or sooner; group 1
+# finishes before group 0, which goes on alone. Each prompt must get its own greedy tokens of `generate()` alone.
+JOINED_PROMPTS = [[5, 6, 7], [9, 3, 9, 3, 9, 3, 9, 3, 9], [1, 2], [30, 31, 32, 33, 34, 35], [11, 12, 13, 14]]
+JOINED_NEW = 7
+JOINED_PLAN = {  # group -> pass -> prompts joining; then (prompt, tokens) of the rows that end early
+    0: {0: [0, 1], 3: [3], 8: [4]},
+    1: {2: [2]},
+}
+JOINED_EARLY = {1: 3}
+
+
+class JoinedScript(RowsSchedule):
+    """Process 0's schedule of `JOINED_PLAN` (each group's passes counted apart); `got` each prompt's tokens."""
+
+    def __init__(self) -> None:
+        self.passes: dict[int, int] = {}
+        self.running: dict[int, list[int]] = {}
+        self.got: dict[int, list[int]] = {}
+        self.groups = 0
+
+    def begin(self, groups: int) -> None:
+        self.groups = groups
+        self.passes = {g: 0 for g in range(groups)}
+        self.running = {g: [] for g in range(groups)}
+
+    def control(self, rows: int, group: int) -> RowsControl:
+        assert rows == len(self.running[group])
+        plan = JOINED_PLAN.get(group, {}) if group < 2 else {}
+        done = lambda p: len(self.got[p]) >= JOINED_EARLY.get(p, JOINED_NEW)  # noqa: E731
+        ends = [i for i, p in enumerate(self.running[group]) if done(p)]
+        self.running[group] = [p for p in self.running[group] if not done(p)]
+        joining = plan.pop(self.passes[group], [])
+        self.passes[group] += 1
+        self.running[group] += joining
+        self.got.update({p: [] for p in joining})
+        finished = not self.running[group] and not plan
+        return RowsControl(ends, [JOINED_PROMPTS[p] for p in joining], [(0.0, 1.0)] * len(joining), finished)
+
+    def tokens(self, joined: list[int] | None, stepped: list[int] | None, group: int) -> None:
+        running = self.running[group]
+        rows = running[len(running) - len(joined) :] if joined is not None else running
+        for p, token in zip(rows, joined if joined is not None else stepped or [], strict=True):
+            self.got[p].append(token)
+
+
+def joined_cases(model: torch.nn.Module) -> dict:
+    """`JOINED_PLAN` decoded through the stages: each prompt's tokens, on process 0 (the others follow)."""
+    script = JoinedScript() if dist.get_rank() == 0 else None
+    stage_generation(model).decode_joined(seed=SEED, schedule=script)
+    return {str(p): tokens for p, tokens in script.got.items()} if script is not None else {}
+
+
 def cache_bytes(cache: transformers.Cache) -> list[dict]:
     """Per layer of a KV cache: the bytes its keys and values hold, and whether they are real (more than the
     one-value placeholder a layer of another stage leaves)."""
@@ -168,6 +223,7 @@ def main() -> None:
         record.setdefault("cache_class", {})[name] = type(output.cache).__name__
     record["grouped"] = grouped_cases(model)
     record["leader-stop"] = leader_stop_cases(model)
+    record["joined"] = joined_cases(model)
     record["groups"] = len(model._stage_generation._groups)  # the groups' process groups it made
     if os.path.exists(os.path.join(model_dir, "tokenizer_config.json")):
         pipe = pipeline("text-generation", model=model, tokenizer=model_dir, max_seq_length=16, batch_size=2)

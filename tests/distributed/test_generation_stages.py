@@ -16,6 +16,9 @@ from ..tiny_models import VOCAB, tiny_config
 from .generation_worker import (
     CASES,
     GROUPED,
+    JOINED_EARLY,
+    JOINED_NEW,
+    JOINED_PROMPTS,
     PAD,
     PIPELINE_CALL,
     PROMPTS,
@@ -123,6 +126,19 @@ def check_leader_stop(ranks: list[dict], model: transformers.PreTrainedModel) ->
         assert one[: STOP_AFTER + 1] == greedy[: STOP_AFTER + 1] and one[STOP_AFTER + 1] == PAD
 
 
+def check_joined(ranks: list[dict], model: transformers.PreTrainedModel) -> None:
+    """Rows that join and leave the groups of continuous batching through the stages (`JOINED_PLAN`: a group idle at
+    first, rows joining while others decode, one ending early, a group finishing before the other) get the greedy
+    tokens of `generate()` alone."""
+    got = ranks[0]["joined"]
+    for prompt, ids in enumerate(JOINED_PROMPTS):
+        with torch.no_grad():
+            alone = model.generate(torch.tensor([ids]), max_new_tokens=JOINED_NEW, do_sample=False,
+                                   pad_token_id=PAD, eos_token_id=None)[0, len(ids) :].tolist()  # fmt: skip
+        assert got[str(prompt)] == alone[: JOINED_EARLY.get(prompt, JOINED_NEW)], prompt
+    assert len({tuple(tokens) for tokens in got.values()}) == len(JOINED_PROMPTS), "identical rows would prove little"
+
+
 def own_layers(layout: list[int]) -> list[set[int]]:
     starts = [sum(layout[:i]) for i in range(len(layout))]
     return [set(range(start, start + count)) for start, count in zip(starts, layout, strict=True)]
@@ -146,6 +162,7 @@ def test_generate_across_stages_gives_one_process_tokens(tmp_path, request, fami
     assert ranks[0]["cache_class"]["greedy-dynamic-cache"] == "DynamicCache"
     check_grouped(ranks, model)
     check_leader_stop(ranks, model)
+    check_joined(ranks, model)
     assert all(record["groups"] == min(len(layout), 4) for record in ranks)  # one group per stage (4 rows)
     # each process's cache holds real keys and values for its own layers only; a layer of another stage that ran
     # before its own keeps one value per token and row (its lengths), one that never ran nothing

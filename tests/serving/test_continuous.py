@@ -184,18 +184,19 @@ def test_refused_where_the_manager_cannot_serve(pipe, message):
         ContinuousGeneration.check(pipe)
 
 
-def test_ours_refused_for_stages_on_processes_and_other_tasks():
-    """Rows join where each process holds every layer (whole, or a share of each): stages on processes decode in
-    groups instead; a sliding-window cache is refused at start, not at the first request; an engine named without the
-    flag is refused too."""
+def test_ours_refused_for_other_layouts_and_tasks():
+    """Under `torchrun`, rows join where each process holds a share of every layer, or through stages that are every
+    process of the job (one replica, tests/serving/test_stages_torchrun.py): a model neither split nor staged is
+    refused; a sliding-window cache is refused at start, not at the first request; an engine named without the flag
+    is refused too."""
     from optimum_ipu.serving.joined import JoinedGeneration
     from optimum_ipu.serving.settings import ServeSettings
 
     with pytest.raises(ValueError, match="this server's task is question-answering"):
         JoinedGeneration.check(SimpleNamespace(task="question-answering"))
-    stages = SimpleNamespace(task="text-generation", lockstep=object(), model=torch.nn.Linear(2, 2))
-    with pytest.raises(ValueError, match="stages run on separate processes"):
-        JoinedGeneration.check(stages)
+    other = SimpleNamespace(task="text-generation", lockstep=object(), model=torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="rows join a running batch through stages that are every process"):
+        JoinedGeneration.check(other)
     window = transformers.MistralConfig(sliding_window=4, num_hidden_layers=2)
     sliding = SimpleNamespace(task="text-generation", model=SimpleNamespace(config=window))
     with pytest.raises(ValueError, match="SimpleNamespace's KV cache keeps a sliding window"):

@@ -13,6 +13,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from optimum_ipu.pipelines import pipeline
 
@@ -133,18 +134,28 @@ def test_completions_split_over_two_processes_as_one_process(tmp_path, tokenizer
         a_gone_client_leaves_the_job_in_step(url, folder, body)
 
 
-def test_continuous_batching_split_over_two_processes_as_one_process(tmp_path, tokenizer_for):
-    """`--continuous-batching` with every layer split over the 2 processes (`serving/joined.py`): the rows of one
-    request, a streamed request's chunks, and a request that joins the running rows while they decode (answered
-    before their end) get one process's greedy texts; a request the joining does not take (a seed) runs between its
-    calls; a client gone mid-stream leaves both processes in step; SIGTERM drains, and every process exits with 0."""
+@pytest.mark.parametrize("layout", ["split", "stages"])
+def test_continuous_batching_over_two_processes_as_one_process(tmp_path, tokenizer_for, tiny_pretrained, layout):
+    """`--continuous-batching` with every layer split over the 2 processes, or through 2 stages on them (one group of
+    rows a stage in flight; `serving/joined.py`): the rows of one request, a streamed request's chunks, and a request
+    that joins the running rows while they decode (answered before their end) get one process's greedy texts; a
+    request the joining does not take (a seed) runs between its calls; a client gone mid-stream leaves both processes
+    in step; SIGTERM drains, and every process exits with 0."""
     from ..local_tokenizers import save_tiny_pretrained
 
-    folder = save_tiny_pretrained(
-        tmp_path / "llama", "LlamaForCausalLM", tokenizer_for("gpt2"), initializer_range=0.5, intermediate_size=64
-    )
+    if layout == "split":
+        folder = save_tiny_pretrained(
+            tmp_path / "llama", "LlamaForCausalLM", tokenizer_for("gpt2"), initializer_range=0.5, intermediate_size=64
+        )
+        layers, tensor_parallel = [-1], 2
+    else:
+        folder, layers, tensor_parallel = tiny_pretrained("GPT2LMHeadModel", initializer_range=0.5), [2, 2], 1
     flags = ("--continuous-batching",)
-    with stage_server(tmp_path, folder, [-1], "text-generation", *flags, tensor_parallel=2) as (process, url, log):
+    with stage_server(tmp_path, folder, layers, "text-generation", *flags, tensor_parallel=tensor_parallel) as (
+        process,
+        url,
+        log,
+    ):
         want, body = completions_equal_one_process(url, folder)
         assert streamed_texts(url, body) == want
         a_request_joins_the_stages_while_another_decodes(url, folder)

@@ -29,12 +29,14 @@ from torch.distributed.fsdp import FSDPModule
 from transformers.modeling_outputs import BaseModelOutput, CausalLMOutputWithPast, Seq2SeqLMOutput
 
 from ...errors import IncompatibleIPUConfigError
+from ..joined_rows import RowsSchedule, run_rows
 from ..lockstep import current_lane, others_may_run
 from .cut import StageCut, hold_place
 from .forward import StageForward
 from .groups import (
     JoinedStreamer,
     SendTokens,
+    StageRows,
     Turns,
     bind_leader_stops,
     group_rows,
@@ -206,6 +208,44 @@ class StageGeneration:
             join_rotation(turns, [link.turn for link in links], links[0].group)
         outputs = run_groups(lambda g: self._decode_group(links[g], calls[g], turns), groups)
         return join_sequences(outputs, pad_token_id)
+
+    def decode_joined(self, seed: int, schedule: RowsSchedule | None = None) -> None:
+        """Continuous batching through the stages: rows that join and leave (`runtime.joined_rows`) in one group per
+        stage, in flight as `generate()`'s groups are, each decoded in its own thread on its own KV cache and process
+        group; `schedule` (process 0's) decides each group's joins and ends before each of its passes, the last stage
+        chooses the tokens. Every process of the replica calls it; it returns once the schedule has finished every
+        group. A group with no row passes its turns (the rotation keeps the stages in step)."""
+        if self.sharded or self.cut.encoder is not None:
+            what = "the stages are sharded over replicas" if self.sharded else "an encoder-decoder model"
+            raise IncompatibleIPUConfigError(f"rows cannot join a running batch through these stages ({what})")
+        groups = len(self._hold.ranges)
+        while len(self._groups) < groups:  # every stage of the replica makes them at the same call
+            self._groups.append(self._link(len(self._groups)))
+        links, turns = self._groups[:groups], Turns(groups)
+        if schedule is not None:
+            schedule.begin(groups)
+        with self.generating():
+            run_groups(lambda g: self._decode_joined_group(links[g], turns, seed + g, schedule), groups)
+
+    def _decode_joined_group(self, link: _GroupLink, turns: Turns, seed: int, schedule: RowsSchedule | None) -> None:
+        """One group's joined rows (in its own thread): its model calls take turns, its tokens come from the last
+        stage."""
+        last = self._hold.stage == len(self._hold.ranges) - 1
+        send = SendTokens(link.group, link.last, turns, link.turn) if last else None
+        self._local.group = _GroupStep(self, link, turns, link.turn, send, self._vocab_size())
+
+        def pass_turn() -> None:
+            turns.acquire(link.turn)
+            turns.release(link.turn)
+
+        try:
+            rows = StageRows(self.model, seed, send)
+            run_rows(rows, schedule, link.group, index=link.turn, idle=pass_turn)
+        finally:
+            self._local.group = None
+            if send is not None and send.holding:  # (failed within its turn)
+                turns.release(link.turn)
+            turns.leave(link.turn)
 
     def _group_count(self, kwargs: dict[str, Any]) -> int:
         """How many groups decode `kwargs`'s rows: one per stage (at most one per row); 1 where one group is needed."""

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from ..joined_rows import JoinedRows
 from ..lockstep import LeaderStop
 
 
@@ -153,10 +154,38 @@ class SendTokens(StoppingCriteria):
         self.holding = False  # whether this group's turn is held (from the step's forward until here)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
-        dist.broadcast(input_ids[:, -1].contiguous(), src=self.src, group=self.group)
+        self.send(input_ids[:, -1])
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def send(self, tokens: torch.Tensor) -> None:
+        """Broadcast a step's chosen `tokens` (one a row) to the group's other stages, and end this turn."""
+        dist.broadcast(tokens.contiguous(), src=self.src, group=self.group)
         self.holding = False
         self.turns.release(self.index)
-        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+class StageRows(JoinedRows):
+    """One group's rows of continuous batching through stages (`runtime.joined_rows`), on this process's stage: the
+    last stage chooses each step's tokens and sends them to the group's other stages (ending its turn, `send`); on
+    the others the model call's logits allow only those tokens (`only_token_logits`), which the argmax takes.
+
+    Args:
+        model (`nn.Module`): the stock model holding this stage, its forward replaced while generating
+            (`StageGeneration.generating`).
+        seed (`int`): the sampling generator's seed (the last stage's draws are the group's).
+        send (`SendTokens`, *optional*): on the last stage, what sends the tokens; None on the others.
+    """
+
+    def __init__(self, model: Any, seed: int, send: SendTokens | None) -> None:
+        super().__init__(model, seed)
+        self.send = send
+
+    def _choose(self, logits: torch.Tensor, sampling: list[tuple[float, float]]) -> torch.Tensor:
+        if self.send is None:
+            return logits.argmax(-1)
+        tokens = super()._choose(logits, sampling)
+        self.send.send(tokens)
+        return tokens
 
 
 def only_token_logits(tokens: torch.Tensor, vocab: int, dtype: torch.dtype) -> torch.Tensor:
