@@ -338,6 +338,13 @@ def _add_service_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/metrics")
     async def metrics() -> Response:
         state.metrics.queue_depth.set(state.batcher.depth)
+        if state.continuous is not None:
+            state.metrics.continuous_requests.set(state.continuous.in_flight)
+            rows = getattr(state.continuous, "rows", None)  # (this project's engine; the managers keep theirs)
+            if rows is not None:
+                running, waiting = rows()
+                state.metrics.continuous_rows.labels("running").set(running)
+                state.metrics.continuous_rows.labels("waiting").set(waiting)
         body, content_type = state.metrics.render()
         return Response(body, media_type=content_type)
 

@@ -124,6 +124,11 @@ class JoinedGeneration(RowsSchedule):
                 self._thread.start()
         return future
 
+    def rows(self) -> tuple[int, int]:
+        """The rows decoding and those waiting to join (`/metrics`)."""
+        with self._lock:
+            return sum(len(group) for group in self.running), len(self.waiting)
+
     def _done(self, sink: GenerationSink, future: asyncio.Future) -> None:
         self.in_flight -= 1
         if future.cancelled():  # (a timeout, a client gone): its rows end at the next step, or never join

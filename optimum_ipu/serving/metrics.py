@@ -13,7 +13,8 @@ _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 class ServerMetrics:
     """Requests by endpoint and status, request latency, batch sizes (inputs per pipeline call), the queue's depth,
-    requests in flight, and prompt / generated tokens.
+    requests in flight, and prompt / generated tokens; with continuous batching, its requests, and with this project's
+    engine its rows decoding and waiting (the batch and the queue of that path).
 
     Args:
         prefix (`str`, *optional*, defaults to `"optimum_ipu"`): the metrics' name prefix.
@@ -40,6 +41,15 @@ class ServerMetrics:
         self.in_flight = Gauge(f"{prefix}_requests_in_flight", "requests being answered", registry=r)
         self.prompt_tokens = Counter(f"{prefix}_prompt_tokens", "prompt tokens of generation requests", registry=r)
         self.generated_tokens = Counter(f"{prefix}_generated_tokens", "tokens generated", registry=r)
+        self.continuous_requests = Gauge(
+            f"{prefix}_continuous_requests", "requests in continuous batching, decoding or waiting", registry=r
+        )
+        self.continuous_rows = Gauge(
+            f"{prefix}_continuous_rows",
+            "rows of continuous batching by this project's engine: decoding, or waiting to join",
+            ["state"],
+            registry=r,
+        )
         self.rejected = Counter(
             f"{prefix}_rejected_requests", "requests refused before running", ["reason"], registry=r
         )

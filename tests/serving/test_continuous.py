@@ -150,7 +150,12 @@ def test_a_client_gone_mid_stream_cancels_its_request(server):
             line = next(line for line in lines if line.startswith("data: "))
             assert json.loads(line[len("data: ") :])["choices"][0]["text"] is not None
             assert state.continuous.in_flight == 1
+            assert metric(url, "optimum_ipu_continuous_requests") == 1
+            ours = hasattr(state.continuous, "rows")  # (its rows: this project's engine only)
+            assert metric(url, "optimum_ipu_continuous_rows", state="running") == (1 if ours else 0)
         _stopped_early(state, steps, 40, "the gone client's request cancelled")
+        assert metric(url, "optimum_ipu_continuous_rows", state="running") == 0
+        assert metric(url, "optimum_ipu_continuous_requests") == 0
     again = httpx.post(f"{url}/v1/completions", json={**body, "stream": False, "max_tokens": 3}, timeout=30)
     assert again.status_code == 200 and again.json()["choices"][0]["finish_reason"] == "length"
 
