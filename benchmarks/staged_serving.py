@@ -19,11 +19,13 @@ setting for figures across processes) and is warmed up before the timed requests
   running batch at its next step;
 - `one-process-joined`: one process with `--continuous-batching --continuous-batching-engine optimum-ipu` (this
   project's joining, `serving/joined.py`);
-- `tensor-parallel-continuous`: the split with `--continuous-batching` (this project's joining across processes).
+- `tensor-parallel-continuous`: the split with `--continuous-batching` (this project's joining across processes);
+- `stages-continuous`: the 2 stages with `--continuous-batching` (this project's joining, one group of rows a stage in
+  flight, each holding up to half of `--max-batch-size`).
 Each request's latency runs from its sending to its answer. Printed: tokens/s over the run (first sending to last
-answer), p50 / p90 latency, the ratios of each server to `stages` and to `one-process`, and whether every request's
-greedy text is the same on every server. Honesty rules: an idle machine (the load average is printed and kept), three
-runs, ratios of one run only.
+answer), p50 / p90 latency, the ratios of each server to `stages`, `one-process` and `one-process-continuous` (those
+run), and whether every request's greedy text is the same on every server. Honesty rules: an idle machine (the load
+average is printed and kept), three runs, ratios of one run only.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ LAYOUTS = {
     "one-process-continuous": (["--continuous-batching"], 1, None),
     "one-process-joined": (["--continuous-batching", "--continuous-batching-engine", "optimum-ipu"], 1, None),
     "tensor-parallel-continuous": (["--continuous-batching"], 2, "split"),
+    "stages-continuous": (["--continuous-batching"], 2, "stages"),
 }
 
 
@@ -181,7 +184,7 @@ def main() -> None:
         ratios = {
             base: f"tokens/s {result['tokens_per_s'] / results[base]['tokens_per_s']:.2f}x, "
             f"p50 {result['p50_s'] / results[base]['p50_s']:.2f}x, p90 {result['p90_s'] / results[base]['p90_s']:.2f}x"
-            for base in ("stages", "one-process")
+            for base in ("stages", "one-process", "one-process-continuous")
             if base in results and base != name
         }
         calls = f"{result['batches']} batches of {result['mean_batch_seconds']:.2f} s"
