@@ -52,11 +52,14 @@ def running_server(pipe: Any, **settings: Any) -> Iterator[tuple[str, Any]]:
         sock.close()
 
 
-def wait_healthy(url: str, timeout: float = 240.0) -> None:
+def wait_healthy(url: str, timeout: float = 240.0, process: subprocess.Popen | None = None) -> None:
     # A warm-up that compiles (--backend compile) takes ~25 s on an idle 2-core machine and can take minutes beside
-    # another xdist worker (CI timed one out at 60 s); a warm-up that fails says so at once (asserted below).
+    # another xdist worker (CI timed one out at 60 s); a warm-up that fails says so at once (asserted below), and so
+    # does a server `process` that exits first (a refused option: its log says why).
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the server exited with code {process.returncode} before it was healthy")
         try:
             response = httpx.get(f"{url}/health", timeout=5)
         except httpx.TransportError:
@@ -119,7 +122,7 @@ def stage_server(
         )
     workers: list[psutil.Process] = []
     try:
-        wait_healthy(f"http://127.0.0.1:{port}", timeout=180)
+        wait_healthy(f"http://127.0.0.1:{port}", timeout=180, process=process)
         workers = psutil.Process(process.pid).children(recursive=True)  # (all started once the server answers)
         yield process, f"http://127.0.0.1:{port}", log
     finally:

@@ -224,12 +224,17 @@ def test_a_stopped_stage_process_ends_the_server(tmp_path, tiny_pretrained, mome
     assert "a stage process stopped answering" in log.read_text()
 
 
-@pytest.mark.parametrize("batching", [(), ("--continuous-batching",)], ids=["static", "continuous"])
-def test_a_process_of_a_split_model_stopped_mid_stream_ends_the_server(tmp_path, tokenizer_for, batching):
+@pytest.mark.parametrize(
+    ("layout", "batching"),
+    [("split", ()), ("split", ("--continuous-batching",)), ("stages", ("--continuous-batching",))],
+    ids=["static", "continuous", "stages-continuous"],
+)
+def test_a_process_of_a_split_model_stopped_mid_stream_ends_the_server(tmp_path, tokenizer_for, layout, batching):
     """Every layer split over 2 processes (`tensor_parallel_size` 2): their exchanges go through shared memory, not
     gloo. Process 1 stopped while a completion streams (a static batch, or rows joined by `--continuous-batching`):
     process 0's next exchange waits --stage-timeout for it, then fails as a collective does (the stream ends, not a
-    hang), and process 0 drains and exits."""
+    hang), and process 0 drains and exits. The same through 2 stages with rows joined (each group's exchanges on a
+    gloo group of its own, which takes the same timeout)."""
     from ..local_tokenizers import save_tiny_pretrained
 
     folder = save_tiny_pretrained(  # wide enough that 900 tokens take seconds, so the stop lands mid-stream
@@ -244,7 +249,12 @@ def test_a_process_of_a_split_model_stopped_mid_stream_ends_the_server(tmp_path,
         eos_token_id=None,  # (no early end)
     )
     flags = ("--stage-timeout", "3", *batching)
-    with stage_server(tmp_path, folder, [-1], "text-generation", *flags, tensor_parallel=2) as (process, url, log):
+    layers, tensor_parallel = ([-1], 2) if layout == "split" else ([2, 2], 1)
+    with stage_server(tmp_path, folder, layers, "text-generation", *flags, tensor_parallel=tensor_parallel) as (
+        process,
+        url,
+        log,
+    ):
         stopped, leader = _rank(process, 1), _rank(process, 0)
         body = {"model": "llama", "prompt": "the rain", "max_tokens": 900, "stream": True}
         chunks = 0
@@ -259,4 +269,5 @@ def test_a_process_of_a_split_model_stopped_mid_stream_ends_the_server(tmp_path,
         assert 2.5 < ended < BOUND_S and chunks < 900, (ended, chunks)
         _until(lambda: not leader.is_running() or leader.status() == psutil.STATUS_ZOMBIE, "process 0's exit", BOUND_S)
     text = log.read_text()
-    assert "tensor parallel process 1 of 2 timed out" in text, text[-3000:]
+    said = "tensor parallel process 1 of 2 timed out" if layout == "split" else "a stage process stopped answering"
+    assert said in text, text[-3000:]
