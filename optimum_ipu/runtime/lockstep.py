@@ -86,12 +86,15 @@ class Lanes:
         self.count = count
         self._free = list(range(count))
         self._alone = 0  # calls alone running or waiting to
+        self._waiting = 0  # calls in lanes waiting for one
         self._changed = threading.Condition()
 
     @contextmanager
     def lane(self) -> Iterator[int]:
         with self._changed:
+            self._waiting += 1
             self._changed.wait_for(lambda: self._free and not self._alone)
+            self._waiting -= 1
             lane = self._free.pop(0)
         try:
             yield lane
@@ -105,6 +108,11 @@ class Lanes:
     def calls_alone(self) -> int:
         """Calls alone running or waiting to (a long call alone may end early for those that wait)."""
         return self._alone
+
+    @property
+    def calls_waiting_for_a_lane(self) -> int:
+        """Calls in lanes waiting for one (a call alone that runs while they wait may end early for them)."""
+        return self._waiting
 
     @contextmanager
     def alone(self) -> Iterator[None]:

@@ -10,9 +10,9 @@ stages, the rows decode in one group per stage, in flight (stage 0 computes one 
 the other's); a request joins the group whose pass comes first with room in it (each holds up to its share of
 `--max-batch-size`). Before each pass of a group the schedule ends its rows that are done (the end-of-sequence token,
 `max_tokens`, a stop string, a client gone) and lets waiting requests join; the call ends once no row runs and none
-waits, and the next request starts another. A call alone of the job (a request of several choices or with a seed,
-batched statically) that waits for the processes stops the joining: the running rows finish, that call runs, then the
-joining resumes.
+waits, and the next request starts another. Another call of the job (a request of several choices or with a seed,
+batched statically, alone or through stages in a lane) that waits for the processes stops the joining: the running
+rows finish, that call runs, then the joining resumes.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ class JoinedGeneration(RowsSchedule):
             try:
                 seed = random.getrandbits(63)
                 if hasattr(self.pipe, "decode_joined_rows"):  # the processes of a torchrun job
-                    while self.pipe.lockstep.lanes.calls_alone:  # a call alone that waited for these rows goes first
+                    while self._others_wait(running=0):  # a call that waited for these rows goes first
                         time.sleep(0.001)
                     self.pipe.decode_joined_rows(seed, self)
                 else:
@@ -171,8 +171,8 @@ class JoinedGeneration(RowsSchedule):
 
     def control(self, rows: int, group: int) -> RowsControl:
         """`group`'s rows that end (done, or their client gone) and those that join, up to its share of
-        `max_batch_size`; none join while a call alone waits for the processes (the running rows finish first). The
-        decoding finishes once no group has a row and none waits (or a call alone does); every group is told so."""
+        `max_batch_size`; none join while another call waits for the processes (the running rows finish first). The
+        decoding finishes once no group has a row and none waits (or another call does); every group is told so."""
         with self._lock:
             running = self.running[group]
             for row in running:
@@ -180,16 +180,23 @@ class JoinedGeneration(RowsSchedule):
             ends = [i for i, row in enumerate(running) if row.done]
             running[:] = [row for row in running if not row.done]
             joins: list[_Row] = []
-            others_wait = hasattr(self.pipe, "lockstep") and self.pipe.lockstep.lanes.calls_alone > 1
+            others_wait = self._others_wait(running=1)
             room = min(self.share - len(running), self.max_batch_size - sum(len(g) for g in self.running))
             while self.waiting and len(joins) < room and not others_wait and not self.closing:
                 row = self.waiting.popleft()
                 if not row.request.sink.cancelled:
                     joins.append(row)
             running += joins
-            # (requests left waiting for a call alone start the next decoding call, once that call has run)
+            # (requests left waiting for another call start the next decoding call, once that call has run)
             self.closing = self.closing or not any(self.running) and (not self.waiting or others_wait)
             return RowsControl(ends, [row.prompt for row in joins], [row.sampling for row in joins], self.closing)
+
+    def _others_wait(self, running: int) -> bool:
+        """Whether other calls of the job wait for the processes (`running`: this schedule's own call alone, 1 while
+        it decodes): a call alone (a seeded or several-choice request), or a call in a lane (a several-choice request
+        through stages); the joining stops for them."""
+        lanes = getattr(getattr(self.pipe, "lockstep", None), "lanes", None)
+        return lanes is not None and (lanes.calls_alone > running or lanes.calls_waiting_for_a_lane > 0)
 
     def tokens(self, joined: list[int] | None, stepped: list[int] | None, group: int) -> None:
         """A pass's tokens to `group`'s rows: `joined` for the rows that just joined (the last ones), `stepped` for

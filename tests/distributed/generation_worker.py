@@ -23,6 +23,7 @@ import transformers
 
 import optimum_ipu
 from optimum_ipu import IPUConfig
+from optimum_ipu.errors import IncompatibleIPUConfigError
 from optimum_ipu.models.generation import stage_generation
 from optimum_ipu.pipelines import pipeline
 from optimum_ipu.runtime.fsdp import shard_stages
@@ -223,7 +224,13 @@ def main() -> None:
         record.setdefault("cache_class", {})[name] = type(output.cache).__name__
     record["grouped"] = grouped_cases(model)
     record["leader-stop"] = leader_stop_cases(model)
-    record["joined"] = joined_cases(model)
+    if fsdp:  # refused on every process, before any exchange (FSDP's gathered units are its hooks' shared state)
+        try:
+            joined_cases(model)
+        except IncompatibleIPUConfigError as err:
+            record["joined-refused"] = str(err)
+    else:
+        record["joined"] = joined_cases(model)
     record["groups"] = len(model._stage_generation._groups)  # the groups' process groups it made
     if os.path.exists(os.path.join(model_dir, "tokenizer_config.json")):
         pipe = pipeline("text-generation", model=model, tokenizer=model_dir, max_seq_length=16, batch_size=2)

@@ -189,3 +189,4 @@ def test_generate_on_stages_sharded_over_replicas_gives_one_process_tokens(tmp_p
     want = one_process_tokens(transformers.AutoModelForCausalLM.from_pretrained(llama_dir).eval(), 2)
     for rank, record in enumerate(ranks):
         assert record["tokens"] == want, rank
+        assert "sharded over replicas" in record["joined-refused"], rank  # continuous batching: one line, no hang

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -210,3 +211,36 @@ def test_ours_refused_for_other_layouts_and_tasks():
         ServeSettings("m", continuous_batching_engine="optimum-ipu")
     with pytest.raises(ValueError, match="continuous_batching_engine: got 'vllm'; give one of auto, transformers"):
         ServeSettings("m", continuous_batching=True, continuous_batching_engine="vllm")
+
+
+def test_ours_stops_joining_while_another_call_waits_for_the_processes(generator):
+    """Under `torchrun`, a call of the job that waits for the processes while rows decode (in a lane: a
+    several-choice request through stages; alone: a seeded one) stops the joining: waiting rows do not join, every
+    group is told the decoding is finished once its rows are done, and the decoding thread lets that call go first;
+    afterwards the rows join, each group up to its share of `max_batch_size`."""
+    from optimum_ipu.runtime.lockstep import Lanes
+    from optimum_ipu.serving.joined import JoinedGeneration, _Request, _Row
+
+    joined = JoinedGeneration(generator, max_batch_size=4)
+    lanes = Lanes(2)
+    joined.pipe = SimpleNamespace(lockstep=SimpleNamespace(lanes=lanes))  # (process 0 of a job)
+    request = _Request(future=None, sink=SimpleNamespace(cancelled=False), pending=3)
+    joined.waiting.extend(_Row(request, i, [5 + i, 6], 4, (0.0, 1.0), []) for i in range(3))
+
+    def call_in_a_lane() -> None:
+        with lanes.lane():
+            pass
+
+    with lanes.alone():  # the joining's own decoding call
+        joined.begin(2)
+        waiter = threading.Thread(target=call_in_a_lane)
+        waiter.start()
+        _until(lambda: lanes.calls_waiting_for_a_lane == 1, "the call in a lane waiting")
+        for group in (0, 1):
+            control = joined.control(0, group)
+            assert control.joins == [] and control.finished, group
+        assert joined._others_wait(running=0) and len(joined.waiting) == 3
+    waiter.join(timeout=10)
+    assert not waiter.is_alive() and not joined._others_wait(running=0)
+    joined.begin(2)  # the next decoding call: 2 groups of up to 2 rows
+    assert [len(joined.control(0, g).joins) for g in (0, 1)] == [2, 1] and not joined.waiting
