@@ -8,11 +8,11 @@ Process 0 decides (this module's `JoinedGeneration`, a `runtime.joined_rows.Rows
 (`pipelines.processes.decode_joined_rows`, one call of the job's `Lockstep` that lasts while rows run). Through
 stages, the rows decode in one group per stage, in flight (stage 0 computes one group's step while stage 1 computes
 the other's); a request joins the group whose pass comes first with room in it (each holds up to its share of
-`--max-batch-size`). Before each pass of a group the schedule ends its rows that are done (the end-of-sequence token,
-`max_tokens`, a stop string, a client gone) and lets waiting requests join; the call ends once no row runs and none
-waits, and the next request starts another. Another call of the job (a request of several choices or with a seed,
-batched statically, alone or through stages in a lane) that waits for the processes stops the joining: the running
-rows finish, that call runs, then the joining resumes.
+`--max-batch-size`, and no more than an even part of the rows decoding or waiting). Before each pass of a group the
+schedule ends its rows that are done (the end-of-sequence token, `max_tokens`, a stop string, a client gone) and lets
+waiting requests join; the call ends once no row runs and none waits, and the next request starts another. Another
+call of the job (a request of several choices or with a seed, batched statically, alone or through stages in a lane)
+that waits for the processes stops the joining: the running rows finish, that call runs, then the joining resumes.
 """
 
 from __future__ import annotations
@@ -171,8 +171,9 @@ class JoinedGeneration(RowsSchedule):
 
     def control(self, rows: int, group: int) -> RowsControl:
         """`group`'s rows that end (done, or their client gone) and those that join, up to its share of
-        `max_batch_size`; none join while another call waits for the processes (the running rows finish first). The
-        decoding finishes once no group has a row and none waits (or another call does); every group is told so."""
+        `max_batch_size` and an even part of the rows decoding or waiting; none join while another call waits for the
+        processes (the running rows finish first). The decoding finishes once no group has a row and none waits (or
+        another call does); every group is told so."""
         with self._lock:
             running = self.running[group]
             for row in running:
@@ -181,7 +182,11 @@ class JoinedGeneration(RowsSchedule):
             running[:] = [row for row in running if not row.done]
             joins: list[_Row] = []
             others_wait = self._others_wait(running=1)
-            room = min(self.share - len(running), self.max_batch_size - sum(len(g) for g in self.running))
+            decoding = sum(len(g) for g in self.running)
+            # each group up to its share, and no more than an even part of the rows decoding or waiting: one request
+            # of several prompts, or a few arriving at once, fill every group's turns, not the first group's only
+            even = -(-(decoding + len(self.waiting)) // len(self.running))
+            room = min(min(self.share, even) - len(running), self.max_batch_size - decoding)
             while self.waiting and len(joins) < room and not others_wait and not self.closing:
                 row = self.waiting.popleft()
                 if not row.request.sink.cancelled:

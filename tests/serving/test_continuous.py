@@ -217,11 +217,11 @@ def test_ours_stops_joining_while_another_call_waits_for_the_processes(generator
     """Under `torchrun`, a call of the job that waits for the processes while rows decode (in a lane: a
     several-choice request through stages; alone: a seeded one) stops the joining: waiting rows do not join, every
     group is told the decoding is finished once its rows are done, and the decoding thread lets that call go first;
-    afterwards the rows join, each group up to its share of `max_batch_size`."""
+    afterwards the rows join, each group up to an even part of them (not the first group all it has room for)."""
     from optimum_ipu.runtime.lockstep import Lanes
     from optimum_ipu.serving.joined import JoinedGeneration, _Request, _Row
 
-    joined = JoinedGeneration(generator, max_batch_size=4)
+    joined = JoinedGeneration(generator, max_batch_size=8)
     lanes = Lanes(2)
     joined.pipe = SimpleNamespace(lockstep=SimpleNamespace(lanes=lanes))  # (process 0 of a job)
     request = _Request(future=None, sink=SimpleNamespace(cancelled=False), pending=3)
@@ -242,5 +242,5 @@ def test_ours_stops_joining_while_another_call_waits_for_the_processes(generator
         assert joined._others_wait(running=0) and len(joined.waiting) == 3
     waiter.join(timeout=10)
     assert not waiter.is_alive() and not joined._others_wait(running=0)
-    joined.begin(2)  # the next decoding call: 2 groups of up to 2 rows
+    joined.begin(2)  # the next decoding call: 2 groups of up to 4 rows each, the 3 rows spread over both
     assert [len(joined.control(0, g).joins) for g in (0, 1)] == [2, 1] and not joined.waiting
