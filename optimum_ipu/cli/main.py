@@ -481,7 +481,8 @@ def _add_serve(sub: Any) -> None:
         choices=CONTINUOUS_ENGINES,
         default="auto",
         help="with --continuous-batching: transformers' managers (one process) or optimum-ipu's decoding (one process, "
-        "or a model split over torchrun's processes); auto: transformers in one process, optimum-ipu under torchrun",
+        "or a model split over torchrun's processes or its stages on them); auto: transformers in one process, "
+        "optimum-ipu under torchrun",
     )
     serve.add_argument(
         "--batches-in-flight",

@@ -171,9 +171,7 @@ class StageGeneration:
             # (a LeaderStop, `optimum-ipu serve`'s, agrees over the stage group: the whole replica there, as serving
             # refuses stages split over processes)
             return self.model.generate(**bind_leader_stops(kwargs, self.group))
-        while len(self._groups) < groups:  # every stage of the replica makes them at the same call
-            self._groups.append(self._link(len(self._groups)))
-        return self._decode_in_groups(kwargs, self._groups[:groups], Turns(groups))
+        return self._decode_in_groups(kwargs, self._group_links(groups), Turns(groups))
 
     def _generate_in_lane(self, lane: int, kwargs: dict[str, Any]) -> Any:
         """A call in `lane`: its rows in groups (one per stage, at most one per row) that join the lanes' rotation,
@@ -215,13 +213,11 @@ class StageGeneration:
         group; `schedule` (process 0's) decides each group's joins and ends before each of its passes, the last stage
         chooses the tokens. Every process of the replica calls it; it returns once the schedule has finished every
         group. A group with no row passes its turns (the rotation keeps the stages in step)."""
-        if self.sharded or self.cut.encoder is not None:
-            what = "the stages are sharded over replicas" if self.sharded else "an encoder-decoder model"
-            raise IncompatibleIPUConfigError(f"rows cannot join a running batch through these stages ({what})")
+        why = self._layout_reason()
+        if why is not None:
+            raise IncompatibleIPUConfigError(f"rows cannot join a running batch through these stages ({why})")
         groups = len(self._hold.ranges)
-        while len(self._groups) < groups:  # every stage of the replica makes them at the same call
-            self._groups.append(self._link(len(self._groups)))
-        links, turns = self._groups[:groups], Turns(groups)
+        links, turns = self._group_links(groups), Turns(groups)
         if schedule is not None:
             schedule.begin(groups)
         with self.generating():
@@ -229,21 +225,28 @@ class StageGeneration:
 
     def _decode_joined_group(self, link: _GroupLink, turns: Turns, seed: int, schedule: RowsSchedule | None) -> None:
         """One group's joined rows (in its own thread): its model calls take turns, its tokens come from the last
-        stage."""
-        last = self._hold.stage == len(self._hold.ranges) - 1
-        send = SendTokens(link.group, link.last, turns, link.turn) if last else None
-        self._local.group = _GroupStep(self, link, turns, link.turn, send, self._vocab_size())
+        stage; a pass without rows passes its turn."""
 
         def pass_turn() -> None:
             turns.acquire(link.turn)
             turns.release(link.turn)
 
+        with self._in_group(link, turns) as send:
+            run_rows(StageRows(self.model, seed, send), schedule, link.group, index=link.turn, idle=pass_turn)
+
+    @contextmanager
+    def _in_group(self, link: _GroupLink, turns: Turns) -> Iterator[SendTokens | None]:
+        """Within it, this thread's model calls are `link`'s group's (`_GroupStep`); yields what sends the chosen
+        tokens on the last stage (None on the others). On leaving, the group's turn held by a failed step is ended and
+        the group leaves the rotation."""
+        last = self._hold.stage == len(self._hold.ranges) - 1
+        send = SendTokens(link.group, link.last, turns, link.turn) if last else None
+        self._local.group = _GroupStep(self, link, turns, link.turn, send, self._vocab_size())
         try:
-            rows = StageRows(self.model, seed, send)
-            run_rows(rows, schedule, link.group, index=link.turn, idle=pass_turn)
+            yield send
         finally:
             self._local.group = None
-            if send is not None and send.holding:  # (failed within its turn)
+            if send is not None and send.holding:  # (it failed within its turn)
                 turns.release(link.turn)
             turns.leave(link.turn)
 
@@ -254,21 +257,34 @@ class StageGeneration:
         return min(len(self._hold.ranges), kwargs["input_ids"].shape[0])
 
     def _one_group_reason(self, kwargs: dict[str, Any]) -> str | None:
-        """Why `kwargs`'s rows must decode as one group, or None. Stages sharded over replicas (FSDP) decode as one
-        group: their units' gathered parameters are shared state of FSDP's hooks, which the groups' threads would
-        enter at once."""
+        """Why `kwargs`'s rows must decode as one group, or None (the layout's reason first, `_layout_reason`)."""
         ids = kwargs.get("input_ids")
         config = self.model.generation_config
-        if self.sharded:
-            return "the stages are sharded over replicas"
-        if self.cut.encoder is not None:
-            return "an encoder-decoder model"
+        layout = self._layout_reason()
+        if layout is not None:
+            return layout
         if ids is None or ids.dim() != 2:
             return "no 2-D input_ids"
         if (kwargs.get("num_beams", config.num_beams) or 1) > 1:
             return "beam search"
         given = [name for name in _ONE_GROUP_ARGS if kwargs.get(name, getattr(config, name, None))]
         return f"{given[0]} is given" if given else None
+
+    def _layout_reason(self) -> str | None:
+        """Why no call decodes in groups on these stages, or None: sharded over replicas (their units' gathered
+        parameters are shared state of FSDP's hooks, which the groups' threads would enter at once), or an
+        encoder-decoder model."""
+        if self.sharded:
+            return "the stages are sharded over replicas"
+        if self.cut.encoder is not None:
+            return "an encoder-decoder model"
+        return None
+
+    def _group_links(self, groups: int) -> list[_GroupLink]:
+        """The first `groups` links of the calls alone (every stage of the replica makes them at the same call)."""
+        while len(self._groups) < groups:
+            self._groups.append(self._link(len(self._groups)))
+        return self._groups[:groups]
 
     def _lane_links(self, lane: int) -> list[_GroupLink]:
         """`lane`'s links, one per stage (made with those of the lanes before it, in order: every process makes
@@ -294,18 +310,8 @@ class StageGeneration:
     def _decode_group(self, link: _GroupLink, kwargs: dict[str, Any], turns: Turns) -> torch.Tensor:
         """One group's `generate()` (in its own thread): its model calls take turns, its tokens come from the last
         stage."""
-        last = self._hold.stage == len(self._hold.ranges) - 1
-        send = SendTokens(link.group, link.last, turns, link.turn) if last else None
-        step = _GroupStep(self, link, turns, link.turn, send, self._vocab_size())
-        self._local.group = step
-        try:
-            with torch.no_grad():
-                return self.model.generate(**(with_criterion(kwargs, send) if send is not None else kwargs))
-        finally:
-            self._local.group = None
-            if send is not None and send.holding:  # its generate() failed within its turn
-                turns.release(link.turn)
-            turns.leave(link.turn)
+        with self._in_group(link, turns) as send, torch.no_grad():
+            return self.model.generate(**(with_criterion(kwargs, send) if send is not None else kwargs))
 
     def _vocab_size(self) -> int:
         """The width of the logits (the output embeddings' rows; their shape is known on every stage)."""
