@@ -97,6 +97,8 @@ def test_serve_refuses_bad_options_in_one_line(tmp_path, tiny_pretrained):
         (["--request-timeout", "-1"], ["--request-timeout", "seconds > 0"]),
         (["--batch-wait-ms", "soon"], ["--batch-wait-ms", "'soon'"]),
         (["--backend", "fast"], ["--backend", "'fast'", "compile"]),
+        (["--generate-kwargs", "{num_beams: 1}"], ["--generate-kwargs", "not JSON", '{"num_beams": 1}']),
+        (["--generate-kwargs", "[1]"], ["--generate-kwargs", "expected a JSON object, got [1]"]),
     ):
         result = run_cli("serve", str(tmp_path), *args)
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -113,3 +115,10 @@ def test_serve_refuses_bad_options_in_one_line(tmp_path, tiny_pretrained):
     uncompiled = run_cli("serve", t5, "--task", "text2text-generation", "--backend", "compile")
     assert uncompiled.returncode == 2 and len(uncompiled.stderr.strip().splitlines()) == 1, uncompiled.stderr
     assert "backend='compile': this task runs eager" in uncompiled.stderr
+    # generation arguments for every request: only where requests cannot carry them (transcriptions)
+    gpt2 = str(tiny_pretrained("GPT2LMHeadModel"))
+    per_request = run_cli("serve", gpt2, "--generate-kwargs", '{"num_beams": 2}')
+    assert per_request.returncode == 2 and len(per_request.stderr.strip().splitlines()) == 1, per_request.stderr
+    assert (
+        "--generate-kwargs: the text-generation task takes its generation arguments per request" in per_request.stderr
+    )

@@ -278,12 +278,12 @@ def step_rates(times: list[float], settings: StepSettings, sample_flops: float) 
 
 def format_report(report: dict) -> str:
     """The report of any mode as the table the command prints."""
+    if report["mode"] == "serve":
+        return format_serve_report(report)
     if report.get("task") == SPEECH_TASK:
         return format_speech_report(report)
     if report["mode"] == "recipe":
         return format_recipe_report(report)
-    if report["mode"] == "serve":
-        return format_serve_report(report)
     if report["mode"] in LATENCY_MODES:
         return format_latency_report(report)
     return format_step_report(report)

@@ -39,17 +39,23 @@ from .serve_load import (
     QA_ENDPOINT,
     QA_PAIRS,
     SERVERS,
+    TRANSCRIPTIONS,
     WARMUP_REQUESTS,
     measure_server,
     missing_dependencies,
     request_bodies,
     server_command,
+    usage_tokens,
 )
 from .serve_report import all_ratios, first_text, level_stats, machine, serve_chart, text_agreement
+from .serve_speech import SPEECH_TASK, measure_transcription
 
 logger = logging.getLogger(__name__)
 
-SERVE_TASKS = ("text-generation", "question-answering")
+SERVE_TASKS = ("text-generation", "question-answering", SPEECH_TASK)
+ENDPOINTS = {"text-generation": COMPLETIONS, "question-answering": QA_ENDPOINT, SPEECH_TASK: TRANSCRIPTIONS}
+# transformers serve --continuous-batching answers a transcription with a 400 ("requires sequential generation")
+TRANSCRIBING_PEERS = ("transformers", "transformers-compile")
 RANDOM_GPT2 = "random GPT-2 124M (12 layers of 768, bert-base-uncased vocabulary)"
 
 
@@ -100,6 +106,9 @@ def run_serve_benchmark(
         folder, description = resolve_model(model, task, Path(tmp))
         if task == "question-answering":
             measured = measure_question_answering(folder, requests, output_dir, backend)
+        elif task == SPEECH_TASK:
+            run = functools.partial(run_server, backend=backend)
+            measured = measure_transcription(folder, chosen, concurrency, requests, output_dir, run)
         else:
             measured = measure_generation(folder, chosen, concurrency, requests, max_tokens, output_dir, backend)
     report = {"mode": "serve", "task": task, "model": description, "backend": backend, **measured}
@@ -124,10 +133,15 @@ def check_serve_arguments(
             *(("--concurrency", level, 1) for level in concurrency),
         )
     )
-    if task == "text-generation" and requests < max(concurrency):
+    if task != "question-answering" and requests < max(concurrency):
         raise ValueError(
             f"--requests {requests}: fewer than --concurrency {max(concurrency)}, that level would never be reached; "
             f"give --requests {max(concurrency)} or more"
+        )
+    if task == SPEECH_TASK and model is None:
+        raise ValueError(
+            f"--task {task}: give --model, a speech recognition model folder or a Hub id in the local cache "
+            "(e.g. openai/whisper-tiny.en)"
         )
     if model is not None and model.startswith(("/", "./", "../", "~")) and not os.path.isdir(os.path.expanduser(model)):
         raise ValueError(f"--model {model}: no such folder; give a model folder or a Hub id in the local cache")
@@ -155,6 +169,8 @@ def choose_servers(servers: Sequence[str] | None, task: str) -> tuple[list[str],
     chosen, skipped = [], {}
     for key in keys:
         why = None if key == "ours" else missing_dependencies(key)
+        if why is None and task == SPEECH_TASK and key not in ("ours", *TRANSCRIBING_PEERS):
+            why = "it answers transcriptions with a 400 (they need its sequential generation)"
         if why is None:
             chosen.append(key)
         elif named:
@@ -215,17 +231,26 @@ def run_server(
     done: Callable[[], Any],
     backend: str = "auto",
     one_by_one: bool = False,
+    tokens_of: Callable[[int, Any], int] = usage_tokens,
+    generate_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One server from start to stop (`serve_load.measure_server`): its command, log, first greedy text (or answer)
     and each level's statistics. `bodies`: the warm-up requests and the timed ones; `backend`: ours' `--backend`;
-    `one_by_one`: also a level `"1-sync"` from a synchronous client."""
+    `one_by_one`: also a level `"1-sync"` from a synchronous client; `tokens_of`: how an answer's tokens are counted;
+    `generate_kwargs`: ours' `--generate-kwargs`."""
     spec = SERVERS[key]
     command_for = functools.partial(
-        server_command, key, model, task=task, max_batch_size=max(concurrency), backend=backend
+        server_command,
+        key,
+        model,
+        task=task,
+        max_batch_size=max(concurrency),
+        backend=backend,
+        generate_kwargs=generate_kwargs,
     )
     log = Path(output_dir) / f"serve-{key}.log"
-    path = QA_ENDPOINT if task == "question-answering" else COMPLETIONS
-    raw = measure_server(spec, command_for, log, path, *bodies, concurrency, done, one_by_one)
+    path = ENDPOINTS[task]
+    raw = measure_server(spec, command_for, log, path, *bodies, concurrency, done, one_by_one, tokens_of)
     return {
         "key": key,
         "name": spec.name,

@@ -7,7 +7,8 @@ client, `concurrency` requests in flight at a time, and stopped: SIGTERM (ours d
 `STOP_TIMEOUT_S`.
 
 The request mix is fixed: request `i` of a level sends `PROMPTS[i % 8]` to `/v1/completions`, greedy (`temperature`
-0), `max_tokens` new tokens; with `--task question-answering`, `QA_PAIRS[i % 4]` to `/v1/pipeline/question-answering`.
+0), `max_tokens` new tokens; with `--task question-answering`, `QA_PAIRS[i % 4]` to `/v1/pipeline/question-answering`;
+with `--task automatic-speech-recognition`, the recordings of `serve_speech` in turn to `/v1/audio/transcriptions`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -65,6 +67,7 @@ QA_PAIRS = [
 ]
 COMPLETIONS = "/v1/completions"
 QA_ENDPOINT = "/v1/pipeline/question-answering"
+TRANSCRIPTIONS = "/v1/audio/transcriptions"
 WARMUP_REQUESTS = 2
 START_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0
@@ -124,7 +127,13 @@ def missing_dependencies(key: str | None = None) -> str | None:
 
 
 def server_command(
-    key: str, model: str, port: int, task: str, max_batch_size: int = 8, backend: str = "auto"
+    key: str,
+    model: str,
+    port: int,
+    task: str,
+    max_batch_size: int = 8,
+    backend: str = "auto",
+    generate_kwargs: dict[str, Any] | None = None,
 ) -> list[str]:
     """The command line that starts server `key` on `model` at 127.0.0.1:`port`.
 
@@ -132,10 +141,13 @@ def server_command(
     takes the same request bodies, with a request timeout as long as the client's (a slow machine gets its answers
     late, not 504s) and `--max-batch-size` the run's highest concurrency (as a user serving that load sets it);
     `transformers serve` preloads the folder (its `FORCE_MODEL`) and batches as it does by default. `backend`: ours'
-    `--backend` (`"auto"`: not given).
+    `--backend` (`"auto"`: not given); `generate_kwargs`: ours' `--generate-kwargs` (speech recognition: decoding as the
+    peer decodes).
     """
     if key == "ours":
         chosen = [] if backend == "auto" else ["--backend", backend]
+        if generate_kwargs:
+            chosen += ["--generate-kwargs", json.dumps(generate_kwargs)]
         return [
             sys.executable, "-m", "optimum_ipu.cli", "serve", model, "--task", task, "--host", "127.0.0.1",
             "--port", str(port), "--served-model-name", model, "--request-timeout", str(int(REQUEST_TIMEOUT_S)),
@@ -144,6 +156,15 @@ def server_command(
     command = [transformers_cli() or "transformers", "serve", model, "--host", "127.0.0.1", "--port", str(port)]
     flags = {"transformers-cb": ["--continuous-batching"], "transformers-compile": ["--compile"]}
     return command + flags.get(key, [])
+
+
+TokenCounter = Callable[[int, Any], int]  # (request index, its answer) -> the tokens it generated
+
+
+def usage_tokens(index: int, answer: Any) -> int:
+    """A completion's generated tokens, as its server counted them (`usage.completion_tokens`); 0 without usage."""
+    usage = answer.get("usage") if isinstance(answer, dict) else None
+    return int(usage["completion_tokens"]) if usage else 0
 
 
 def free_port() -> int:
@@ -252,6 +273,14 @@ def request_bodies(task: str, model: str, count: int, max_tokens: int) -> list[d
     ]
 
 
+def post_kwargs(body: dict[str, Any]) -> dict[str, Any]:
+    """`httpx`'s arguments that send `body`: as JSON, or as a multipart form when it holds a `file` (a transcription:
+    `(file name, bytes)`, the other fields as form fields)."""
+    if "file" in body:
+        return {"files": {"file": body["file"]}, "data": {k: v for k, v in body.items() if k != "file"}}
+    return {"json": body}
+
+
 def check_response(response: httpx.Response, name: str, path: str) -> dict[str, Any]:
     """The response's JSON; a `ValueError` naming the server's message for a 4xx (a request the model refuses:
     `--max-tokens` past its positions), a `RuntimeError` for any other failure."""
@@ -273,16 +302,23 @@ def warm_up(url: str, name: str, path: str, bodies: list[dict[str, Any]]) -> dic
 
     responses = []
     for body in bodies:
-        response = httpx.post(url + path, json=body, timeout=REQUEST_TIMEOUT_S)
+        response = httpx.post(url + path, **post_kwargs(body), timeout=REQUEST_TIMEOUT_S)
         responses.append(check_response(response, name, path))
     return responses[0]
 
 
 async def send_load(
-    url: str, name: str, path: str, bodies: list[dict[str, Any]], concurrency: int, done: Callable[[], Any]
+    url: str,
+    name: str,
+    path: str,
+    bodies: list[dict[str, Any]],
+    concurrency: int,
+    done: Callable[[], Any],
+    tokens_of: TokenCounter = usage_tokens,
 ) -> dict[str, Any]:
     """Send every body, at most `concurrency` in flight; each request's seconds (in the order of `bodies`), its
-    `usage.completion_tokens` (0 where the endpoint reports none) and the wall seconds of the whole level."""
+    generated tokens (`tokens_of(i, answer)`: by default its `usage.completion_tokens`, 0 where the endpoint reports
+    none) and the wall seconds of the whole level."""
     import httpx
 
     gate = asyncio.Semaphore(concurrency)
@@ -292,11 +328,9 @@ async def send_load(
     async def one(client: httpx.AsyncClient, i: int) -> None:
         async with gate:
             start = time.perf_counter()
-            response = await client.post(url + path, json=bodies[i], timeout=REQUEST_TIMEOUT_S)
+            response = await client.post(url + path, **post_kwargs(bodies[i]), timeout=REQUEST_TIMEOUT_S)
             seconds[i] = time.perf_counter() - start
-        answer = check_response(response, name, path)
-        usage = answer.get("usage") if isinstance(answer, dict) else None
-        tokens[i] = int(usage["completion_tokens"]) if usage else 0
+        tokens[i] = tokens_of(i, check_response(response, name, path))
         done()
 
     limits = httpx.Limits(max_connections=max(concurrency, 10), max_keepalive_connections=max(concurrency, 10))
@@ -319,7 +353,7 @@ def send_one_by_one(
         began = time.perf_counter()
         for body in bodies:
             start = time.perf_counter()
-            response = client.post(url + path, json=body, timeout=REQUEST_TIMEOUT_S)
+            response = client.post(url + path, **post_kwargs(body), timeout=REQUEST_TIMEOUT_S)
             seconds.append(time.perf_counter() - start)
             check_response(response, name, path)
             done()
@@ -337,14 +371,18 @@ def measure_server(
     concurrencies: tuple[int, ...],
     done: Callable[[], Any],
     one_by_one: bool = False,
+    tokens_of: TokenCounter = usage_tokens,
 ) -> dict[str, Any]:
     """Start one server (`command_for(port)` on a free port), send it the `warmup` bodies untimed, then `bodies` at
     each concurrency in turn (`done()` after each answer), stop it. Returns the command it ran, the first warm-up
     response and each level's raw measurements (`send_load`), keyed by the concurrency as a string (as in JSON);
-    with `one_by_one`, also `bodies` from a synchronous client (`send_one_by_one`), keyed `"1-sync"`."""
+    with `one_by_one`, also `bodies` from a synchronous client (`send_one_by_one`), keyed `"1-sync"`. `tokens_of`:
+    how an answer's generated tokens are counted (`send_load`)."""
     with running_server(spec, command_for, log) as (url, command):
         first = warm_up(url, spec.name, path, warmup)
-        levels = {str(c): asyncio.run(send_load(url, spec.name, path, bodies, c, done)) for c in concurrencies}
+        levels = {
+            str(c): asyncio.run(send_load(url, spec.name, path, bodies, c, done, tokens_of)) for c in concurrencies
+        }
         if one_by_one:
             levels["1-sync"] = send_one_by_one(url, spec.name, path, bodies, done)
     return {"command": command, "first_response": first, "levels": levels}
@@ -361,7 +399,9 @@ __all__ = [
     "measure_server",
     "send_one_by_one",
     "missing_dependencies",
+    "post_kwargs",
     "request_bodies",
+    "usage_tokens",
     "server_command",
     "free_port",
     "start_server",

@@ -182,15 +182,22 @@ def serve_chart(report: dict[str, Any], path: str) -> None:
         ax.set_xticks(range(len(levels)), [f"concurrency {c}" for c in levels])
         ax.set_ylabel(label)
     tokens_ax.legend(fontsize=8)
-    mix = report["request_mix"]
     fig.suptitle(
-        f"{short_model_name(report['model'])}: /v1/completions, {mix['max_tokens']} greedy tokens, "
-        f"{mix['requests_per_concurrency']} requests a level ({len(mix['prompts'])} prompts in turn)\n"
+        f"{short_model_name(report['model'])}: {_mix_words(report['request_mix'])}\n"
         f"{report['cpu'] or report['device']}, "
         f"{report['cores']} cores",
         fontsize=9,
     )
     save_figure(fig, path)
+
+
+def _mix_words(mix: dict[str, Any]) -> str:
+    """The request mix in a few words: the endpoint, what each request asks, how many a level."""
+    if "recordings" in mix:
+        what = f"{len(mix['recordings'])} recordings in turn, num_beams {mix['decoding']['num_beams']}"
+    else:
+        what = f"{mix['max_tokens']} greedy tokens, {len(mix['prompts'])} prompts in turn"
+    return f"{mix['endpoint']}, {what}, {mix['requests_per_concurrency']} requests a level"
 
 
 def _qa_chart(report: dict[str, Any], path: str) -> None:
@@ -219,6 +226,25 @@ def _ratio_text(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}x"
 
 
+def _agreement_lines(report: dict[str, Any]) -> list[str]:
+    """Whether the servers said the same: the first prompt's greedy text, or every recording's transcript (and each
+    server's word error rate, and whether it gave one text per recording)."""
+    agreement, servers = report["first_text"], report["servers"]
+    speech = "recordings" in report["request_mix"]
+    what = "every recording's transcript" if speech else "the first prompt's greedy text"
+    lines = []
+    if agreement["equal"] is not None and len(servers) > 1:
+        lines.append(
+            f"{what}: the same from every server"
+            if agreement["equal"]
+            else f"{what}: {', '.join(agreement['differ'])} said another than {agreement['reference']}"
+        )
+    for server in servers if speech else []:
+        varied = "" if server["consistent"] else " (ANOTHER text for a recording at some request)"
+        lines.append(f"{server['name']}: word error rate {server['wer']:.3f} against the references{varied}")
+    return lines
+
+
 def format_serve_report(report: dict[str, Any]) -> str:
     """The report as a table: one line per server and concurrency, then ours against each peer, whether the greedy
     texts agree, what was skipped; for question answering, the server against the in-process pipeline."""
@@ -239,13 +265,7 @@ def format_serve_report(report: dict[str, Any]) -> str:
                 f"{peer} at concurrency {level}: tokens/s {_ratio_text(r['tokens_per_s'])}, "
                 f"p50 {_ratio_text(r['p50'])}, p99 {_ratio_text(r['p99'])}"
             )
-    agreement = report["first_text"]
-    if agreement["equal"] is not None and len(report["servers"]) > 1:
-        lines.append(
-            "first prompt: every server gave the same greedy text"
-            if agreement["equal"]
-            else f"first prompt: {', '.join(agreement['differ'])} gave another text than {agreement['reference']}"
-        )
+    lines += _agreement_lines(report)
     qa = report.get("question_answering")
     if qa:
         lines.append(

@@ -51,11 +51,9 @@ def shared_data() -> Path:
     return Path(os.environ.get(SHARED_DATA_ENV, DEFAULT_SHARED_DATA))
 
 
-def speech_requests(clips: int, jfk_repeats: int = JFK_REPEATS) -> list[Request]:
-    """`jfk.flac` `jfk_repeats` times, then `clips` FSDD test recordings (digit 0, 1, ... with the speakers in turn),
-    decoded and resampled to 16 kHz."""
-    from ..pipelines.audio import load_audio
-
+def speech_files(clips: int, jfk_repeats: int = JFK_REPEATS) -> list[tuple[str, Path, str]]:
+    """`jfk.flac` `jfk_repeats` times, then `clips` FSDD test recordings (digit 0, 1, ... with the speakers in turn):
+    each request's kind (`"jfk"` or `"fsdd"`), file and reference transcript."""
     data = shared_data()
     jfk = data / "fixtures" / "audio" / "jfk.flac"
     folder = data / "audio" / "fsdd" / "test"
@@ -64,7 +62,8 @@ def speech_requests(clips: int, jfk_repeats: int = JFK_REPEATS) -> list[Request]
             f"--task {SPEECH_TASK}: the recordings are read from {data} (fixtures/audio/jfk.flac and "
             f"audio/fsdd/test); set {SHARED_DATA_ENV} to the shared data folder"
         )
-    rows = list(csv.DictReader((folder / "metadata.csv").open()))
+    with open(folder / "metadata.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
     speakers = sorted({row["speaker"] for row in rows})
     by_key: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
@@ -73,9 +72,20 @@ def speech_requests(clips: int, jfk_repeats: int = JFK_REPEATS) -> list[Request]
     for i in range(clips):  # digit i % 10 by speaker i // 10 (in turn), a take not yet used
         takes = by_key[(str(i % 10), speakers[(i // 10) % len(speakers)])]
         picked.append(takes[(i // (10 * len(speakers))) % len(takes)])
-    speech = load_audio(str(jfk), RATE)
-    requests = [("jfk", speech, JFK_TEXT)] * jfk_repeats
-    requests += [("fsdd", load_audio(str(folder / r["file_name"]), RATE), r["transcription"]) for r in picked]
+    files = [("jfk", jfk, JFK_TEXT)] * jfk_repeats
+    return files + [("fsdd", folder / r["file_name"], r["transcription"]) for r in picked]
+
+
+def speech_requests(clips: int, jfk_repeats: int = JFK_REPEATS) -> list[Request]:
+    """The requests of `speech_files`, decoded and resampled to 16 kHz (each file once)."""
+    from ..pipelines.audio import load_audio
+
+    decoded: dict[Path, np.ndarray] = {}
+    requests = []
+    for kind, path, text in speech_files(clips, jfk_repeats):
+        if path not in decoded:
+            decoded[path] = load_audio(str(path), RATE)
+        requests.append((kind, decoded[path], text))
     return requests
 
 
@@ -102,22 +112,13 @@ def speech_runners(model: str, ipu_config: str | None, generate_kwargs: dict[str
 
 
 def word_error_rate(hypotheses: list[str], references: list[str]) -> float:
-    """Words substituted, deleted and inserted over the reference words, after Whisper's English normalizer (which
-    also writes spelled numbers as digits on both sides)."""
+    """`jiwer`'s word error rate over all the recordings (words substituted, deleted and inserted over the reference
+    words), both sides first through Whisper's English normalizer (which also writes spelled numbers as digits)."""
+    import jiwer
     from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
 
     normalize = EnglishTextNormalizer({})
-    errors = words = 0
-    for hypothesis, reference in zip(hypotheses, references, strict=True):
-        said, heard = normalize(reference).split(), normalize(hypothesis).split()
-        row = list(range(len(heard) + 1))  # Levenshtein distance over words, one row at a time
-        for i, word in enumerate(said, 1):
-            previous, row[0] = row[0], i
-            for j, other in enumerate(heard, 1):
-                previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (word != other))
-        errors += row[-1]
-        words += len(said)
-    return errors / max(1, words)
+    return jiwer.wer([normalize(r) for r in references], [normalize(h) for h in hypotheses])
 
 
 def generation_settings(model: str, generate_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -245,4 +246,11 @@ def format_speech_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["SPEECH_TASK", "run_speech_latency_benchmark", "format_speech_report", "word_error_rate", "speech_requests"]
+__all__ = [
+    "SPEECH_TASK",
+    "run_speech_latency_benchmark",
+    "format_speech_report",
+    "word_error_rate",
+    "speech_files",
+    "speech_requests",
+]

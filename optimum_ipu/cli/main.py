@@ -9,6 +9,7 @@ option is also taken with underscores, as the training scripts spell it (`--n-ip
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -235,6 +236,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             continuous_batching_engine=args.continuous_batching_engine,
             batches_in_flight=args.batches_in_flight,
             backend=args.backend,
+            generate_kwargs=args.generate_kwargs,
         )
         return serve(settings)
     except (OSError, KeyError, ValueError) as err:  # a model, task or config that cannot be loaded: one line
@@ -253,6 +255,17 @@ def _at_least(low: int) -> Callable[[str], int]:
 
     parse.__name__ = f"integer >= {low}"
     return parse
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """An argparse type: a JSON object (`{"num_beams": 1}`), else a usage error naming the flag (exit code 2)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"not JSON ({err.msg}): {text}; e.g. '{{\"num_beams\": 1}}'") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text}; e.g. '{{\"num_beams\": 1}}'")
+    return value
 
 
 def _finite(unit: str, above_zero: bool) -> Callable[[str], float]:
@@ -365,7 +378,8 @@ def _add_benchmark(sub: Any) -> None:
         "pretrained folder, by default the PyPI MiniLM); serve: optimum-ipu serve vs transformers serve (with and "
         "without --continuous-batching) on the same /v1/completions requests, one server process at a time "
         "(--model a causal LM folder, by default a random 124 M GPT-2; --concurrency, --requests, --max-tokens, "
-        "--servers), or with --task question-answering our server's overhead over pipeline() in process",
+        "--servers), with --task automatic-speech-recognition on the same /v1/audio/transcriptions uploads, or with "
+        "--task question-answering our server's overhead over pipeline() in process",
     )
     bench.add_argument(
         "--model",
@@ -376,8 +390,9 @@ def _add_benchmark(sub: Any) -> None:
         "--task",
         help="question-answering (the default), causal-lm, translation; with --mode latency also "
         "automatic-speech-recognition (--model a speech folder such as whisper-tiny.en: pipeline() vs transformers' "
-        "pipeline on jfk.flac and --steps FSDD clips); with --mode serve text-generation (the default) or "
-        "question-answering",
+        "pipeline on jfk.flac and --steps FSDD clips); with --mode serve text-generation (the default), "
+        "question-answering or automatic-speech-recognition (--model a speech folder: /v1/audio/transcriptions of "
+        "jfk.flac and 7 FSDD clips, ours vs transformers serve)",
     )
     bench.add_argument("--seq-len", type=_at_least(1), default=384)
     bench.add_argument(
@@ -497,6 +512,12 @@ def _add_serve(sub: Any) -> None:
         default="auto",
         help="what runs the model, as pipeline(backend=...); compile: text generation's decoding steps through "
         "torch.compile, compiled during the warm-up (default: auto, per device and task)",
+    )
+    serve.add_argument(
+        "--generate-kwargs",
+        type=_json_object,
+        help="speech recognition: generate() arguments of every transcription, as JSON (e.g. '{\"num_beams\": 1}': "
+        "greedy decoding, where the pipeline's default is Whisper's 5 beams)",
     )
     serve.set_defaults(func=_cmd_serve)
 

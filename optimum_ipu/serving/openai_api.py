@@ -144,9 +144,9 @@ def _transcription_kwargs(fields: dict[str, str]) -> dict[str, Any]:
     try:
         nonzero = temperature not in (None, "") and float(temperature) != 0
     except ValueError:
-        raise bad_request("temperature", temperature, "give a number (only 0, greedy decoding, is supported)") from None
+        raise bad_request("temperature", temperature, "give a number (only 0 is supported: no sampling)") from None
     if nonzero:
-        raise bad_request("temperature", temperature, "only 0 (greedy decoding) is supported; remove it")
+        raise bad_request("temperature", temperature, "only 0 (no sampling) is supported; remove it")
     for name in ("timestamp_granularities[]", "timestamp_granularities"):
         if fields.get(name):
             raise bad_request(name, fields[name], "timestamps are not supported by this server yet; remove it")

@@ -23,12 +23,27 @@ from .settings import ServeSettings
 logger = logging.getLogger(__name__)
 
 
+# the task whose requests cannot carry generate() arguments (OpenAI's transcriptions): --generate-kwargs sets them
+GENERATE_KWARGS_TASK = "automatic-speech-recognition"
+
+
 def load_pipeline(settings: ServeSettings) -> Any:
     """The `pipeline()` the server hands requests to: the task (given, else inferred as `pipeline()` infers it) on
-    the model, in the IPU config's inference layout."""
+    the model, in the IPU config's inference layout, with `settings.generate_kwargs` as every call's defaults."""
     from ..pipelines import pipeline
+    from ..pipelines.defaults import infer_task
+    from ..pipelines.factory import SUPPORTED_TASKS
 
-    return pipeline(settings.task, model=settings.model, ipu_config=settings.ipu_config, backend=settings.backend)
+    task, defaults = settings.task, {}
+    if settings.generate_kwargs:
+        task = task or infer_task(settings.model, SUPPORTED_TASKS)
+        if task != GENERATE_KWARGS_TASK:  # taken per request there: a server-wide default would be a second way
+            raise ValueError(
+                f"--generate-kwargs: the {task} task takes its generation arguments per request (the completions' "
+                "fields, or the body of /v1/pipeline/<task>); --generate-kwargs is for automatic-speech-recognition"
+            )
+        defaults["generate_kwargs"] = settings.generate_kwargs
+    return pipeline(task, model=settings.model, ipu_config=settings.ipu_config, backend=settings.backend, **defaults)
 
 
 def serve(settings: ServeSettings, log_level: str = "info") -> int:

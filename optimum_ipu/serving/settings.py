@@ -50,6 +50,10 @@ class ServeSettings:
         backend (`str`, *optional*, defaults to `"auto"`): what runs the model, as `pipeline(..., backend=...)`:
             `"eager"`, `"compile"` (for text generation: its decoding steps through `torch.compile`, compiled during
             the warm-up) or `"onnxruntime"`; `"auto"` picks per device and task.
+        generate_kwargs (`dict`, *optional*): for speech recognition, the `generate()` arguments every transcription
+            starts from, as `pipeline(..., generate_kwargs=...)` takes them (OpenAI's transcription requests have no
+            field for them): e.g. `{"num_beams": 1}` for greedy decoding where the pipeline's default is Whisper's 5
+            beams. Other tasks take their generation arguments per request (`/v1/completions`, `/v1/pipeline/<task>`).
     """
 
     model: str
@@ -68,8 +72,16 @@ class ServeSettings:
     continuous_batching_engine: str = "auto"
     batches_in_flight: int = 2
     backend: str = "auto"
+    generate_kwargs: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.generate_kwargs is not None and (
+            not isinstance(self.generate_kwargs, dict) or not all(isinstance(k, str) for k in self.generate_kwargs)
+        ):
+            raise ValueError(
+                f"generate_kwargs: got {self.generate_kwargs!r}; give a JSON object of generate() arguments, "
+                'e.g. {"num_beams": 1}'
+            )
         if self.backend not in BACKENDS:
             raise ValueError(f"backend: got {self.backend!r}; give one of {', '.join(BACKENDS)}")
         if self.continuous_batching_engine not in CONTINUOUS_ENGINES:

@@ -83,6 +83,29 @@ def test_question_answering_overhead_against_pipeline_in_process(tmp_path, tiny_
     )
 
 
+def test_transcriptions_against_ours_write_transcripts_and_word_error_rate(tmp_path, shared_data):
+    whisper = str(shared_data.parent / "models" / "whisper-tiny.en")
+    report = run_serve_benchmark(
+        whisper, task="automatic-speech-recognition", concurrency=(1, 2), requests=4, servers=["ours"],
+        output_dir=str(tmp_path),
+    )  # fmt: skip
+    assert (tmp_path / "benchmark.png").read_bytes()[:8] == PNG_MAGIC
+    mix = report["request_mix"]
+    assert mix["endpoint"] == "/v1/audio/transcriptions" and mix["decoding"] == {"num_beams": 1}
+    assert [r["file"] for r in mix["recordings"]][:2] == ["jfk.flac", "0_george_0.wav"] and len(mix["recordings"]) == 8
+    assert 10.9 < mix["recordings"][0]["seconds"] < 11.1 and mix["recordings"][0]["reference"].startswith("And so my")
+    (server,) = report["servers"]
+    assert server["command"][-2:] == ["--generate-kwargs", '{"num_beams": 1}']  # decoding as transformers serve
+    heard = server["first_text"]  # requests 0-3 of a level: jfk.flac and the first three clips
+    assert list(heard) == ["jfk.flac", "0_george_0.wav", "1_george_0.wav", "2_george_0.wav"]
+    assert heard["jfk.flac"].startswith(" And so my fellow Americans ask not what your country can do for you")
+    assert server["consistent"] is True and 0 <= server["wer"] < 0.5
+    for stats in server["levels"].values():  # tokens counted with Whisper's tokenizer: about 27 for jfk.flac
+        assert stats["requests"] == 4 and 27 < stats["completion_tokens"] < 60
+    text = format_report(report)
+    assert "(automatic-speech-recognition)" in text and "optimum-ipu serve: word error rate" in text
+
+
 def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, monkeypatch):
     serve = ["benchmark", "--mode", "serve", "--output-dir", str(tmp_path / "out")]
     with pytest.raises(SystemExit) as exit_info:
@@ -103,6 +126,8 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(serve_load, "transformers_cli", lambda: None)  # as without transformers[serving]
     assert main([*serve, "--model", str(tmp_path), "--servers", "ours", "transformers"]) == 2
     _one_line_error(capsys, "--servers transformers", "pip install 'transformers[serving]'")
+    assert main([*serve, "--task", "automatic-speech-recognition"]) == 2
+    _one_line_error(capsys, "--task automatic-speech-recognition: give --model", "openai/whisper-tiny.en")
     assert main([*serve, "--model", str(tmp_path), "--backends", "eager", "compile"]) == 2
     _one_line_error(capsys, "--backends eager compile", "one --backend")
     with pytest.raises(ValueError, match="--concurrency 0: expected an integer >= 1"):
@@ -124,6 +149,13 @@ def test_default_servers_skip_a_peer_that_cannot_run(monkeypatch):
     chosen, skipped = choose_servers(None, "text-generation")
     assert chosen == ["ours"] and set(skipped) == {"transformers", "transformers-cb"}
     assert all("pip install 'transformers[serving]'" in why for why in skipped.values())
+
+
+def test_transcriptions_leave_out_the_continuous_batching_peer():
+    chosen, skipped = choose_servers(None, "automatic-speech-recognition")
+    assert chosen == ["ours", "transformers"] and list(skipped) == ["transformers-cb"]
+    with pytest.raises(ValueError, match="--servers transformers-cb: it answers transcriptions with a 400"):
+        choose_servers(["ours", "transformers-cb"], "automatic-speech-recognition")
 
 
 def test_percentile_on_fixed_inputs():

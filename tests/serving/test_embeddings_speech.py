@@ -105,6 +105,23 @@ def test_transcriptions_equal_the_pipeline(speech_server, transcriber, shared_da
     assert all(a.headers["content-type"].startswith("text/plain") for a in answers)
 
 
+def test_generate_kwargs_set_every_transcription_s_decoding(shared_data, monkeypatch):
+    from optimum_ipu.serving import ServeSettings
+    from optimum_ipu.serving.server import load_pipeline
+
+    whisper = str(shared_data.parent / "models" / "whisper-tiny.en")
+    greedy = load_pipeline(ServeSettings(whisper, generate_kwargs={"num_beams": 1}))  # the task inferred
+    asked = []
+    generate = greedy.model.generate
+    monkeypatch.setattr(
+        greedy.model, "generate", lambda *a, **kw: asked.append(kw.get("num_beams")) or generate(*a, **kw)
+    )
+    clip = shared_data / "audio" / "fsdd" / "test" / "7_lucas_2.wav"
+    greedy([clip.read_bytes()], batch_size=1)  # as the server calls it
+    greedy(str(clip), generate_kwargs={"max_new_tokens": 8})  # a call's own arguments add to the server's
+    assert asked == [1, 1]  # where the pipeline's default is Whisper's 5 beams (transformers' pipeline's)
+
+
 def test_bad_transcription_requests_name_the_field(speech_server, shared_data):
     url, _ = speech_server
     clip = (shared_data / "audio" / "fsdd" / "test" / "0_george_0.wav").read_bytes()
