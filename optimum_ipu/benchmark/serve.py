@@ -244,7 +244,7 @@ def run_server(
         key,
         model,
         task=task,
-        max_batch_size=max(concurrency),
+        max_batch_size=None if task == SPEECH_TASK else max(concurrency),  # (transcriptions: the server's default)
         backend=backend,
         generate_kwargs=generate_kwargs,
     )

@@ -131,7 +131,7 @@ def server_command(
     model: str,
     port: int,
     task: str,
-    max_batch_size: int = 8,
+    max_batch_size: int | None = 8,
     backend: str = "auto",
     generate_kwargs: dict[str, Any] | None = None,
 ) -> list[str]:
@@ -141,7 +141,8 @@ def server_command(
     takes the same request bodies, with a request timeout as long as the client's (a slow machine gets its answers
     late, not 504s) and `--max-batch-size` the run's highest concurrency (as a user serving that load sets it);
     `transformers serve` preloads the folder (its `FORCE_MODEL`) and batches as it does by default. `backend`: ours'
-    `--backend` (`"auto"`: not given); `generate_kwargs`: ours' `--generate-kwargs` (speech recognition: decoding as the
+    `--backend` (`"auto"`: not given); `max_batch_size` None: ours' default (speech recognition on a CPU: 1, where a
+    batch gains nothing); `generate_kwargs`: ours' `--generate-kwargs` (speech recognition: decoding as the
     peer decodes).
     """
     if key == "ours":
@@ -151,7 +152,7 @@ def server_command(
         return [
             sys.executable, "-m", "optimum_ipu.cli", "serve", model, "--task", task, "--host", "127.0.0.1",
             "--port", str(port), "--served-model-name", model, "--request-timeout", str(int(REQUEST_TIMEOUT_S)),
-            "--max-batch-size", str(max_batch_size), *chosen,
+            *(["--max-batch-size", str(max_batch_size)] if max_batch_size is not None else []), *chosen,
         ]  # fmt: skip
     command = [transformers_cli() or "transformers", "serve", model, "--host", "127.0.0.1", "--port", str(port)]
     flags = {"transformers-cb": ["--continuous-batching"], "transformers-compile": ["--compile"]}

@@ -462,7 +462,12 @@ def _add_serve(sub: Any) -> None:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     serve.add_argument("--port", type=_port, default=8000, help="TCP port (0: any free port)")
-    serve.add_argument("--max-batch-size", type=_at_least(1), default=8, help="inputs of one pipeline call at most")
+    serve.add_argument(
+        "--max-batch-size",
+        type=_at_least(1),
+        help="inputs of one pipeline call at most (default: 8; 1 for speech recognition on a CPU, where a batch gains "
+        "nothing)",
+    )
     serve.add_argument(
         "--batch-wait-ms",
         type=_finite("milliseconds", above_zero=False),

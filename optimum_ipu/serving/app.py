@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import functools
 import logging
 import time
@@ -33,7 +34,7 @@ from .continuous import ContinuousGeneration
 from .errors import APIError, error_response, install_error_handlers
 from .joined import JoinedGeneration
 from .metrics import ServerMetrics
-from .settings import ServeSettings
+from .settings import ServeSettings, default_max_batch_size
 from .tasks import (
     INPUT_ERRORS,
     InputError,
@@ -73,8 +74,12 @@ class ServerState:
     (warm, draining, requests in flight)."""
 
     def __init__(self, pipe: Any, settings: ServeSettings, metrics: ServerMetrics) -> None:
-        self.pipe, self.settings, self.metrics = pipe, settings, metrics
         self.task: str = pipe.task
+        if settings.max_batch_size is None:  # per task and device (`default_max_batch_size`)
+            device = getattr(getattr(pipe, "device", None), "type", "cpu")
+            settings = dataclasses.replace(settings, max_batch_size=default_max_batch_size(self.task, device))
+            logger.info("--max-batch-size %d (the default for %s on %s)", settings.max_batch_size, self.task, device)
+        self.pipe, self.settings, self.metrics = pipe, settings, metrics
         self.model_name = settings.model_name
         # generation batches overlap where the model's stages decode several at once (`LeadingPipeline.overlaps`)
         in_flight = settings.batches_in_flight if getattr(pipe, "overlaps", False) else 1

@@ -23,7 +23,8 @@ class ServeSettings:
             (`inference_*` values) runs the model, as `pipeline(..., ipu_config=...)` takes it.
         host (`str`, *optional*, defaults to `"127.0.0.1"`): the address to listen on (`0.0.0.0`: every interface).
         port (`int`, *optional*, defaults to 8000): the TCP port (0: any free port).
-        max_batch_size (`int`, *optional*, defaults to 8): inputs handed to the pipeline in one call at most.
+        max_batch_size (`int`, *optional*): inputs handed to the pipeline in one call at most; by default 8, and 1
+            for speech recognition on a CPU (`default_max_batch_size`).
         batch_wait_ms (`float`, *optional*, defaults to 5): how long a batch stays open for more requests at most, once
             its first has arrived, and never more than a tenth of the previous batch's compute time (while the model
             is busy, requests gather anyway).
@@ -61,7 +62,7 @@ class ServeSettings:
     ipu_config: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
-    max_batch_size: int = 8
+    max_batch_size: int | None = None
     batch_wait_ms: float = 5.0
     max_queue: int = 64
     request_timeout: float = 60.0
@@ -95,7 +96,7 @@ class ServeSettings:
                 "add --continuous-batching, or leave the engine out"
             )
         for name, low in (
-            ("max_batch_size", 1),
+            *((("max_batch_size", 1),) if self.max_batch_size is not None else ()),
             ("max_queue", 1),
             ("max_body_bytes", 1),
             ("port", 0),
@@ -117,6 +118,19 @@ class ServeSettings:
             return self.served_model_name
         path = os.path.normpath(self.model)
         return os.path.basename(path) if os.path.isdir(path) else self.model
+
+
+DEFAULT_MAX_BATCH_SIZE = 8
+SPEECH_TASK = "automatic-speech-recognition"
+
+
+def default_max_batch_size(task: str, device_type: str) -> int:
+    """`max_batch_size` when it is not given: 8, and 1 for speech recognition on a CPU. There the encoder is most of
+    a transcription and its cost grows with its rows (the CPU's arithmetic is the bound), so a batch gains nothing and
+    every request in it waits for the slowest: Whisper tiny.en, jfk.flac and 7 FSDD clips in one call took 3.50 s
+    against 3.15 s one at a time, and at 32 requests in flight a server batching them had twice the p50 of one
+    answering one at a time (BENCHMARKS.md, "Transcriptions against transformers serve")."""
+    return 1 if task == SPEECH_TASK and device_type == "cpu" else DEFAULT_MAX_BATCH_SIZE
 
 
 def _check_number(name: str, value: Any, low: float, integer: bool) -> None:

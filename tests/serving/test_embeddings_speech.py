@@ -12,6 +12,8 @@ import numpy as np
 import openai
 import pytest
 
+from optimum_ipu.serving.settings import default_max_batch_size
+
 from .conftest import assert_error, metric, running_server
 
 SENTENCES = ["A man is eating food.", "A man is riding a white horse on an enclosed ground.", "Rain again."]
@@ -31,7 +33,8 @@ def embedding_server(embedder):
 
 
 def test_embeddings_equal_the_pipeline_and_sentence_transformers(embedding_server, embedder, minilm_dir):
-    url, _ = embedding_server
+    url, state = embedding_server
+    assert state.settings.max_batch_size == 8  # --max-batch-size's default
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
     response = client.embeddings.create(model="tiny", input=SENTENCES)  # the client asks for base64
     vectors = np.array([d.embedding for d in response.data])
@@ -79,7 +82,9 @@ def speech_server(transcriber):
 
 
 def test_transcriptions_equal_the_pipeline(speech_server, transcriber, shared_data):
-    url, _ = speech_server
+    url, state = speech_server
+    # one at a time on a CPU (the encoder's cost grows with its rows); 8 where a batch gains (or where asked)
+    assert state.settings.max_batch_size == 1 and default_max_batch_size("automatic-speech-recognition", "cuda") == 8
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
     jfk = shared_data / "fixtures" / "audio" / "jfk.flac"  # 44.1 kHz stereo FLAC: resampled by the pipeline
     with open(jfk, "rb") as f:
