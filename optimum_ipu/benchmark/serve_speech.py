@@ -20,10 +20,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..serving.settings import SPEECH_TASK
 from .serve_load import SERVERS, TRANSCRIPTIONS, WARMUP_REQUESTS
 from .serve_report import all_ratios, text_agreement
 
-SPEECH_TASK = "automatic-speech-recognition"  # (speech_latency's task: that module loads torch, this one must not)
 RECORDING_CLIPS = 7  # FSDD recordings beside jfk.flac: 8 in turn, so that a level of 8 in flight holds each once
 
 
@@ -121,4 +121,4 @@ def measure_transcription(
     return {"request_mix": mix, "servers": servers, "ratios": all_ratios(servers), "first_text": agreement}
 
 
-__all__ = ["measure_transcription", "recordings", "generation_config_decoding", "RECORDING_CLIPS"]
+__all__ = ["SPEECH_TASK", "measure_transcription", "recordings", "generation_config_decoding", "RECORDING_CLIPS"]

@@ -29,12 +29,12 @@ import numpy as np
 import torch
 import transformers
 
+from ..serving.settings import SPEECH_TASK
 from .latency import measure_in_rounds
 from .latency_report import latency_versions, percentiles
 from .qa_runners import ModelClock
 from .report import device_name, pyplot, save_figure, write_report
 
-SPEECH_TASK = "automatic-speech-recognition"
 SHARED_DATA_ENV = "OPTIMUM_IPU_SHARED_DATA"
 DEFAULT_SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 JFK_TEXT = "And so my fellow Americans ask not what your country can do for you, ask what you can do for your country."

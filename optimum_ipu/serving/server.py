@@ -18,13 +18,9 @@ import torch
 import uvicorn
 
 from .app import ServerState, create_app
-from .settings import ServeSettings
+from .settings import SPEECH_TASK, ServeSettings
 
 logger = logging.getLogger(__name__)
-
-
-# the task whose requests cannot carry generate() arguments (OpenAI's transcriptions): --generate-kwargs sets them
-GENERATE_KWARGS_TASK = "automatic-speech-recognition"
 
 
 def load_pipeline(settings: ServeSettings) -> Any:
@@ -37,7 +33,7 @@ def load_pipeline(settings: ServeSettings) -> Any:
     task, defaults = settings.task, {}
     if settings.generate_kwargs:
         task = task or infer_task(settings.model, SUPPORTED_TASKS)
-        if task != GENERATE_KWARGS_TASK:  # taken per request there: a server-wide default would be a second way
+        if task != SPEECH_TASK:  # OpenAI's transcriptions carry no generate() arguments; the other tasks' requests do
             raise ValueError(
                 f"--generate-kwargs: the {task} task takes its generation arguments per request (the completions' "
                 "fields, or the body of /v1/pipeline/<task>); --generate-kwargs is for automatic-speech-recognition"

@@ -121,7 +121,7 @@ class ServeSettings:
 
 
 DEFAULT_MAX_BATCH_SIZE = 8
-SPEECH_TASK = "automatic-speech-recognition"
+SPEECH_TASK = "automatic-speech-recognition"  # (named here, without torch, for the server and the benchmarks)
 
 
 def default_max_batch_size(task: str, device_type: str) -> int:
