@@ -101,8 +101,7 @@ def measure_transcription(
             server = run(key, model, SPEECH_TASK, bodies, concurrency, output_dir, bar.update, **measure)
             server["first_text"] = heard.heard  # every recording's transcript (compared across the servers)
             server["consistent"] = not heard.varied
-            said = [name for name in dict.fromkeys(names) if name in heard.heard]
-            server["wer"] = word_error_rate([heard.heard[n] for n in said], [references[n] for n in said])
+            server["wer"] = word_error_rate(list(heard.heard.values()), [references[n] for n in heard.heard])
             servers.append(server)
     mix = {
         "endpoint": TRANSCRIPTIONS,
